@@ -1,0 +1,56 @@
+# sluice — elastic bandwidth quotas for Kafka broker hosts.
+# `make help` lists the targets.
+
+GO      ?= go
+CLANG   ?= clang-19
+BIN     := bin/sluice
+PKGS    := ./...
+# Debian packages the tests need on a fresh machine (CI runs as root).
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3
+
+export PATH := $(PATH):/usr/local/go/bin
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build bin/sluice
+	$(GO) build -o $(BIN) ./cmd/sluice
+
+.PHONY: demo
+demo: build ## the main job: run sluice on its embedded default scenario
+	./$(BIN) demo
+
+.PHONY: deps
+deps: ## install the Debian packages and Go modules the tests need (root)
+	@missing=""; for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		if [ "$$(id -u)" != 0 ]; then echo "deps: need root to install$$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	$(GO) mod download
+
+.PHONY: test
+test: deps vet ## run every test (unit, fuzz seeds, BPF, namespaces); needs root
+	$(GO) test -race -count=1 $(PKGS)
+
+.PHONY: vet
+vet: ## go vet and gofmt
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
+
+.PHONY: bench
+bench: ## benchmarks (medians over -count 5)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./allocator/
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 60s)
+	$(GO) test -run '^$$' -fuzz FuzzCycle -fuzztime $${FUZZTIME:-60s} ./allocator/
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf bin

@@ -1,0 +1,71 @@
+// Command sluice is the elastic bandwidth quota agent for Kafka broker hosts
+// and its operator tools. This package is wiring only: one file per
+// subcommand, the logic lives in allocator/, agent/ and maps/.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// usageError is a command-line or input error: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"simulate", "play a scenario file through the control loop and print each cycle as JSON", runSimulate},
+		{"demo", "show the control loop on the worked examples of the design", runDemo},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return usageError{errors.New("no command given")}
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	printUsage(stderr)
+	return usageError{fmt.Errorf("unknown command %q", args[0])}
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sluice COMMAND [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+}

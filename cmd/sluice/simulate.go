@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/sluice-dev/sluice/allocator/scenario"
+)
+
+// runSimulate: `sluice simulate --scenario FILE [--format json|table]`.
+// Invalid input exits 2 with the field path on stderr and nothing on stdout.
+func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("scenario", "", "scenario file (.yaml, .yml or .json)")
+	format := fs.String("format", "json", "output format: json or table")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *file == "" {
+		return usageError{errors.New("simulate: --scenario FILE is required")}
+	}
+	if *format != "json" && *format != "table" {
+		return usageError{fmt.Errorf("simulate: --format: %q is not json or table", *format)}
+	}
+	data, err := os.ReadFile(*file)
+	if err != nil {
+		return usageError{fmt.Errorf("simulate: %w", err)}
+	}
+	s, err := scenario.Parse(*file, data)
+	if err != nil {
+		return usageError{err}
+	}
+	res, err := scenario.Run(s)
+	if err != nil {
+		return usageError{err}
+	}
+	if *format == "table" {
+		return res.WriteTable(stdout)
+	}
+	enc := json.NewEncoder(stdout)
+	return enc.Encode(res)
+}
