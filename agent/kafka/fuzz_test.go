@@ -1,0 +1,136 @@
+package kafka
+
+import (
+	"reflect"
+	"runtime"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+)
+
+func seedRequests(f *testing.F) {
+	for v := int16(3); v <= 13; v++ {
+		f.Add(frame(produceRequest(v), 1, str("p")))
+	}
+	for v := int16(0); v <= 18; v++ {
+		f.Add(frame(fetchRequest(v, -1), 1, str("c")))
+		f.Add(frame(fetchRequest(v, 1), 1, str("broker-1-fetcher-0")))
+	}
+}
+
+// FuzzParse: arbitrary bytes never panic; the parse is the same with a fresh
+// Request and with a reused one; nothing reached is more than the bytes hold.
+func FuzzParse(f *testing.F) {
+	seedRequests(f)
+	f.Add([]byte{0, 0, 0, 8, 0, 1, 0, 4})
+	p := NewParser()
+	var reused Request
+	f.Fuzz(func(t *testing.T, sample []byte) {
+		var fresh Request
+		err1 := p.Parse(sample, &fresh)
+		err2 := p.Parse(sample, &reused)
+		if (err1 == nil) != (err2 == nil) || !sameParse(&fresh, &reused) {
+			t.Fatalf("reused Request parses differently: %+v vs %+v", fresh, reused)
+		}
+		if n := partitions(&fresh); n > len(sample)/4 {
+			t.Fatalf("%d partitions from %d bytes", n, len(sample))
+		}
+	})
+}
+
+// FuzzParseBody keeps the header valid and fuzzes Produce and Fetch bodies,
+// which arbitrary bytes rarely reach.
+func FuzzParseBody(f *testing.F) {
+	f.Add(true, int16(9), []byte{0, 0, 0xff, 0xff, 0, 0, 0x75, 0x30, 2, 7, 'o', 'r', 'd', 'e', 'r', 's', 2, 0, 0, 0, 1, 0, 0, 0})
+	f.Add(false, int16(12), []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 42, 0, 0, 0, 3, 1, 1, 1, 0})
+	f.Add(false, int16(4), make([]byte, 40))
+	p := NewParser()
+	var r Request
+	f.Fuzz(func(t *testing.T, produce bool, version int16, body []byte) {
+		key := KeyFetch
+		if produce {
+			key = KeyProduce
+		}
+		b := kbin.AppendInt16(nil, key)
+		b = kbin.AppendInt16(b, version)
+		b = kbin.AppendInt32(b, 1)
+		b = kbin.AppendInt16(b, 1)
+		b = append(b, 'c')
+		if version >= 9 && produce || version >= 12 && !produce {
+			b = append(b, 0)
+		}
+		b = append(b, body...)
+		sample := append(kbin.AppendInt32(nil, int32(len(b))), b...)
+		_ = p.Parse(sample, &r)
+		if n := partitions(&r); n > len(sample)/4 {
+			t.Fatalf("%d partitions from %d bytes", n, len(sample))
+		}
+		// Any prefix must parse without panic too.
+		_ = p.Parse(sample[:len(sample)/2], &r)
+	})
+}
+
+func partitions(r *Request) (n int) {
+	for _, l := range [][]TopicPartitions{r.Topics, r.Forgotten} {
+		for _, tp := range l {
+			n += len(tp.Partitions) + 1
+		}
+	}
+	return n
+}
+
+func sameParse(a, b *Request) bool {
+	norm := func(r *Request) Request {
+		c := *r
+		c.Topics, c.Forgotten = clone(r.Topics), clone(r.Forgotten)
+		if len(c.Topics) == 0 {
+			c.Topics = nil
+		}
+		if len(c.Forgotten) == 0 {
+			c.Forgotten = nil
+		}
+		return c
+	}
+	return reflect.DeepEqual(norm(a), norm(b))
+}
+
+// Hostile counts (2^31−1 topics, partitions, forgotten topics) cost memory in
+// proportion to the bytes present, not to the counts.
+func TestParseHostileLengthsAllocateLittle(t *testing.T) {
+	body := []byte{}
+	body = kbin.AppendInt32(body, -1)         // replica id
+	body = kbin.AppendInt32(body, 0)          // max wait
+	body = kbin.AppendInt32(body, 0)          // min bytes
+	body = kbin.AppendInt32(body, 0)          // max bytes
+	body = append(body, 0)                    // isolation
+	body = kbin.AppendInt32(body, 0)          // session
+	body = kbin.AppendInt32(body, 0)          // epoch
+	body = kbin.AppendInt32(body, 0x7fffffff) // topics
+	body = kbin.AppendString(body, "t")
+	body = kbin.AppendInt32(body, 0x7fffffff) // partitions
+	for i := 0; i < 10; i++ {
+		body = kbin.AppendInt32(body, int32(i))
+		body = append(body, make([]byte, 8+8+4)...)
+	}
+	b := kbin.AppendInt16(nil, KeyFetch)
+	b = kbin.AppendInt16(b, 7)
+	b = kbin.AppendInt32(b, 1)
+	b = kbin.AppendInt16(b, -1)
+	b = append(b, body...)
+	// The size field claims 100 MiB: the sample is a prefix of a huge request.
+	sample := append(kbin.AppendInt32(nil, MaxRequestSize), b...)
+
+	p := NewParser()
+	var r Request
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := p.Parse(sample, &r)
+	runtime.ReadMemStats(&after)
+	if err != nil || !r.Truncated || len(r.Topics) != 1 || len(r.Topics[0].Partitions) != 10 {
+		t.Fatalf("hostile fetch: %+v %v", r, err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<10 {
+		t.Errorf("parse of a %d-byte sample allocated %d bytes", len(sample), grew)
+	}
+}
