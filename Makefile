@@ -43,13 +43,20 @@ vet: ## go vet and gofmt
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
+BENCH_PKGS := ./allocator/ ./agent/learner/
+
 .PHONY: bench
-bench: ## benchmarks (medians over -count 5)
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./allocator/
+bench: ## benchmarks, -count 5 (read medians)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(BENCH_PKGS)
+
+# Fuzz targets as package:target; corpora live in each package's testdata/fuzz.
+FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 60s)
-	$(GO) test -run '^$$' -fuzz FuzzCycle -fuzztime $${FUZZTIME:-60s} ./allocator/
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg) for $${FUZZTIME:-60s}"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $${FUZZTIME:-60s} $$pkg || exit 1; done
 
 .PHONY: clean
 clean: ## remove build output

@@ -67,6 +67,9 @@ type Request struct {
 	SessionEpoch int32
 	Forgotten    []TopicPartitions
 
+	// HeaderComplete: the header, client-id included, was read. When it is
+	// false only Size (and perhaps APIKey) mean anything.
+	HeaderComplete bool
 	// Truncated: the sample ended before the fields walked did. What was
 	// reached is still here; nothing that was read is thrown away.
 	Truncated bool
@@ -267,6 +270,7 @@ func (p *Parser) parse(w *walker, r *Request) error {
 		}
 		r.ClientID = p.intern(id)
 	}
+	r.HeaderComplete = true
 	if r.APIKey < 0 || int(r.APIKey) >= len(apis) || !apis[r.APIKey].known {
 		return fmt.Errorf("%w: api key %d", ErrUnknownAPI, r.APIKey)
 	}

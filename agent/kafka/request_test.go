@@ -9,23 +9,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 )
 
-// frame encodes req as a client does: size, header v1 or v2, body.
-func frame(req kmsg.Request, correlationID int32, clientID *string) []byte {
-	var body []byte
-	body = kbin.AppendInt16(body, req.Key())
-	body = kbin.AppendInt16(body, req.GetVersion())
-	body = kbin.AppendInt32(body, correlationID)
-	body = kbin.AppendNullableString(body, clientID)
-	if req.IsFlexible() {
-		body = append(body, 0) // no header tags
-	}
-	body = req.AppendTo(body)
-	return append(kbin.AppendInt32(nil, int32(len(body))), body...)
-}
+var frame = kafkatest.Frame
 
-func str(s string) *string { return &s }
+var str = kafkatest.Str
 
 func topicID(b byte) [16]byte { return [16]byte{b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, b} }
 

@@ -1,0 +1,174 @@
+// Package config is the one place that knows sluice's configuration keys:
+// one typed Config, its defaults, and a loader that validates a YAML file
+// (with SLUICE_… environment overrides) into it, naming every bad key.
+package config
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Mode says whether the data path holds traffic back.
+type Mode string
+
+const (
+	// ModeEnforce holds each entity to its dynamic limit.
+	ModeEnforce Mode = "enforce"
+	// ModeShadow computes and exports everything and holds nothing back.
+	ModeShadow Mode = "shadow"
+)
+
+// Config is the whole agent configuration. Rates are bytes per second of
+// TCP payload (what Kafka's BytesIn/BytesOut count).
+type Config struct {
+	// Interfaces the data path attaches to.
+	Interfaces []string
+	// Listeners are the broker listener ports whose connections are governed.
+	Listeners []uint16
+	// ExemptPeers are never governed (other brokers: replication).
+	ExemptPeers []netip.Prefix
+	// Mode: enforce or shadow.
+	Mode Mode
+	// Shaper backend: auto, htb, edt, police or shadow.
+	Shaper string
+	// RefreshInterval is the control-loop period.
+	RefreshInterval time.Duration
+	// UpdateThreshold: a rate is rewritten only when it moved by more than
+	// this fraction, to spare the data path needless updates.
+	UpdateThreshold float64
+	// StaleAfter: when the agent's heartbeat is older, the data path holds
+	// nothing back (fail open).
+	StaleAfter time.Duration
+	// RateWindow is how many refresh intervals the measured rate averages
+	// over (Kafka's quota window is 11 × 1 s).
+	RateWindow int
+	// MaxQueueDelay bounds the queueing delay a shaper adds per entity;
+	// beyond it packets drop and TCP backs off.
+	MaxQueueDelay time.Duration
+	// Produce and Fetch are the two directions' control-loop parameters.
+	Produce, Fetch Direction
+	// Bootstrap is the local broker, for topic ID → name metadata.
+	Bootstrap []string
+	SASL      SASL
+	TLS       TLS
+	// MetadataRefresh is how often topic IDs are refreshed.
+	MetadataRefresh time.Duration
+	// MaxEntities bounds the entity registry; beyond it new entities share
+	// one overflow entity per direction.
+	MaxEntities int
+	// EntityIdleTimeout: an entity idle this long is reclaimed.
+	EntityIdleTimeout time.Duration
+	// MaxConnections sizes the data path's connection table (LRU).
+	MaxConnections int
+	// SampleBytes is how many bytes of each sampled request reach the learner.
+	SampleBytes int
+	// SamplesPerSecond is each connection's sample budget after its first requests.
+	SamplesPerSecond int
+	// MetricsAddress is where /metrics listens.
+	MetricsAddress string
+	// Socket is the unix socket `sluice status` and `explain` talk to.
+	Socket string
+	// PinPath is the bpffs directory for pinned maps.
+	PinPath string
+	// KeepAttachedOnExit leaves programs and pinned state in place on
+	// SIGTERM so that a restarted agent re-adopts them.
+	KeepAttachedOnExit bool
+	// LogLevel: debug, info, warn or error.
+	LogLevel slog.Level
+	// Entities holds the per-entity quotas.
+	Entities Entities
+}
+
+// Direction is one direction's capacity pool and control-loop parameters.
+type Direction struct {
+	// Capacity in bytes/s; Disabled (-1) turns the direction off.
+	Capacity float64
+	// SafetyRatio in (0, 1]: C = Capacity × SafetyRatio.
+	SafetyRatio             float64
+	MinDemand               float64
+	ActivityThreshold       float64
+	MemoryCycles            int
+	OvercommitConfirmCycles int
+}
+
+// Disabled is the capacity of a direction sluice does not govern.
+const Disabled = -1
+
+// Enabled reports whether the direction is governed.
+func (d Direction) Enabled() bool { return d.Capacity != Disabled }
+
+// SASL configures authentication to the local broker for metadata.
+type SASL struct {
+	// Mechanism: "" (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string
+	Username  string
+	Password  string
+}
+
+// TLS configures the metadata connection to the local broker.
+type TLS struct {
+	Enabled            bool
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	ServerName         string
+	InsecureSkipVerify bool
+}
+
+// Quota is one entity's configuration in Kafka's vocabulary; nil means not
+// set here (it then comes from the type's default template, then the
+// global defaults).
+type Quota struct {
+	ProducerByteRate        *float64
+	ConsumerByteRate        *float64
+	ProducerByteReservation *float64
+	ConsumerByteReservation *float64
+	QuotaWeight             *float64
+}
+
+// Entities is the per-entity configuration. Each map's "default" entry is
+// the template for that type, not an entity.
+type Entities struct {
+	// Clients by client-id (for consumers, client-id = group).
+	Clients map[string]Quota
+	// TopicPartitions by "<topic>-<partition>".
+	TopicPartitions map[string]Quota
+}
+
+// DefaultKey names a type's template in Entities maps.
+const DefaultKey = "default"
+
+// Default returns the configuration with every default of DESIGN.md.
+func Default() Config {
+	direction := Direction{
+		Capacity:                Disabled,
+		SafetyRatio:             0.9,
+		MemoryCycles:            10,
+		OvercommitConfirmCycles: 3,
+		ActivityThreshold:       1024,
+	}
+	return Config{
+		Mode:              ModeEnforce,
+		Shaper:            "auto",
+		RefreshInterval:   time.Second,
+		UpdateThreshold:   0.05,
+		StaleAfter:        10 * time.Second,
+		RateWindow:        11,
+		MaxQueueDelay:     200 * time.Millisecond,
+		Produce:           direction,
+		Fetch:             direction,
+		Bootstrap:         []string{"127.0.0.1:9092"},
+		MetadataRefresh:   30 * time.Second,
+		MaxEntities:       65536,
+		EntityIdleTimeout: time.Hour,
+		MaxConnections:    262144,
+		SampleBytes:       256,
+		SamplesPerSecond:  200,
+		MetricsAddress:    "127.0.0.1:9464",
+		Socket:            "/run/sluice/sluice.sock",
+		PinPath:           "/sys/fs/bpf/sluice",
+		LogLevel:          slog.LevelInfo,
+		Entities:          Entities{Clients: map[string]Quota{}, TopicPartitions: map[string]Quota{}},
+	}
+}

@@ -1,0 +1,196 @@
+package config
+
+import (
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimal = `
+interfaces: [veth0]
+listeners: [9092]
+produce: {capacity: 100MiB}
+fetch: {capacity: -1}
+`
+
+func TestExampleFileIsValid(t *testing.T) {
+	cfg, err := Load("../../deploy/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Produce.Capacity != 1000*(1<<20) || cfg.Fetch.Capacity != 1200*(1<<20) || cfg.Fetch.SafetyRatio != 0.9 {
+		t.Errorf("capacities %+v %+v", cfg.Produce, cfg.Fetch)
+	}
+	core := cfg.Entities.Clients["core-group"]
+	if core.ConsumerByteReservation == nil || *core.ConsumerByteReservation != 100*(1<<20) || *core.ConsumerByteRate != 300*(1<<20) {
+		t.Errorf("core-group %+v", core)
+	}
+	if w := cfg.Entities.Clients["default"].QuotaWeight; w == nil || *w != 0.1 {
+		t.Errorf("default template weight %v", w)
+	}
+	if len(cfg.ExemptPeers) != 1 || cfg.ExemptPeers[0].String() != "10.0.0.0/24" {
+		t.Errorf("exempt peers %v", cfg.ExemptPeers)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	if cfg.RefreshInterval != time.Second || cfg.StaleAfter != 10*time.Second || cfg.MaxEntities != 65536 ||
+		cfg.EntityIdleTimeout != time.Hour || cfg.MetricsAddress != "127.0.0.1:9464" || cfg.Mode != ModeEnforce ||
+		cfg.UpdateThreshold != d.UpdateThreshold || cfg.RateWindow != 11 || cfg.MaxQueueDelay != 200*time.Millisecond ||
+		cfg.Bootstrap[0] != "127.0.0.1:9092" || cfg.MaxConnections < 256*1024 || cfg.SampleBytes < 256 || cfg.SamplesPerSecond != 200 {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+	if cfg.Fetch.Enabled() || !cfg.Produce.Enabled() {
+		t.Errorf("fetch capacity -1 must disable fetch: %+v", cfg.Fetch)
+	}
+}
+
+func TestEntityNamesKeepCaseAndDots(t *testing.T) {
+	cfg, err := Parse([]byte(minimal + `
+entities:
+  clients:
+    Billing.Consumer-V2: {quota_weight: 3}
+  topic-partitions:
+    Orders.EU-12: {producer_byte_rate: 1MB}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := cfg.Entities.Clients["Billing.Consumer-V2"]; !ok || *q.QuotaWeight != 3 {
+		t.Errorf("client names must keep case and dots: %v", cfg.Entities.Clients)
+	}
+	if q, ok := cfg.Entities.TopicPartitions["Orders.EU-12"]; !ok || *q.ProducerByteRate != 1e6 {
+		t.Errorf("topic-partition names must keep case and dots: %v", cfg.Entities.TopicPartitions)
+	}
+}
+
+func TestEnvironmentOverrides(t *testing.T) {
+	t.Setenv("SLUICE_MODE", "shadow")
+	t.Setenv("SLUICE_PRODUCE_CAPACITY", "2GiB")
+	t.Setenv("SLUICE_LISTENERS", "9092, 9093")
+	cfg, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mode != ModeShadow || cfg.Produce.Capacity != 2*(1<<30) || len(cfg.Listeners) != 2 || cfg.Listeners[1] != 9093 {
+		t.Errorf("env overrides not applied: mode %v capacity %v listeners %v", cfg.Mode, cfg.Produce.Capacity, cfg.Listeners)
+	}
+	t.Setenv("SLUICE_MODE", "loud")
+	if _, err := Parse([]byte(minimal)); err == nil || !strings.Contains(err.Error(), `mode: "loud" is not a mode`) {
+		t.Errorf("bad env value: %v", err)
+	}
+}
+
+func TestInvalidFilesNameEveryKey(t *testing.T) {
+	cases := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{"reservation above limit", minimal + `
+entities:
+  clients:
+    core-group: {consumer_byte_reservation: 400MiB, consumer_byte_rate: 300MiB}`,
+			[]string{"entities.clients.core-group: consumer_byte_reservation 400MiB exceeds consumer_byte_rate 300MiB"}},
+		{"unknown keys with suggestions", minimal + `
+refresh_intervall: 2s
+produce_: 1
+entities:
+  clients:
+    a: {quota_wieght: 2}`,
+			[]string{"refresh_intervall: unknown key (did you mean refresh_interval?)", "entities.clients.a.quota_wieght: unknown key (did you mean quota_weight?)", "produce_: unknown key (did you mean produce?)"}},
+		{"nested unknown key", minimal + `
+tls: {enabeld: true}`, []string{"tls.enabeld: unknown key (did you mean enabled?)"}},
+		{"bad weight", minimal + `
+entities: {clients: {a: {quota_weight: 0}, b: {quota_weight: -1}}}`,
+			[]string{"entities.clients.a.quota_weight: 0 must be a number > 0", "entities.clients.b.quota_weight"}},
+		{"malformed units", minimal + `
+entities: {clients: {a: {consumer_byte_rate: 12 parsecs}}}`, []string{`entities.clients.a.consumer_byte_rate: "12 parsecs" is not a rate`}},
+		{"bad capacity unit", `
+interfaces: [eth0]
+listeners: [9092]
+produce: {capacity: 10XB}
+fetch: {capacity: 0}`, []string{`produce.capacity: "10XB" is not a rate`, "fetch.capacity: must be -1 (disabled) or positive"}},
+		{"safety ratio", `
+interfaces: [eth0]
+listeners: [9092]
+produce: {capacity: 1GiB}
+fetch: {capacity: 1GiB, safety_ratio: 1.5}`, []string{"fetch.safety_ratio: 1.5 must be in (0, 1]"}},
+		{"ports", `
+interfaces: [eth0]
+listeners: [0, 70000, http]
+produce: {capacity: 1GiB}
+fetch: {capacity: 1GiB}`, []string{"listeners[0]: 0 is not a TCP port", "listeners[1]: 70000 is not a TCP port", "listeners[2]: http is not a TCP port"}},
+		{"cidrs", minimal + `
+exempt_peers: [10.0.0.0/33, banana, 10.1.2.3]`, []string{`exempt_peers[0]: "10.0.0.0/33" is not a CIDR`, `exempt_peers[1]: "banana" is not a CIDR`}},
+		{"mode", minimal + `
+mode: enforcing`, []string{`mode: "enforcing" is not a mode (enforce or shadow) (did you mean enforce?)`}},
+		{"shaper", minimal + `
+shaper: tbf`, []string{`shaper: "tbf" is not a shaper`}},
+		{"durations", minimal + `
+refresh_interval: soon
+stale_after: 5ms`, []string{`refresh_interval: "soon" is not a duration`, "stale_after: 5ms is below the minimum 1s"}},
+		{"stale below refresh", minimal + `
+refresh_interval: 2s
+stale_after: 2s`, []string{"stale_after: 2s must exceed refresh_interval 2s"}},
+		{"topic-partition name", minimal + `
+entities: {topic-partitions: {orders: {}, orders-x: {}}}`, []string{`entities.topic-partitions.orders: "orders" is not <topic>-<partition>`, `entities.topic-partitions.orders-x`}},
+		{"missing required", `
+produce: {capacity: 1GiB}`, []string{"interfaces: at least one interface", "listeners: at least one", "fetch.capacity: is required"}},
+		{"both disabled", `
+interfaces: [eth0]
+listeners: [9092]
+produce: {capacity: -1}
+fetch: {capacity: -1}`, []string{"both directions are disabled"}},
+		{"not yaml", "interfaces: [eth0\n", []string{"(file): not valid YAML"}},
+		{"sasl", minimal + `
+sasl: {mechanism: GSSAPI}`, []string{`sasl.mechanism: "GSSAPI" is not PLAIN`}},
+		{"integers", minimal + `
+max_entities: 0
+sample_bytes: 10.5`, []string{"max_entities: 0 must be a whole number", "sample_bytes: 10.5 must be a whole number"}},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.doc))
+		var problems Problems
+		if !errors.As(err, &problems) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err %v, want Problems", c.name, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: missing %q in:\n%v", c.name, w, err)
+			}
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	if _, err := Load(t.TempDir() + "/none.yaml"); err == nil || !os.IsNotExist(errors.Unwrap(err)) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]float64{"50MiB": 50 << 20, "1.5GB": 1.5e9, "800KiB/s": 800 << 10, "1000": 1000, "7B": 7, "2 MB": 2e6} {
+		got, err := ParseRate(in)
+		if err != nil || math.Abs(got-want) > 1e-6 {
+			t.Errorf("%q: %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-5MiB", "NaN", "Inf", "5 furlongs"} {
+		if _, err := ParseRate(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+	if FormatRate(400<<20) != "400MiB" || FormatRate(512) != "512B" || FormatRate(math.Inf(1)) != "unlimited" {
+		t.Errorf("FormatRate: %s %s", FormatRate(400<<20), FormatRate(512))
+	}
+}

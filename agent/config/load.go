@@ -1,0 +1,604 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+// ErrInvalid wraps every configuration error; errors.As to *Problems lists them.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Problem is one invalid key.
+type Problem struct {
+	Key     string // dotted path, e.g. entities.clients.core-group
+	Message string
+}
+
+// Problems lists every problem found in a file, in key order.
+type Problems []Problem
+
+func (p Problems) Error() string {
+	lines := make([]string, len(p))
+	for i, pr := range p {
+		lines[i] = pr.Key + ": " + pr.Message
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (p Problems) Unwrap() error { return ErrInvalid }
+
+// EnvPrefix is the prefix of environment overrides: SLUICE_MODE,
+// SLUICE_PRODUCE_CAPACITY (dots become underscores).
+const EnvPrefix = "SLUICE"
+
+// Load reads and validates the file at path. On any problem it returns
+// Problems naming every bad key, and the caller keeps its last good Config.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read configuration: %w", err)
+	}
+	return Parse(data)
+}
+
+// schema lists every key a section may hold; "*" marks a section whose keys
+// are names (client-ids, topic-partitions) with entity quotas below them.
+var schema = map[string][]string{
+	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "refresh_interval", "update_threshold",
+		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
+		"metadata_refresh", "max_entities", "entity_idle_timeout", "max_connections", "sample_bytes",
+		"samples_per_second", "metrics_address", "socket", "pin_path", "keep_attached_on_exit", "log_level", "entities"},
+	"produce":  directionKeys,
+	"fetch":    directionKeys,
+	"sasl":     {"mechanism", "username", "password"},
+	"tls":      {"enabled", "ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify"},
+	"entities": {"clients", "topic-partitions"},
+}
+
+var directionKeys = []string{"capacity", "safety_ratio", "min_demand", "activity_threshold", "memory_cycles", "overcommit_confirm_cycles"}
+
+var quotaKeys = []string{"producer_byte_rate", "consumer_byte_rate", "producer_byte_reservation", "consumer_byte_reservation", "quota_weight"}
+
+// Parse validates a YAML document into a Config. Global keys go through
+// Viper, so SLUICE_… environment variables override them. The entities
+// section is decoded from the YAML directly: Viper lowercases keys and
+// splits them on dots, and client-ids and topic names are case-sensitive
+// and often dotted.
+func Parse(data []byte) (Config, error) {
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return Config{}, Problems{{Key: "(file)", Message: "not valid YAML: " + err.Error()}}
+	}
+	if raw == nil {
+		raw = map[string]any{}
+	}
+	l := &loader{cfg: Default()}
+	l.checkKeys("", raw)
+
+	v := viper.New()
+	v.SetConfigType("yaml")
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return Config{}, Problems{{Key: "(file)", Message: err.Error()}}
+	}
+	l.v = v
+	l.globals()
+	l.entities(raw["entities"])
+	if len(l.problems) > 0 {
+		sort.SliceStable(l.problems, func(i, j int) bool { return l.problems[i].Key < l.problems[j].Key })
+		return Config{}, l.problems
+	}
+	return l.cfg, nil
+}
+
+type loader struct {
+	v        *viper.Viper
+	cfg      Config
+	problems Problems
+}
+
+func (l *loader) fail(key, format string, args ...any) {
+	l.problems = append(l.problems, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
+}
+
+// checkKeys reports unknown keys with the nearest valid one.
+func (l *loader) checkKeys(section string, m map[string]any) {
+	allowed := schema[section]
+	for _, k := range sortedKeys(m) {
+		path := joinKey(section, k)
+		if !contains(allowed, k) {
+			l.fail(path, "unknown key%s", suggest(k, allowed))
+			continue
+		}
+		if sub, ok := m[k].(map[string]any); ok && schema[path] != nil {
+			l.checkKeys(path, sub)
+		}
+	}
+}
+
+func (l *loader) globals() {
+	c := &l.cfg
+	l.strings("interfaces", &c.Interfaces)
+	if ports, ok := l.list("listeners"); ok {
+		c.Listeners = nil
+		for i, p := range ports {
+			n, err := strconv.Atoi(strings.TrimSpace(fmt.Sprint(p)))
+			if err != nil || n < 1 || n > 65535 {
+				l.fail(fmt.Sprintf("listeners[%d]", i), "%v is not a TCP port (1-65535)", p)
+				continue
+			}
+			c.Listeners = append(c.Listeners, uint16(n))
+		}
+	}
+	if cidrs, ok := l.list("exempt_peers"); ok {
+		c.ExemptPeers = nil
+		for i, s := range cidrs {
+			text := strings.TrimSpace(fmt.Sprint(s))
+			p, err := netip.ParsePrefix(text)
+			if err != nil {
+				if a, aerr := netip.ParseAddr(text); aerr == nil {
+					p, err = a.Prefix(a.BitLen())
+				}
+			}
+			if err != nil {
+				l.fail(fmt.Sprintf("exempt_peers[%d]", i), "%q is not a CIDR or an address", text)
+				continue
+			}
+			c.ExemptPeers = append(c.ExemptPeers, p.Masked())
+		}
+	}
+	if s, ok := l.str("mode"); ok {
+		switch Mode(s) {
+		case ModeEnforce, ModeShadow:
+			c.Mode = Mode(s)
+		default:
+			l.fail("mode", "%q is not a mode (enforce or shadow)%s", s, suggest(s, []string{"enforce", "shadow"}))
+		}
+	}
+	if s, ok := l.str("shaper"); ok {
+		shapers := []string{"auto", "htb", "edt", "police", "shadow"}
+		if contains(shapers, s) {
+			c.Shaper = s
+		} else {
+			l.fail("shaper", "%q is not a shaper (%s)%s", s, strings.Join(shapers, ", "), suggest(s, shapers))
+		}
+	}
+	l.duration("refresh_interval", &c.RefreshInterval, 10*time.Millisecond)
+	l.duration("stale_after", &c.StaleAfter, time.Second)
+	l.duration("max_queue_delay", &c.MaxQueueDelay, time.Millisecond)
+	l.duration("metadata_refresh", &c.MetadataRefresh, time.Second)
+	l.duration("entity_idle_timeout", &c.EntityIdleTimeout, time.Second)
+	if l.has("update_threshold") {
+		if f, ok := l.float("update_threshold"); ok {
+			if f < 0 || f >= 1 {
+				l.fail("update_threshold", "%v must be in [0, 1)", f)
+			} else {
+				c.UpdateThreshold = f
+			}
+		}
+	}
+	l.integer("rate_window", &c.RateWindow, 1, 3600)
+	l.integer("max_entities", &c.MaxEntities, 1, 1<<20)
+	l.integer("max_connections", &c.MaxConnections, 1024, 1<<24)
+	l.integer("sample_bytes", &c.SampleBytes, 64, 4096)
+	l.integer("samples_per_second", &c.SamplesPerSecond, 1, 100000)
+	l.direction("produce", &c.Produce)
+	l.direction("fetch", &c.Fetch)
+	l.strings("bootstrap", &c.Bootstrap)
+	if s, ok := l.str("sasl.mechanism"); ok {
+		mechanisms := []string{"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+		if contains(mechanisms, s) {
+			c.SASL.Mechanism = s
+		} else {
+			l.fail("sasl.mechanism", "%q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", s)
+		}
+	}
+	l.stringTo("sasl.username", &c.SASL.Username)
+	l.stringTo("sasl.password", &c.SASL.Password)
+	if c.SASL.Mechanism != "" && c.SASL.Username == "" {
+		l.fail("sasl.username", "required with sasl.mechanism %s", c.SASL.Mechanism)
+	}
+	l.boolean("tls.enabled", &c.TLS.Enabled)
+	l.stringTo("tls.ca_file", &c.TLS.CAFile)
+	l.stringTo("tls.cert_file", &c.TLS.CertFile)
+	l.stringTo("tls.key_file", &c.TLS.KeyFile)
+	l.stringTo("tls.server_name", &c.TLS.ServerName)
+	l.boolean("tls.insecure_skip_verify", &c.TLS.InsecureSkipVerify)
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		l.fail("tls.cert_file", "tls.cert_file and tls.key_file go together")
+	}
+	l.stringTo("metrics_address", &c.MetricsAddress)
+	l.stringTo("socket", &c.Socket)
+	l.stringTo("pin_path", &c.PinPath)
+	l.boolean("keep_attached_on_exit", &c.KeepAttachedOnExit)
+	if s, ok := l.str("log_level"); ok {
+		if err := c.LogLevel.UnmarshalText([]byte(s)); err != nil {
+			l.fail("log_level", "%q is not debug, info, warn or error", s)
+		}
+	}
+	if len(c.Interfaces) == 0 {
+		l.fail("interfaces", "at least one interface is required")
+	}
+	if len(c.Listeners) == 0 {
+		l.fail("listeners", "at least one broker listener port is required")
+	}
+	if !c.Produce.Enabled() && !c.Fetch.Enabled() {
+		l.fail("produce.capacity", "both directions are disabled (capacity -1): set produce.capacity or fetch.capacity")
+	}
+	if c.StaleAfter <= c.RefreshInterval {
+		l.fail("stale_after", "%v must exceed refresh_interval %v, or a healthy agent would look dead", c.StaleAfter, c.RefreshInterval)
+	}
+}
+
+func (l *loader) direction(name string, d *Direction) {
+	key := name + ".capacity"
+	if l.has(key) {
+		if s, ok := l.str(key); ok && strings.TrimSpace(s) == "-1" {
+			d.Capacity = Disabled
+		} else if r, ok := l.rate(key); ok {
+			if r <= 0 {
+				l.fail(key, "must be -1 (disabled) or positive")
+			} else {
+				d.Capacity = r
+			}
+		}
+	} else {
+		l.fail(key, "is required (bytes/s such as 1000MiB, or -1 to leave %s ungoverned)", name)
+	}
+	if l.has(name + ".safety_ratio") {
+		if f, ok := l.float(name + ".safety_ratio"); ok {
+			if f <= 0 || f > 1 {
+				l.fail(name+".safety_ratio", "%v must be in (0, 1]", f)
+			} else {
+				d.SafetyRatio = f
+			}
+		}
+	}
+	for _, r := range []struct {
+		key string
+		dst *float64
+	}{{"min_demand", &d.MinDemand}, {"activity_threshold", &d.ActivityThreshold}} {
+		if l.has(name + "." + r.key) {
+			if v, ok := l.rate(name + "." + r.key); ok {
+				*r.dst = v
+			}
+		}
+	}
+	l.integer(name+".memory_cycles", &d.MemoryCycles, 1, 3600)
+	l.integer(name+".overcommit_confirm_cycles", &d.OvercommitConfirmCycles, 1, 3600)
+}
+
+// entities decodes the per-entity section from the raw YAML (see Parse).
+func (l *loader) entities(v any) {
+	if v == nil {
+		return
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		l.fail("entities", "must be a mapping with clients and topic-partitions")
+		return
+	}
+	for _, section := range []string{"clients", "topic-partitions"} {
+		sub, present := m[section]
+		if !present || sub == nil {
+			continue
+		}
+		entries, ok := sub.(map[string]any)
+		if !ok {
+			l.fail("entities."+section, "must be a mapping of names to quotas")
+			continue
+		}
+		dst := l.cfg.Entities.Clients
+		if section == "topic-partitions" {
+			dst = l.cfg.Entities.TopicPartitions
+		}
+		for _, name := range sortedKeys(entries) {
+			path := "entities." + section + "." + name
+			if section == "topic-partitions" && name != DefaultKey {
+				if _, _, err := SplitTopicPartition(name); err != nil {
+					l.fail(path, "%v", err)
+					continue
+				}
+			}
+			if q, ok := l.quota(path, entries[name]); ok {
+				dst[name] = q
+			}
+		}
+	}
+}
+
+func (l *loader) quota(path string, v any) (Quota, bool) {
+	var q Quota
+	if v == nil {
+		return q, true // an entity listed with no parameters: all from templates
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		l.fail(path, "must be a mapping of %s", strings.Join(quotaKeys, ", "))
+		return q, false
+	}
+	good := true
+	for _, k := range sortedKeys(m) {
+		var dst **float64
+		switch k {
+		case "producer_byte_rate":
+			dst = &q.ProducerByteRate
+		case "consumer_byte_rate":
+			dst = &q.ConsumerByteRate
+		case "producer_byte_reservation":
+			dst = &q.ProducerByteReservation
+		case "consumer_byte_reservation":
+			dst = &q.ConsumerByteReservation
+		case "quota_weight":
+			f, err := toFloat(m[k])
+			if err != nil || !(f > 0) || math.IsInf(f, 0) {
+				l.fail(path+".quota_weight", "%v must be a number > 0", m[k])
+				good = false
+				continue
+			}
+			q.QuotaWeight = &f
+			continue
+		default:
+			l.fail(path+"."+k, "unknown key%s", suggest(k, quotaKeys))
+			good = false
+			continue
+		}
+		r, err := ParseRate(fmt.Sprint(m[k]))
+		if err != nil {
+			l.fail(path+"."+k, "%v", err)
+			good = false
+			continue
+		}
+		*dst = &r
+	}
+	for _, pair := range []struct {
+		res, limit string
+		r, lim     *float64
+	}{
+		{"producer_byte_reservation", "producer_byte_rate", q.ProducerByteReservation, q.ProducerByteRate},
+		{"consumer_byte_reservation", "consumer_byte_rate", q.ConsumerByteReservation, q.ConsumerByteRate},
+	} {
+		if pair.r != nil && pair.lim != nil && *pair.r > *pair.lim {
+			l.fail(path, "%s %s exceeds %s %s", pair.res, FormatRate(*pair.r), pair.limit, FormatRate(*pair.lim))
+			good = false
+		}
+	}
+	return q, good
+}
+
+// SplitTopicPartition splits "<topic>-<partition>" at the last dash.
+func SplitTopicPartition(name string) (topic string, partition int32, err error) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 || i == len(name)-1 {
+		return "", 0, fmt.Errorf("%q is not <topic>-<partition>", name)
+	}
+	p, perr := strconv.ParseInt(name[i+1:], 10, 32)
+	if perr != nil || p < 0 {
+		return "", 0, fmt.Errorf("%q is not <topic>-<partition>: %q is not a partition number", name, name[i+1:])
+	}
+	return name[:i], int32(p), nil
+}
+
+// Typed readers over Viper (file value, or SLUICE_… environment override).
+
+func (l *loader) has(key string) bool { return l.v.IsSet(key) }
+
+func (l *loader) str(key string) (string, bool) {
+	if !l.has(key) {
+		return "", false
+	}
+	v := l.v.Get(key)
+	switch v.(type) {
+	case map[string]any, []any:
+		l.fail(key, "must be a single value")
+		return "", false
+	case nil:
+		return "", false
+	}
+	return fmt.Sprint(v), true
+}
+
+func (l *loader) stringTo(key string, dst *string) {
+	if s, ok := l.str(key); ok {
+		*dst = s
+	}
+}
+
+// list accepts a YAML list or a comma-separated string (from the environment).
+func (l *loader) list(key string) ([]any, bool) {
+	if !l.has(key) {
+		return nil, false
+	}
+	switch v := l.v.Get(key).(type) {
+	case []any:
+		return v, true
+	case string:
+		var out []any
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out, true
+	case nil:
+		return nil, true
+	default:
+		return []any{v}, true
+	}
+}
+
+func (l *loader) strings(key string, dst *[]string) {
+	items, ok := l.list(key)
+	if !ok {
+		return
+	}
+	*dst = nil
+	for i, it := range items {
+		s := strings.TrimSpace(fmt.Sprint(it))
+		if s == "" {
+			l.fail(fmt.Sprintf("%s[%d]", key, i), "must not be empty")
+			continue
+		}
+		*dst = append(*dst, s)
+	}
+}
+
+func (l *loader) float(key string) (float64, bool) {
+	f, err := toFloat(l.v.Get(key))
+	if err != nil {
+		l.fail(key, "%v", err)
+		return 0, false
+	}
+	return f, true
+}
+
+func (l *loader) rate(key string) (float64, bool) {
+	r, err := ParseRate(fmt.Sprint(l.v.Get(key)))
+	if err != nil {
+		l.fail(key, "%v", err)
+		return 0, false
+	}
+	return r, true
+}
+
+func (l *loader) integer(key string, dst *int, lo, hi int) {
+	if !l.has(key) {
+		return
+	}
+	f, ok := l.float(key)
+	if !ok {
+		return
+	}
+	if f != math.Trunc(f) || f < float64(lo) || f > float64(hi) {
+		l.fail(key, "%v must be a whole number in [%d, %d]", f, lo, hi)
+		return
+	}
+	*dst = int(f)
+}
+
+func (l *loader) duration(key string, dst *time.Duration, least time.Duration) {
+	s, ok := l.str(key)
+	if !ok {
+		return
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		l.fail(key, "%q is not a duration (such as 1s, 200ms, 1h)", s)
+		return
+	}
+	if d < least {
+		l.fail(key, "%v is below the minimum %v", d, least)
+		return
+	}
+	*dst = d
+}
+
+func (l *loader) boolean(key string, dst *bool) {
+	s, ok := l.str(key)
+	if !ok {
+		return
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		l.fail(key, "%q is not true or false", s)
+		return
+	}
+	*dst = b
+}
+
+func toFloat(v any) (float64, error) {
+	var f float64
+	switch n := v.(type) {
+	case int:
+		f = float64(n)
+	case int64:
+		f = float64(n)
+	case uint64:
+		f = float64(n)
+	case float64:
+		f = n
+	case string:
+		var err error
+		if f, err = strconv.ParseFloat(strings.TrimSpace(n), 64); err != nil {
+			return 0, fmt.Errorf("%q is not a number", n)
+		}
+	default:
+		return 0, fmt.Errorf("%v is not a number", v)
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%v is not a finite number", v)
+	}
+	return f, nil
+}
+
+func joinKey(section, k string) string {
+	if section == "" {
+		return k
+	}
+	return section + "." + k
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// suggest names the closest valid key when a key looks misspelt.
+func suggest(k string, valid []string) string {
+	best, bestDist := "", 4
+	for _, v := range valid {
+		if d := editDistance(k, v); d < bestDist {
+			best, bestDist = v, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,72 @@
+// Package entity is the vocabulary of quota entities: directions, kinds,
+// keys and parameters; the Policy that decides which entity a request
+// belongs to and with which parameters (DESIGN.md §5); and the Registry that
+// gives entities the dense ids the data path indexes by.
+package entity
+
+import "math"
+
+// Direction is produce (bytes the broker receives) or fetch (bytes it sends).
+type Direction uint8
+
+const (
+	Produce Direction = iota
+	Fetch
+)
+
+// Directions lists both, in index order.
+var Directions = [...]Direction{Produce, Fetch}
+
+func (d Direction) String() string {
+	if d == Produce {
+		return "produce"
+	}
+	return "fetch"
+}
+
+// Kind is an entity's type.
+type Kind uint8
+
+const (
+	// KindUnknown is the per-direction entity for bytes not attributed yet.
+	KindUnknown Kind = iota
+	// KindOverflow takes new entities once the registry is full.
+	KindOverflow
+	// KindClient is a client-id: configured, or a fallback entity with the
+	// clients default template's parameters.
+	KindClient
+	// KindTopicPartition is a configured topic-partition.
+	KindTopicPartition
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindUnknown:
+		return "unknown"
+	case KindOverflow:
+		return "overflow"
+	case KindClient:
+		return "client"
+	default:
+		return "topic-partition"
+	}
+}
+
+// Key identifies an entity: its kind and name (a client-id, or
+// "<topic>-<partition>").
+type Key struct {
+	Kind Kind
+	Name string
+}
+
+func (k Key) String() string { return k.Kind.String() + ":" + k.Name }
+
+// Params are the three numbers of an entity in one direction, resolved.
+type Params struct {
+	Reservation float64 // bytes/s, ≤ Limit
+	Weight      float64 // > 0
+	Limit       float64 // bytes/s; +Inf when unlimited
+}
+
+// Global defaults when neither the entity nor its type's template says.
+var globalDefaults = Params{Reservation: 0, Weight: 1, Limit: math.Inf(1)}

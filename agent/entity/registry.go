@@ -1,0 +1,152 @@
+package entity
+
+import (
+	"math"
+	"time"
+)
+
+// ID is an entity's dense index in the data path's per-entity maps.
+type ID uint32
+
+const (
+	// UnknownID is the entity of bytes not yet attributed (one per direction:
+	// counters and rates are per direction).
+	UnknownID ID = 0
+	// OverflowID takes every new entity once the registry is full.
+	OverflowID ID = 1
+	// NotGoverned marks a connection the data path passes untouched
+	// (replication, internal topics). It is never an index.
+	NotGoverned ID = math.MaxUint32
+
+	firstDynamicID ID = 2
+)
+
+// Registry gives entities stable dense ids, at most max of them, and
+// reclaims idle ones. Reclaiming is two-phase so an id is never reused
+// while the data path may still hold state for its old entity: Reclaim
+// takes idle entities out of the table (a new request for the same key gets
+// a new id), the agent clears their map slots and allocator memory, and only
+// Release makes the ids available again. Not safe for concurrent use.
+type Registry struct {
+	max   int
+	byKey map[Key]ID
+	slots []slot // indexed by ID; the first two are UnknownID and OverflowID
+	free  []ID
+	// Overflowed counts the acquisitions that got OverflowID.
+	Overflowed uint64
+}
+
+type slot struct {
+	key        Key
+	used       bool // in byKey
+	reclaiming bool // taken out, not yet released
+	lastActive time.Time
+}
+
+// NewRegistry returns a registry for at most max dynamic entities.
+func NewRegistry(max int) *Registry {
+	r := &Registry{max: max, byKey: make(map[Key]ID)}
+	r.slots = []slot{
+		{key: Key{Kind: KindUnknown}, used: true},
+		{key: Key{Kind: KindOverflow}, used: true},
+	}
+	return r
+}
+
+// Acquire returns the id of k, assigning one if k is new. When the registry
+// holds max entities, new keys get OverflowID (and Overflowed counts them).
+func (r *Registry) Acquire(k Key, now time.Time) ID {
+	switch k.Kind {
+	case KindUnknown:
+		return UnknownID
+	case KindOverflow:
+		return OverflowID
+	}
+	if id, ok := r.byKey[k]; ok {
+		r.slots[id].lastActive = now
+		return id
+	}
+	if len(r.byKey) >= r.max {
+		r.Overflowed++
+		return OverflowID
+	}
+	var id ID
+	if n := len(r.free); n > 0 {
+		id, r.free = r.free[n-1], r.free[:n-1]
+	} else {
+		id = ID(len(r.slots))
+		r.slots = append(r.slots, slot{})
+	}
+	r.slots[id] = slot{key: k, used: true, lastActive: now}
+	r.byKey[k] = id
+	return id
+}
+
+// Lookup returns the id of a known key.
+func (r *Registry) Lookup(k Key) (ID, bool) {
+	switch k.Kind {
+	case KindUnknown:
+		return UnknownID, true
+	case KindOverflow:
+		return OverflowID, true
+	}
+	id, ok := r.byKey[k]
+	return id, ok
+}
+
+// Key returns the key of a live id.
+func (r *Registry) Key(id ID) (Key, bool) {
+	if int(id) >= len(r.slots) || !r.slots[id].used {
+		return Key{}, false
+	}
+	return r.slots[id].key, true
+}
+
+// Touch records activity (bytes counted, or a live connection bound to it).
+func (r *Registry) Touch(id ID, now time.Time) {
+	if int(id) < len(r.slots) && r.slots[id].used {
+		r.slots[id].lastActive = now
+	}
+}
+
+// Reclaim takes every dynamic entity idle for at least idle out of the
+// table and returns their ids. They are not reused until Release.
+func (r *Registry) Reclaim(now time.Time, idle time.Duration) []ID {
+	var out []ID
+	for id := firstDynamicID; int(id) < len(r.slots); id++ {
+		s := &r.slots[id]
+		if s.used && now.Sub(s.lastActive) >= idle {
+			delete(r.byKey, s.key)
+			s.used, s.reclaiming = false, true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Release makes reclaimed ids available, once the caller has cleared every
+// trace of their old entities.
+func (r *Registry) Release(ids []ID) {
+	for _, id := range ids {
+		if int(id) < len(r.slots) && r.slots[id].reclaiming {
+			r.slots[id] = slot{}
+			r.free = append(r.free, id)
+		}
+	}
+}
+
+// Len is the number of live dynamic entities.
+func (r *Registry) Len() int { return len(r.byKey) }
+
+// Limit is the highest id the registry can hand out plus one: the size the
+// data path's per-entity maps need.
+func (r *Registry) Limit() int { return r.max + int(firstDynamicID) }
+
+// Each calls fn for every live entity, unknown and overflow included, in id order.
+func (r *Registry) Each(fn func(ID, Key)) {
+	for id := range r.slots {
+		if r.slots[id].used {
+			fn(ID(id), r.slots[id].key)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package entity
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRegistryDenseStableIDs(t *testing.T) {
+	r := NewRegistry(3)
+	now := time.Unix(1000, 0)
+	a := r.Acquire(Key{KindClient, "a"}, now)
+	b := r.Acquire(Key{KindTopicPartition, "t-0"}, now)
+	if a != firstDynamicID || b != firstDynamicID+1 {
+		t.Fatalf("ids %d %d, want dense from %d", a, b, firstDynamicID)
+	}
+	if again := r.Acquire(Key{KindClient, "a"}, now); again != a {
+		t.Errorf("same key got %d then %d", a, again)
+	}
+	if r.Acquire(Key{Kind: KindUnknown}, now) != UnknownID || r.Acquire(Key{Kind: KindOverflow}, now) != OverflowID {
+		t.Error("unknown and overflow have fixed ids")
+	}
+	// A client and a topic-partition with the same name are different entities.
+	if x := r.Acquire(Key{KindClient, "t-0"}, now); x == b {
+		t.Error("kinds share an id")
+	}
+	if r.Len() != 3 || r.Limit() != 5 {
+		t.Errorf("len %d limit %d", r.Len(), r.Limit())
+	}
+}
+
+func TestRegistryOverflow(t *testing.T) {
+	r := NewRegistry(2)
+	now := time.Unix(0, 0)
+	r.Acquire(Key{KindClient, "a"}, now)
+	r.Acquire(Key{KindClient, "b"}, now)
+	for i, name := range []string{"c", "d", "c"} {
+		if id := r.Acquire(Key{KindClient, name}, now); id != OverflowID {
+			t.Errorf("acquire %d beyond max: %d, want overflow", i, id)
+		}
+	}
+	if r.Overflowed != 3 {
+		t.Errorf("overflow counted %d, want 3", r.Overflowed)
+	}
+	if _, ok := r.Lookup(Key{KindClient, "c"}); ok {
+		t.Error("an overflowed key is registered")
+	}
+}
+
+// An idle entity is reclaimed in two phases: out of the table at once (the
+// same key comes back with a new id), reusable only after Release.
+func TestRegistryReclaimIsSafe(t *testing.T) {
+	r := NewRegistry(10)
+	t0 := time.Unix(0, 0)
+	idle := time.Hour
+	a := r.Acquire(Key{KindClient, "a"}, t0)
+	b := r.Acquire(Key{KindClient, "b"}, t0)
+	r.Touch(b, t0.Add(30*time.Minute))
+	reclaimed := r.Reclaim(t0.Add(idle), idle)
+	if len(reclaimed) != 1 || reclaimed[0] != a {
+		t.Fatalf("reclaimed %v, want only %d", reclaimed, a)
+	}
+	if _, ok := r.Key(a); ok {
+		t.Error("reclaimed id still live")
+	}
+	// Before Release, a new entity must not get the old id.
+	c := r.Acquire(Key{KindClient, "c"}, t0.Add(idle))
+	again := r.Acquire(Key{KindClient, "a"}, t0.Add(idle))
+	if c == a || again == a {
+		t.Fatalf("id %d reused before Release (c=%d, a again=%d)", a, c, again)
+	}
+	r.Release(reclaimed)
+	d := r.Acquire(Key{KindClient, "d"}, t0.Add(idle))
+	if d != a {
+		t.Errorf("released id %d not reused (got %d)", a, d)
+	}
+	// Releasing twice, or releasing a live id, changes nothing.
+	r.Release(reclaimed)
+	r.Release([]ID{b})
+	if k, ok := r.Key(b); !ok || k.Name != "b" {
+		t.Error("release of a live id removed it")
+	}
+	e := r.Acquire(Key{KindClient, "e"}, t0)
+	if e == d || e == b {
+		t.Errorf("double release handed out a live id %d", e)
+	}
+	var seen []string
+	r.Each(func(id ID, k Key) { seen = append(seen, k.String()) })
+	if len(seen) != 2+r.Len() {
+		t.Errorf("Each saw %v", seen)
+	}
+}

@@ -1,0 +1,79 @@
+// Package kafkatest builds Kafka request bytes for tests, as clients send
+// them on the wire.
+package kafkatest
+
+import (
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Frame encodes req as a client does: size, request header (v1, or v2 for
+// flexible versions, with no header tags), body.
+func Frame(req kmsg.Request, correlationID int32, clientID *string) []byte {
+	var body []byte
+	body = kbin.AppendInt16(body, req.Key())
+	body = kbin.AppendInt16(body, req.GetVersion())
+	body = kbin.AppendInt32(body, correlationID)
+	body = kbin.AppendNullableString(body, clientID)
+	if req.IsFlexible() {
+		body = append(body, 0)
+	}
+	body = req.AppendTo(body)
+	return append(kbin.AppendInt32(nil, int32(len(body))), body...)
+}
+
+// Str returns a pointer to s, for nullable strings.
+func Str(s string) *string { return &s }
+
+// TP names a topic's partitions for the request builders.
+type TP struct {
+	Topic      string
+	ID         [16]byte
+	Partitions []int32
+}
+
+// Produce builds a Produce request of a version with small record batches.
+func Produce(version int16, topics ...TP) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.SetVersion(version)
+	req.Acks = -1
+	req.TimeoutMillis = 30000
+	for _, tp := range topics {
+		t := kmsg.NewProduceRequestTopic()
+		t.Topic, t.TopicID = tp.Topic, tp.ID
+		for _, p := range tp.Partitions {
+			part := kmsg.NewProduceRequestTopicPartition()
+			part.Partition = p
+			part.Records = make([]byte, 64)
+			t.Partitions = append(t.Partitions, part)
+		}
+		req.Topics = append(req.Topics, t)
+	}
+	return req
+}
+
+// Fetch builds a consumer Fetch request of a version in a session (id,
+// epoch), listing topics and forgetting forgotten.
+func Fetch(version int16, sessionID, epoch int32, topics []TP, forgotten []TP) *kmsg.FetchRequest {
+	req := kmsg.NewPtrFetchRequest()
+	req.SetVersion(version)
+	req.ReplicaID = -1
+	req.SessionID, req.SessionEpoch = sessionID, epoch
+	for _, tp := range topics {
+		t := kmsg.NewFetchRequestTopic()
+		t.Topic, t.TopicID = tp.Topic, tp.ID
+		for _, p := range tp.Partitions {
+			part := kmsg.NewFetchRequestTopicPartition()
+			part.Partition = p
+			t.Partitions = append(t.Partitions, part)
+		}
+		req.Topics = append(req.Topics, t)
+	}
+	for _, tp := range forgotten {
+		f := kmsg.NewFetchRequestForgottenTopic()
+		f.Topic, f.TopicID = tp.Topic, tp.ID
+		f.Partitions = tp.Partitions
+		req.ForgottenTopics = append(req.ForgottenTopics, f)
+	}
+	return req
+}

@@ -1,0 +1,200 @@
+// Package learner turns sampled request bytes into entity decisions for each
+// connection: which entity its produce-direction and fetch-direction bytes
+// belong to, following DESIGN.md §5. Its input is bytes; it needs no BPF.
+package learner
+
+import (
+	"strings"
+
+	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/kafka"
+)
+
+// TopicNames resolves the topic IDs of Produce and Fetch v13+ to names.
+// An unknown ID returns false; the implementation may refresh in the
+// background so that a later request resolves.
+type TopicNames interface {
+	TopicName(id [16]byte) (string, bool)
+}
+
+// Target is where one direction of a connection's bytes go.
+type Target struct {
+	// Governed is false for traffic sluice never holds back: replication
+	// (follower fetches, broker fetcher client-ids) and requests that name
+	// only internal topics.
+	Governed bool
+	Key      entity.Key
+}
+
+// Decision is a connection's entity per direction. A zero Target (not
+// decided) means the connection's bytes are still the unknown entity's.
+type Decision struct {
+	Produce, Fetch Target
+	// Decided reports which directions have been decided.
+	Decided [2]bool
+}
+
+// Target returns the decision for a direction.
+func (d Decision) Target(dir entity.Direction) (Target, bool) {
+	if dir == entity.Produce {
+		return d.Produce, d.Decided[entity.Produce]
+	}
+	return d.Fetch, d.Decided[entity.Fetch]
+}
+
+// Stats counts what the learner has seen, for metrics.
+type Stats struct {
+	Parsed    uint64 // samples parsed (possibly truncated)
+	Truncated uint64 // of those, samples that ended before the fields read
+	Failed    uint64 // samples that could not be parsed
+}
+
+// Learner holds per-connection state, keyed by the data path's connection
+// key type C. Not safe for concurrent use: one goroutine reads samples.
+type Learner[C comparable] struct {
+	parser *kafka.Parser
+	req    kafka.Request
+	policy *entity.Policy
+	topics TopicNames
+	conns  map[C]*conn
+	Stats  Stats
+}
+
+type conn struct {
+	clientID string
+	decision Decision
+	session  session
+}
+
+// New returns a learner resolving entities with policy and topic IDs with
+// topics (which may be nil when no broker metadata is available: topic-ID
+// requests then fall back to their client entity).
+func New[C comparable](policy *entity.Policy, topics TopicNames) *Learner[C] {
+	return &Learner[C]{parser: kafka.NewParser(), policy: policy, topics: topics, conns: make(map[C]*conn)}
+}
+
+// SetPolicy swaps in a new policy (configuration reload). Connections are
+// re-resolved as their next requests arrive.
+func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p }
+
+// Forget drops a connection's state (closed, or evicted by the data path).
+func (l *Learner[C]) Forget(c C) { delete(l.conns, c) }
+
+// Connections returns how many connections have state.
+func (l *Learner[C]) Connections() int { return len(l.conns) }
+
+// Decision returns a connection's current decision.
+func (l *Learner[C]) Decision(c C) (Decision, bool) {
+	st, ok := l.conns[c]
+	if !ok {
+		return Decision{}, false
+	}
+	return st.decision, true
+}
+
+// Learn reads one sample of connection c and returns the connection's
+// decision and whether it changed. A sample that cannot be parsed returns
+// the error and the connection keeps its last decision: a bad request never
+// blocks traffic.
+func (l *Learner[C]) Learn(c C, sample []byte) (Decision, bool, error) {
+	st := l.conns[c]
+	if st == nil {
+		st = &conn{}
+		l.conns[c] = st
+	}
+	r := &l.req
+	if err := l.parser.Parse(sample, r); err != nil {
+		l.Stats.Failed++
+		return st.decision, false, err
+	}
+	l.Stats.Parsed++
+	if r.Truncated {
+		l.Stats.Truncated++
+	}
+	if !r.HeaderComplete {
+		return st.decision, false, nil // nothing to learn from a cut header
+	}
+	before := st.decision
+	st.clientID = r.ClientID
+	switch {
+	case r.IsFollowerFetch() || kafka.IsBrokerFetcherClientID(r.ClientID):
+		// Replication is never governed, in either direction.
+		st.set(entity.Produce, Target{})
+		st.set(entity.Fetch, Target{})
+	case r.APIKey == kafka.KeyProduce:
+		// A sample cut before its first partition says nothing new.
+		if len(r.Topics) > 0 || !r.Truncated || !st.decision.Decided[entity.Produce] {
+			st.set(entity.Produce, l.resolve(st.clientID, r.Topics))
+		}
+	case r.APIKey == kafka.KeyFetch:
+		if r.Truncated && len(r.Topics) == 0 && len(r.Forgotten) == 0 && st.decision.Decided[entity.Fetch] {
+			break // cut before its partitions: says nothing new
+		}
+		st.session.update(r)
+		st.set(entity.Fetch, l.resolve(st.clientID, st.session.partitions(r)))
+	default:
+		// Every connection opens with ApiVersions, which names the client:
+		// until a Produce or Fetch says more, both directions are the
+		// client's.
+		client := Target{Governed: true, Key: l.policy.Client(st.clientID)}
+		for _, d := range entity.Directions {
+			if !st.decision.Decided[d] {
+				st.set(d, client)
+			}
+		}
+	}
+	return st.decision, st.decision != before, nil
+}
+
+func (st *conn) set(d entity.Direction, t Target) {
+	if d == entity.Produce {
+		st.decision.Produce = t
+	} else {
+		st.decision.Fetch = t
+	}
+	st.decision.Decided[d] = true
+}
+
+// resolve applies DESIGN.md §5 to a request's partitions in request order:
+// the first configured topic-partition wins; internal topics (`__…`) are
+// skipped, and a request naming only internal topics is not governed;
+// otherwise the client's entity.
+func (l *Learner[C]) resolve(clientID string, topics []kafka.TopicPartitions) Target {
+	named, governed := false, false
+	for i := range topics {
+		tp := &topics[i]
+		if len(tp.Partitions) == 0 {
+			continue
+		}
+		name := tp.Name
+		if name == "" && tp.ID != ([16]byte{}) {
+			var ok bool
+			if l.topics != nil {
+				name, ok = l.topics.TopicName(tp.ID)
+			}
+			if !ok {
+				// Until the ID is known the request falls back to its client
+				// entity; the topic may still be a governed one.
+				named, governed = true, true
+				continue
+			}
+		}
+		named = true
+		if strings.HasPrefix(name, "__") {
+			continue
+		}
+		governed = true
+		if !l.policy.HasTopicPartitions() {
+			break
+		}
+		for _, p := range tp.Partitions {
+			if key, ok := l.policy.TopicPartition(name, p); ok {
+				return Target{Governed: true, Key: key}
+			}
+		}
+	}
+	if named && !governed {
+		return Target{}
+	}
+	return Target{Governed: true, Key: l.policy.Client(clientID)}
+}

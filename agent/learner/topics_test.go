@@ -1,0 +1,93 @@
+package learner
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/agent/config"
+)
+
+// TestLearnTopicIDsFromBrokerMetadata: IDs resolve from the broker's
+// metadata, and an ID that appears later (a new topic) resolves after the
+// miss triggers a refresh, without waiting for the periodic one.
+func TestLearnTopicIDsFromBrokerMetadata(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders", "__consumer_offsets"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	cfg := config.Default()
+	cfg.Bootstrap = cluster.ListenAddrs()
+	opts, err := ClientOptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	adm := kadm.NewClient(client)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	details, err := adm.ListTopicsWithInternal(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	topics := NewMetadataTopics(client, time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := topics.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"orders", "__consumer_offsets"} {
+		if got, ok := topics.TopicName(details[name].ID); !ok || got != name {
+			t.Errorf("%s: got %q %v", name, got, ok)
+		}
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { topics.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+
+	t0 := time.Now()
+	created, err := adm.CreateTopic(ctx, 1, 1, nil, "payments")
+	if err != nil || created.Err != nil {
+		t.Fatalf("create topic: %v %v", err, created.Err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if name, ok := topics.TopicName(created.ID); ok {
+			if name != "payments" {
+				t.Fatalf("new topic resolved to %q", name)
+			}
+			t.Logf("resolved after %v", time.Since(t0))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a new topic's ID never resolved after misses")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, bounded by the deadline
+	}
+}
+
+func TestLearnClientOptionsRejectBadTLSFiles(t *testing.T) {
+	cfg := config.Default()
+	cfg.TLS.Enabled = true
+	cfg.TLS.CAFile = t.TempDir() + "/missing.pem"
+	if _, err := ClientOptions(cfg); err == nil {
+		t.Error("a missing CA file was accepted")
+	}
+	cfg.TLS.CAFile = ""
+	cfg.SASL = config.SASL{Mechanism: "SCRAM-SHA-512", Username: "u", Password: "p"}
+	if opts, err := ClientOptions(cfg); err != nil || len(opts) < 3 {
+		t.Errorf("SCRAM + TLS: %d options, %v", len(opts), err)
+	}
+}
