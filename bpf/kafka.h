@@ -1,0 +1,269 @@
+//go:build ignore
+
+// Kafka request boundary tracking on client->broker streams.
+//
+// A Kafka request is a big-endian int32 size followed by that many bytes.
+// The data path follows where the next request starts by TCP sequence
+// number, so it finds request starts wherever segments cut the stream: a
+// size field split across segments, several requests in one segment, a
+// request header spanning segments. At a request start it sends the first
+// bytes of the request to the agent through the ring buffer, as fragments
+// the agent stitches (a sample whose bytes span segments continues with the
+// next in-order segment). Retransmitted bytes lie before next_seq and are
+// never sampled twice. Connections that predate the agent, or whose stream
+// was lost (a gap, an implausible size), re-synchronise on a segment that
+// begins with a plausible request header.
+#pragma once
+
+#include <linux/bpf.h>
+#include "include/bpf_helpers.h"
+#include "include/bpf_endian.h"
+#include "maps.h"
+
+// socket.request.max.bytes defaults to 100 MiB; nothing larger is a request.
+#define MAX_REQUEST_SIZE (100u << 20)
+// The smallest request: api key, version, correlation id, client-id length.
+#define MIN_REQUEST_SIZE 10u
+// Requests looked for in one segment (GRO segments hold many small ones;
+// the rest of such a segment is found again only by re-synchronising).
+#define MAX_REQUESTS_PER_SEGMENT 8
+
+// Runtime knobs fixed at load (set through spec.Variables).
+volatile const __u32 sample_bytes = 256;          // <= SAMPLE_MAX
+volatile const __u32 first_requests_sampled = 8;  // always sampled per connection
+volatile const __u8 bench_rewind = 0;             // benchmarks only: undo tracking after each run
+
+// verifier_mask applies a mask clang may prove redundant and drop, but the
+// verifier needs to see to bound a length.
+#define verifier_mask(x, mask) asm volatile("%0 &= " #mask : "+r"(x))
+
+static __always_inline void stat_inc(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &which);
+	if (v)
+		(*v)++;
+}
+
+// a < b in sequence space.
+static __always_inline int seq_before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
+}
+
+static __always_inline __u32 min_u32(__u32 a, __u32 b)
+{
+	return a < b ? a : b;
+}
+
+// emit sends payload bytes [off, off+n) as one fragment of the request
+// starting at req_seq. It returns the bytes sent, or 0.
+static __always_inline __u32 emit(struct __sk_buff *skb, const struct conn_key *key, __u32 poff,
+				  __u32 off, __u32 n, __u32 req_seq, __u32 frag_off, __u32 req_len,
+				  __u64 now)
+{
+	if (n == 0)
+		return 0;
+	if (n > SAMPLE_MAX)
+		n = SAMPLE_MAX;
+	// [1, SAMPLE_MAX] in a form the verifier tracks whatever clang proved.
+	_Static_assert(SAMPLE_MAX == 512, "the mask below is SAMPLE_MAX - 1");
+	n -= 1;
+	verifier_mask(n, 511);
+	n += 1;
+	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		stat_inc(STAT_RINGBUF_DROPS);
+		return 0;
+	}
+	if (bpf_skb_load_bytes(skb, poff + off, s->data, n) < 0) {
+		bpf_ringbuf_discard(s, 0);
+		return 0;
+	}
+	__builtin_memcpy(&s->key, key, sizeof(*key));
+	s->req_seq = req_seq;
+	s->frag_off = frag_off;
+	s->req_len = req_len;
+	s->len = n;
+	s->pad = 0;
+	s->time_ns = now;
+	bpf_ringbuf_submit(s, 0);
+	stat_inc(frag_off == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
+	return n;
+}
+
+// take_sample spends the connection's sample budget: its first requests
+// are always sampled, then a token bucket of samples_per_sec.
+static __always_inline int take_sample(struct track *t, __u64 *now)
+{
+	if (t->requests < first_requests_sampled) {
+		t->requests++;
+		return 1;
+	}
+	__u32 zero = 0;
+	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
+	__u32 rate = cfg ? cfg->samples_per_sec : 0;
+	if (!*now)
+		*now = bpf_ktime_get_ns();
+	__u64 elapsed = *now - t->refill_ns;
+	if (elapsed > 1000000000ull)
+		elapsed = 1000000000ull;
+	__u64 add = elapsed * rate / 1000000000ull;
+	if (add) {
+		__u64 tokens = t->tokens + add;
+		t->tokens = tokens > rate ? rate : tokens;
+		t->refill_ns = *now;
+	}
+	if (!t->tokens) {
+		stat_inc(STAT_BUDGET_DROPS);
+		return 0;
+	}
+	t->tokens--;
+	return 1;
+}
+
+// plausible_header checks the 14 bytes at a segment start for a request
+// header: size, api key, version, correlation id, client-id length.
+static __always_inline int plausible_header(struct __sk_buff *skb, __u32 poff, __u32 plen)
+{
+	__u8 h[14];
+	if (plen < sizeof(h) || bpf_skb_load_bytes(skb, poff, h, sizeof(h)) < 0)
+		return 0;
+	__u32 size = (__u32)h[0] << 24 | (__u32)h[1] << 16 | (__u32)h[2] << 8 | h[3];
+	__u16 key = (__u16)h[4] << 8 | h[5];
+	__u16 version = (__u16)h[6] << 8 | h[7];
+	__s16 client_len = (__s16)((__u16)h[12] << 8 | h[13]);
+	if (size < MIN_REQUEST_SIZE || size > MAX_REQUEST_SIZE)
+		return 0;
+	if (key > 100 || version > 30 || (h[8] & 0x80))
+		return 0; // unknown api key, version, or a negative correlation id
+	if (client_len < -1 || (client_len > 0 && (__u32)client_len + MIN_REQUEST_SIZE > size))
+		return 0;
+	return 1;
+}
+
+// track_request_starts follows request boundaries through one ingress
+// segment with payload [seq, seq+plen) at offset poff of the skb.
+static __always_inline void track_request_starts(struct __sk_buff *skb, const struct conn_key *key,
+						 struct track *t, __u32 seq, __u32 poff, __u32 plen)
+{
+	__u32 end = seq + plen;
+	__u64 now = 0;
+
+	// A gap: the stream jumped past where the next request starts (a
+	// segment this hook never saw in order). Find the stream again.
+	if (t->synced && seq_before(t->next_seq, seq)) {
+		t->synced = 0;
+		t->size_have = 0;
+		stat_inc(STAT_DESYNCS);
+	}
+
+	// 1. Complete a size field the previous segment cut.
+	if (t->synced && t->size_have) {
+		__u32 at = t->next_seq + t->size_have;
+		if (!seq_before(at, seq) && seq_before(at, end)) {
+			__u32 off = at - seq;
+			for (int i = 0; i < 3; i++) {
+				__u8 b;
+				if (t->size_have >= 4 || off >= plen)
+					break;
+				if (bpf_skb_load_bytes(skb, poff + off, &b, 1) < 0)
+					break;
+				t->size_partial = t->size_partial << 8 | b;
+				t->size_have++;
+				off++;
+			}
+			if (t->size_have == 4) {
+				__u32 size = t->size_partial;
+				t->size_have = 0;
+				if (size < MIN_REQUEST_SIZE || size > MAX_REQUEST_SIZE) {
+					t->synced = 0;
+					stat_inc(STAT_DESYNCS);
+				} else {
+					if (t->sample_seq == t->next_seq && t->sample_next != t->sample_end) {
+						t->req_len = 4 + size;
+						if (seq_before(t->next_seq + 4 + size, t->sample_end))
+							t->sample_end = t->next_seq + 4 + size;
+					}
+					t->next_seq += 4 + size;
+				}
+			}
+		}
+	}
+
+	// 2. Continue a sample whose first bytes an earlier segment carried.
+	if (t->sample_next != t->sample_end) {
+		if (!seq_before(t->sample_next, seq) && seq_before(t->sample_next, end)) {
+			__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
+			if (!now)
+				now = bpf_ktime_get_ns();
+			__u32 sent = emit(skb, key, poff, t->sample_next - seq, n, t->sample_seq,
+					  t->sample_next - t->sample_seq, t->req_len, now);
+			t->sample_next = sent ? t->sample_next + sent : t->sample_end;
+		} else if (seq_before(t->sample_next, seq)) {
+			t->sample_next = t->sample_end; // its bytes went by out of order
+		}
+	}
+
+	// 3. Re-synchronise on a segment that starts with a plausible header.
+	if (!t->synced) {
+		if (!plausible_header(skb, poff, plen))
+			return;
+		t->synced = 1;
+		t->next_seq = seq;
+		t->size_have = 0;
+		stat_inc(STAT_RESYNCS);
+	}
+
+	// 4. Every request that starts in this segment.
+	for (int i = 0; i < MAX_REQUESTS_PER_SEGMENT; i++) {
+		if (t->size_have || seq_before(t->next_seq, seq) || !seq_before(t->next_seq, end))
+			break;
+		__u32 off = t->next_seq - seq;
+		__u32 avail = end - t->next_seq;
+		int sample = take_sample(t, &now);
+		if (sample && !now)
+			now = bpf_ktime_get_ns();
+		if (avail < 4) {
+			// The size field is cut: keep its first bytes for the next segment.
+			__u8 b[4] = {};
+			__u32 have = avail - 1; // avail is 1..3: have is [1, 4] for the verifier
+			verifier_mask(have, 3);
+			have += 1;
+			if (bpf_skb_load_bytes(skb, poff + off, b, have) < 0)
+				break;
+			t->size_partial = 0;
+			for (int j = 0; j < 3; j++)
+				if (j < avail)
+					t->size_partial = t->size_partial << 8 | b[j];
+			t->size_have = avail;
+			if (sample) {
+				__u32 sent = emit(skb, key, poff, off, avail, t->next_seq, 0, 0, now);
+				t->sample_seq = t->next_seq;
+				t->req_len = 0;
+				t->sample_next = t->next_seq + sent;
+				t->sample_end = sent ? t->next_seq + sample_bytes : t->sample_next;
+			}
+			break;
+		}
+		__be32 be;
+		if (bpf_skb_load_bytes(skb, poff + off, &be, 4) < 0)
+			break;
+		__u32 size = bpf_ntohl(be);
+		if (size < MIN_REQUEST_SIZE || size > MAX_REQUEST_SIZE) {
+			t->synced = 0;
+			stat_inc(STAT_DESYNCS);
+			break;
+		}
+		if (sample) {
+			__u32 want = min_u32(sample_bytes, 4 + size);
+			__u32 sent = emit(skb, key, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size, now);
+			if (sent && sent < want) {
+				t->sample_seq = t->next_seq;
+				t->req_len = 4 + size;
+				t->sample_next = t->next_seq + sent;
+				t->sample_end = t->next_seq + want;
+			}
+		}
+		t->next_seq += 4 + size;
+	}
+}

@@ -1,0 +1,79 @@
+//go:build ignore
+
+// Map definitions. Sizes marked "set by the loader" are placeholders that
+// maps/ replaces from the configuration before loading.
+#pragma once
+
+#include <linux/bpf.h>
+#include "include/bpf_helpers.h"
+#include "types.h"
+
+// Connection -> entity per direction. Written by the agent (and by the
+// data path for exempt peers). LRU: a full table forgets idle connections.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144); // set by the loader
+	__type(key, struct conn_key);
+	__type(value, struct conn_entities);
+} conns SEC(".maps");
+
+// Request boundary tracking per client->broker stream.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144); // set by the loader
+	__type(key, struct conn_key);
+	__type(value, struct track);
+} tracks SEC(".maps");
+
+// Broker listener ports: index = local port, value 1 = governed.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} listeners SEC(".maps");
+
+// Peers never governed (other brokers).
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct exempt_key);
+	__type(value, __u8);
+} exempt SEC(".maps");
+
+// Counters per (direction * max_entities + entity), per CPU: no increments
+// are lost and no cache line is shared between CPUs.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * 65538); // set by the loader
+	__type(key, __u32);
+	__type(value, struct entity_counters);
+} counters SEC(".maps");
+
+// HTB class id per (direction * max_entities + entity); 0 = leave alone.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * 65538); // set by the loader
+	__type(key, __u32);
+	__type(value, __u32);
+} classes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct datapath_settings);
+} settings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20); // set by the loader
+} samples SEC(".maps");

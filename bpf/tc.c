@@ -1,0 +1,218 @@
+//go:build ignore
+
+// TC programs of the sluice data path, attached to each configured
+// interface: sluice_ingress (bytes the broker receives: produce) and
+// sluice_egress (bytes it sends: fetch).
+//
+// Per packet: classify (IPv4/IPv6 TCP on a broker listener port, peer not
+// exempt; everything else passes at once), attribute the connection to its
+// entity (unknown until the agent binds it), count payload bytes per entity
+// and direction, follow Kafka request boundaries on ingress and sample
+// request headers, and, while the agent's heartbeat is fresh, hand the
+// packet to the shaper. A stale heartbeat holds nothing back (fail open).
+// O(1) map operations per packet, no loop over entities, no lock shared by
+// all CPUs.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+
+#include "include/bpf_endian.h"
+#include "include/bpf_helpers.h"
+#include "kafka.h"
+#include "maps.h"
+#include "types.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+// Entities per direction; counters and classes hold 2 * max_entities.
+volatile const __u32 max_entities = 65538;
+
+// Passing with TC_ACT_UNSPEC lets programs and filters after ours run
+// (TCX_NEXT); TC_ACT_OK would end the chain for everyone.
+#define PASS TC_ACT_UNSPEC
+
+struct parsed {
+	struct conn_key key;
+	__u32 seq;
+	__u32 payload_off; // from skb start
+	__u32 payload_len;
+	__u8 syn, fin_rst;
+};
+
+static __always_inline void v4_mapped(__u8 *dst, __be32 addr)
+{
+	__builtin_memset(dst, 0, 10);
+	dst[10] = 0xff;
+	dst[11] = 0xff;
+	__builtin_memcpy(dst + 12, &addr, 4);
+}
+
+// parse fills p for a TCP segment on a listener port, or returns 0.
+static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return 0;
+	struct tcphdr *tcp;
+	__u32 l3_len;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > data_end || ip->protocol != IPPROTO_TCP)
+			return 0;
+		l3_len = ip->ihl * 4;
+		if (l3_len < sizeof(*ip))
+			return 0;
+		tcp = (void *)ip + l3_len;
+		if ((void *)(tcp + 1) > data_end)
+			return 0;
+		__u16 local = bpf_ntohs(dir == DIR_PRODUCE ? tcp->dest : tcp->source);
+		__u32 port = local;
+		__u8 *governed = bpf_map_lookup_elem(&listeners, &port);
+		if (!governed || !*governed)
+			return 0;
+		p->key.local_port = local;
+		p->key.peer_port = bpf_ntohs(dir == DIR_PRODUCE ? tcp->source : tcp->dest);
+		v4_mapped(p->key.peer_addr, dir == DIR_PRODUCE ? ip->saddr : ip->daddr);
+		v4_mapped(p->key.local_addr, dir == DIR_PRODUCE ? ip->daddr : ip->saddr);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		// Extension headers before TCP are not followed (rare on Kafka traffic).
+		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_TCP)
+			return 0;
+		l3_len = sizeof(*ip6);
+		tcp = (void *)(ip6 + 1);
+		if ((void *)(tcp + 1) > data_end)
+			return 0;
+		__u16 local = bpf_ntohs(dir == DIR_PRODUCE ? tcp->dest : tcp->source);
+		__u32 port = local;
+		__u8 *governed = bpf_map_lookup_elem(&listeners, &port);
+		if (!governed || !*governed)
+			return 0;
+		p->key.local_port = local;
+		p->key.peer_port = bpf_ntohs(dir == DIR_PRODUCE ? tcp->source : tcp->dest);
+		__builtin_memcpy(p->key.peer_addr, dir == DIR_PRODUCE ? &ip6->saddr : &ip6->daddr, 16);
+		__builtin_memcpy(p->key.local_addr, dir == DIR_PRODUCE ? &ip6->daddr : &ip6->saddr, 16);
+	} else {
+		return 0;
+	}
+	__u32 headers = sizeof(*eth) + l3_len + tcp->doff * 4;
+	if (skb->len < headers)
+		return 0;
+	p->payload_off = headers;
+	p->payload_len = skb->len - headers;
+	p->seq = bpf_ntohl(tcp->seq);
+	p->syn = tcp->syn && !tcp->ack;
+	p->fin_rst = tcp->fin || tcp->rst;
+	return 1;
+}
+
+// is_exempt looks the peer up in the exempt CIDRs.
+static __always_inline int is_exempt(const struct conn_key *key)
+{
+	struct exempt_key k = {.prefixlen = 128};
+	__builtin_memcpy(k.addr, key->peer_addr, 16);
+	return bpf_map_lookup_elem(&exempt, &k) != NULL;
+}
+
+static __always_inline int handle(struct __sk_buff *skb, int dir)
+{
+	struct parsed p = {};
+	if (!parse(skb, dir, &p))
+		return PASS;
+
+	__u32 entity = ENTITY_UNKNOWN;
+	struct conn_entities *bound = bpf_map_lookup_elem(&conns, &p.key);
+	if (bound) {
+		entity = bound->entity[dir & 1];
+		if (entity == ENTITY_NOT_GOVERNED && bound->entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED &&
+		    !(dir == DIR_PRODUCE && p.syn))
+			return PASS; // exempt or replication: nothing to count, sample or shape
+	} else if (is_exempt(&p.key)) {
+		// Remember, so the next packets skip the trie.
+		struct conn_entities ng = {.entity = {ENTITY_NOT_GOVERNED, ENTITY_NOT_GOVERNED}};
+		if (bpf_map_update_elem(&conns, &p.key, &ng, BPF_NOEXIST) == 0)
+			stat_inc(STAT_EXEMPT);
+		return PASS;
+	}
+
+	if (dir == DIR_PRODUCE) {
+		if (p.syn) {
+			// A new connection: its requests start right after the SYN, and a
+			// binding left by an earlier connection on this 4-tuple is stale.
+			struct track fresh = {.next_seq = p.seq + 1, .synced = 1};
+			bpf_map_update_elem(&tracks, &p.key, &fresh, BPF_ANY);
+			bpf_map_delete_elem(&conns, &p.key);
+			return PASS;
+		}
+		if (p.payload_len && entity != ENTITY_NOT_GOVERNED) {
+			struct track *t = bpf_map_lookup_elem(&tracks, &p.key);
+			if (!t) {
+				struct track fresh = {};
+				bpf_map_update_elem(&tracks, &p.key, &fresh, BPF_NOEXIST);
+				t = bpf_map_lookup_elem(&tracks, &p.key);
+			}
+			if (t) {
+				struct track saved;
+				if (bench_rewind)
+					__builtin_memcpy(&saved, t, sizeof(saved));
+				track_request_starts(skb, &p.key, t, p.seq, p.payload_off, p.payload_len);
+				if (bench_rewind)
+					__builtin_memcpy(t, &saved, sizeof(saved));
+			}
+		}
+	}
+
+	// Pure ACKs and SYN/FIN/RST without payload pass at once: holding back
+	// one direction's ACKs would throttle the other.
+	if (!p.payload_len || entity == ENTITY_NOT_GOVERNED)
+		return PASS;
+	if (entity >= max_entities)
+		entity = ENTITY_UNKNOWN;
+	__u32 slot = (dir & 1) * max_entities + entity;
+	struct entity_counters *c = bpf_map_lookup_elem(&counters, &slot);
+	if (c) {
+		c->bytes += p.payload_len;
+		c->packets++;
+	}
+
+	__u32 zero = 0;
+	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
+	if (!cfg || cfg->shaper == SHAPER_NONE)
+		return PASS;
+	// Fail open: a dead agent never throttles a broker.
+	if ((__s64)(bpf_ktime_get_coarse_ns() - cfg->heartbeat_ns) > (__s64)cfg->stale_after_ns) {
+		stat_inc(STAT_FAIL_OPEN);
+		return PASS;
+	}
+	__u32 *classid = bpf_map_lookup_elem(&classes, &slot);
+	if (!classid || !*classid)
+		return PASS;
+	skb->priority = *classid;
+	if (dir == DIR_PRODUCE)
+		return bpf_redirect(cfg->ifb_ifindex, 0);
+	return PASS;
+}
+
+SEC("tc")
+int sluice_ingress(struct __sk_buff *skb)
+{
+	return handle(skb, DIR_PRODUCE);
+}
+
+SEC("tc")
+int sluice_egress(struct __sk_buff *skb)
+{
+	return handle(skb, DIR_FETCH);
+}
+
+// Types user space reads but no program names by value: referenced here so
+// that their BTF is emitted and bpf2go generates Go types for them.
+const struct sample *unused_sample __attribute__((unused));
+const enum stat *unused_stat __attribute__((unused));

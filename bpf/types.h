@@ -1,0 +1,107 @@
+//go:build ignore
+
+// Layouts shared with user space. maps/ is the only Go package that knows
+// them (through the bpf2go-generated types); keep both in step with
+// `make generate`.
+#pragma once
+
+#include <linux/types.h>
+
+// Directions index counters and classes: produce = bytes the broker
+// receives (TC ingress), fetch = bytes it sends (TC egress).
+#define DIR_PRODUCE 0
+#define DIR_FETCH 1
+
+// Entity ids: dense indexes written by the agent's registry.
+#define ENTITY_UNKNOWN 0
+#define ENTITY_NOT_GOVERNED 0xffffffffu
+
+// The most request bytes one sample record carries.
+#define SAMPLE_MAX 512
+
+// A connection, normalised so that ingress and egress find the same entry:
+// the broker (local) side and the client (peer) side, IPv4 as v4-mapped IPv6.
+struct conn_key {
+	__u8 peer_addr[16];
+	__u8 local_addr[16];
+	__u16 peer_port;  // host byte order
+	__u16 local_port; // host byte order
+};
+
+// Written by the agent: the entity of each direction of a connection.
+// ENTITY_NOT_GOVERNED in both marks a connection passed untouched (the
+// data path also writes that for exempt peers).
+struct conn_entities {
+	__u32 entity[2];
+};
+
+// Kafka request boundary tracking on one client->broker stream, owned by
+// the data path (a separate map, so agent writes never clobber it).
+struct track {
+	__u32 next_seq;     // TCP sequence number where the next request starts
+	__u32 size_partial; // bytes of a size field cut by a segment end
+	__u32 sample_seq;   // start of the request whose sample continues
+	__u32 sample_next;  // next sample byte wanted
+	__u32 sample_end;   // one past the last sample byte wanted
+	__u32 req_len;      // 4 + size of that request (0 while unknown)
+	__u64 refill_ns;    // sample budget: last refill
+	__u32 tokens;       // sample budget: samples left
+	__u32 requests;     // requests seen (the first ones are always sampled)
+	__u8 synced;        // next_seq is trusted
+	__u8 size_have;     // bytes of size_partial collected (0..3)
+	__u8 pad[6];
+};
+
+// Per entity and direction, per CPU (summed by user space).
+struct entity_counters {
+	__u64 bytes;        // TCP payload bytes
+	__u64 packets;      // segments carrying payload
+	__u64 held_bytes;   // bytes a BPF shaper held back (dropped or delayed)
+	__u64 held_packets;
+};
+
+// Shaper backends the data path knows.
+#define SHAPER_NONE 0 // count only (shadow mode, or no shaper)
+#define SHAPER_HTB 1  // set skb->priority to the entity's HTB class; ingress via IFB
+
+// Live settings, written by the agent every cycle.
+struct datapath_settings {
+	__u64 heartbeat_ns;   // CLOCK_MONOTONIC of the agent's last cycle
+	__u64 stale_after_ns; // older heartbeat: hold nothing back
+	__u32 shaper;         // SHAPER_*
+	__u32 ifb_ifindex;    // ingress redirect target (htb)
+	__u32 samples_per_sec;
+	__u32 pad;
+};
+
+// One ring buffer record: a fragment of a request's first bytes. A sample
+// whose bytes span segments arrives as several fragments of one request
+// (same req_seq, rising frag_off); user space stitches them.
+struct sample {
+	struct conn_key key;
+	__u32 req_seq;  // TCP sequence number of the request's first byte
+	__u32 frag_off; // offset of data[0] within the request
+	__u32 req_len;  // 4 + size of the request, 0 if not known yet
+	__u16 len;      // bytes in data
+	__u16 pad;
+	__u64 time_ns;
+	__u8 data[SAMPLE_MAX];
+};
+
+struct exempt_key {
+	__u32 prefixlen; // over addr, v4 as v4-mapped (96 + v4 prefix)
+	__u8 addr[16];
+};
+
+// Data path statistics (per CPU).
+enum stat {
+	STAT_SAMPLES = 0,      // sample first fragments sent
+	STAT_FRAGMENTS,        // continuation fragments sent
+	STAT_BUDGET_DROPS,     // request starts not sampled: budget spent
+	STAT_RINGBUF_DROPS,    // ring buffer full
+	STAT_DESYNCS,          // implausible size at a boundary: lost sync
+	STAT_RESYNCS,          // re-synchronised on a plausible header
+	STAT_EXEMPT,           // connections marked exempt
+	STAT_FAIL_OPEN,        // governed segments passed because the heartbeat is stale
+	STAT_MAX,
+};

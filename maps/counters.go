@@ -1,0 +1,147 @@
+package maps
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// Direction indexes counters and classes: 0 produce (ingress), 1 fetch (egress).
+type Direction int
+
+const (
+	Produce Direction = 0
+	Fetch   Direction = 1
+)
+
+// Counters are an entity's totals in one direction since its slot was last
+// reset, summed over CPUs.
+type Counters struct {
+	Bytes       uint64 // TCP payload bytes
+	Packets     uint64 // segments carrying payload
+	HeldBytes   uint64 // bytes a BPF shaper held back
+	HeldPackets uint64
+}
+
+// CounterReader reads every entity's counters in batches, reusing its
+// buffers from cycle to cycle.
+type CounterReader struct {
+	d      *Datapath
+	cpus   int
+	keys   []uint32
+	values []sluiceEntityCounters
+}
+
+const counterBatch = 4096
+
+// NewCounterReader returns a reader for d's counters.
+func (d *Datapath) NewCounterReader() (*CounterReader, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	return &CounterReader{
+		d:      d,
+		cpus:   cpus,
+		keys:   make([]uint32, counterBatch),
+		values: make([]sluiceEntityCounters, counterBatch*cpus),
+	}, nil
+}
+
+// Read fills dst[dir][entity] for both directions; each dst[dir] must hold
+// MaxEntities counters.
+func (r *CounterReader) Read(dst *[2][]Counters) error {
+	max := r.d.opts.MaxEntities
+	for dir := range dst {
+		if len(dst[dir]) < max {
+			return fmt.Errorf("read counters: room for %d entities, need %d", len(dst[dir]), max)
+		}
+	}
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := r.d.objs.Counters.BatchLookup(&cursor, r.keys, r.values, nil)
+		for i := 0; i < n; i++ {
+			var sum Counters
+			for _, v := range r.values[i*r.cpus : (i+1)*r.cpus] {
+				sum.Bytes += v.Bytes
+				sum.Packets += v.Packets
+				sum.HeldBytes += v.HeldBytes
+				sum.HeldPackets += v.HeldPackets
+			}
+			key := int(r.keys[i])
+			dst[key/max][key%max] = sum
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read counters: %w", err)
+		}
+	}
+}
+
+// EntityCounters reads one entity's counters in one direction.
+func (d *Datapath) EntityCounters(dir Direction, entity uint32) (Counters, error) {
+	var perCPU []sluiceEntityCounters
+	key := uint32(int(dir)*d.opts.MaxEntities) + entity
+	if err := d.objs.Counters.Lookup(key, &perCPU); err != nil {
+		return Counters{}, fmt.Errorf("read counters of entity %d: %w", entity, err)
+	}
+	var sum Counters
+	for _, v := range perCPU {
+		sum.Bytes += v.Bytes
+		sum.Packets += v.Packets
+		sum.HeldBytes += v.HeldBytes
+		sum.HeldPackets += v.HeldPackets
+	}
+	return sum, nil
+}
+
+// ResetCounters zeroes the counters of entities whose ids the registry
+// reclaimed, in both directions, before the ids are reused.
+func (d *Datapath) ResetCounters(entities []uint32) error {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	zero := make([]sluiceEntityCounters, cpus)
+	for _, e := range entities {
+		for dir := 0; dir < 2; dir++ {
+			key := uint32(dir*d.opts.MaxEntities) + e
+			if err := d.objs.Counters.Put(key, zero); err != nil {
+				return fmt.Errorf("reset counters of entity %d: %w", e, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Stats are the data path's own counters.
+type Stats struct {
+	Samples, Fragments    uint64 // sample first fragments and continuations sent
+	BudgetDrops           uint64 // request starts not sampled: the connection's budget was spent
+	RingBufferDrops       uint64 // fragments lost to a full ring buffer
+	Desyncs, Resyncs      uint64 // request tracking lost and found again
+	ExemptConnections     uint64 // connections marked exempt
+	FailOpenPackets       uint64 // governed segments passed because the heartbeat was stale
+}
+
+// Stats sums the data path's statistics over CPUs.
+func (d *Datapath) Stats() (Stats, error) {
+	var s Stats
+	fields := []*uint64{&s.Samples, &s.Fragments, &s.BudgetDrops, &s.RingBufferDrops, &s.Desyncs, &s.Resyncs, &s.ExemptConnections, &s.FailOpenPackets}
+	if len(fields) != int(sluiceStatSTAT_MAX) {
+		return s, fmt.Errorf("data path has %d statistics, this build knows %d", sluiceStatSTAT_MAX, len(fields))
+	}
+	for i, f := range fields {
+		var perCPU []uint64
+		if err := d.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
+			return s, fmt.Errorf("read statistics: %w", err)
+		}
+		for _, v := range perCPU {
+			*f += v
+		}
+	}
+	return s, nil
+}

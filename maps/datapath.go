@@ -1,0 +1,285 @@
+// Package maps is the only Go package that knows the data path's BPF map
+// layouts. It loads the programs of bpf/ (compiled by bpf2go, output
+// committed), optionally pins their maps by name under a bpffs directory so
+// they survive an agent restart, and exports domain verbs: bind connections
+// to entities, set listeners, exempt peers and live settings, read counters
+// and statistics, and read request samples stitched from ring buffer
+// fragments. It hands out *ebpf.Program only for attaching.
+//
+// Ownership: a Datapath owns its programs and maps and closes them in Close;
+// pinned maps outlive it until Unpin.
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Entity ids as the data path reads them (see agent/entity for their meaning).
+const (
+	EntityUnknown uint32 = 0
+	NotGoverned   uint32 = 0xffffffff
+)
+
+// SampleMax is the most request bytes a sample carries (SAMPLE_MAX in bpf/types.h).
+const SampleMax = 512
+
+// Options sizes and tunes the data path at load time.
+type Options struct {
+	// MaxEntities is the number of entity ids per direction the counters and
+	// classes maps hold (unknown and overflow included).
+	MaxEntities int
+	// MaxConnections sizes the connection and tracking tables (LRU).
+	MaxConnections int
+	// SampleBytes is how many bytes of a request's start a sample carries (≤ SampleMax).
+	SampleBytes int
+	// FirstRequestsSampled requests of every connection are always sampled.
+	FirstRequestsSampled int
+	// RingBufferBytes sizes the sample ring buffer (a power of two, ≥ page size).
+	RingBufferBytes int
+	// PinDir, when set, pins the maps by name there (a bpffs directory).
+	PinDir string
+
+	// benchRewind makes the program undo its request tracking after each
+	// run, so a benchmark can replay one packet (BPF_PROG_TEST_RUN).
+	benchRewind bool
+}
+
+// DefaultOptions are the defaults of the configuration.
+func DefaultOptions() Options {
+	return Options{
+		MaxEntities:          65536 + 2,
+		MaxConnections:       262144,
+		SampleBytes:          256,
+		FirstRequestsSampled: 8,
+		RingBufferBytes:      4 << 20,
+	}
+}
+
+// ErrIncompatiblePins: maps pinned by an earlier agent have a different
+// layout or size; they must be removed (sluice unload) before loading.
+var ErrIncompatiblePins = errors.New("pinned maps are incompatible with this data path")
+
+// ErrPinDirBusy: another agent holds the pin directory.
+var ErrPinDirBusy = errors.New("pin directory is in use by another sluice agent")
+
+// Datapath is the loaded programs and maps.
+type Datapath struct {
+	objs   sluiceObjects
+	opts   Options
+	pinDir string
+	lock   *os.File // flock on the pin directory while loaded
+	// listenerPorts remembers what SetListeners set, to clear it next time.
+	listenerPorts map[uint16]bool
+	exemptSet     map[sluiceExemptKey]bool
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.MaxEntities < 2 || o.MaxEntities > 1<<24:
+		return fmt.Errorf("max entities %d outside [2, %d]", o.MaxEntities, 1<<24)
+	case o.MaxConnections < 1:
+		return fmt.Errorf("max connections %d must be positive", o.MaxConnections)
+	case o.SampleBytes < 16 || o.SampleBytes > SampleMax:
+		return fmt.Errorf("sample bytes %d outside [16, %d]", o.SampleBytes, SampleMax)
+	case o.FirstRequestsSampled < 0:
+		return fmt.Errorf("first requests sampled %d must not be negative", o.FirstRequestsSampled)
+	case o.RingBufferBytes < os.Getpagesize() || o.RingBufferBytes&(o.RingBufferBytes-1) != 0:
+		return fmt.Errorf("ring buffer size %d must be a power of two of at least a page", o.RingBufferBytes)
+	}
+	return nil
+}
+
+// Spec returns the data path's collection spec sized and tuned by opts,
+// for loading (and for `sluice check-config`, which only verifies).
+func Spec(opts Options) (*ebpf.CollectionSpec, error) {
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("data path options: %w", err)
+	}
+	spec, err := loadSluice()
+	if err != nil {
+		return nil, fmt.Errorf("read embedded data path: %w", err)
+	}
+	spec.Maps["conns"].MaxEntries = uint32(opts.MaxConnections)
+	spec.Maps["tracks"].MaxEntries = uint32(opts.MaxConnections)
+	spec.Maps["counters"].MaxEntries = uint32(2 * opts.MaxEntities)
+	spec.Maps["classes"].MaxEntries = uint32(2 * opts.MaxEntities)
+	spec.Maps["samples"].MaxEntries = uint32(opts.RingBufferBytes)
+	vars := map[string]any{
+		"max_entities":           uint32(opts.MaxEntities),
+		"sample_bytes":           uint32(opts.SampleBytes),
+		"first_requests_sampled": uint32(opts.FirstRequestsSampled),
+		"bench_rewind":           boolByte(opts.benchRewind),
+	}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	return spec, nil
+}
+
+// pinnedMaps survive an agent restart: connection attribution, tracking,
+// counters, classes and settings, so a restart resets no flow.
+var pinnedMaps = []string{"conns", "tracks", "counters", "classes", "settings", "listeners", "exempt", "stats"}
+
+// Load loads the data path. With opts.PinDir it pins (or re-adopts) the
+// maps there: created atomically (a temporary directory renamed into
+// place), guarded by a flock, and checked for compatibility before reuse.
+func Load(opts Options) (*Datapath, error) {
+	spec, err := Spec(opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &Datapath{opts: opts, pinDir: opts.PinDir, listenerPorts: map[uint16]bool{}, exemptSet: map[sluiceExemptKey]bool{}}
+	var collOpts ebpf.CollectionOptions
+	var tmp string
+	if opts.PinDir != "" {
+		if err := requireBPFFS(filepath.Dir(filepath.Clean(opts.PinDir))); err != nil {
+			return nil, err
+		}
+		for _, name := range pinnedMaps {
+			spec.Maps[name].Pinning = ebpf.PinByName
+		}
+		pinPath := opts.PinDir
+		if _, err := os.Stat(opts.PinDir); errors.Is(err, os.ErrNotExist) {
+			tmp = fmt.Sprintf("%s.tmp-%d", opts.PinDir, os.Getpid())
+			if err := os.Mkdir(tmp, 0o700); err != nil {
+				return nil, fmt.Errorf("create pin directory: %w", err)
+			}
+			pinPath = tmp
+		}
+		lock, err := lockDir(pinPath)
+		if err != nil {
+			if tmp != "" {
+				os.RemoveAll(tmp)
+			}
+			return nil, err
+		}
+		d.lock = lock
+		collOpts.Maps.PinPath = pinPath
+	}
+	if err := spec.LoadAndAssign(&d.objs, &collOpts); err != nil {
+		d.unlock()
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("%w (%s): %v", ErrIncompatiblePins, opts.PinDir, err)
+		}
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load data path: verifier: %+v", verr)
+		}
+		return nil, fmt.Errorf("load data path: %w", err)
+	}
+	if tmp != "" {
+		if err := os.Rename(tmp, opts.PinDir); err != nil {
+			d.Close()
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("move pins into place: %w", err)
+		}
+	}
+	if err := d.readListeners(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close releases the programs and maps (pins, if any, stay).
+func (d *Datapath) Close() error {
+	err := d.objs.Close()
+	d.unlock()
+	return err
+}
+
+// Unpin removes the pinned maps: the next Load starts from empty tables.
+func (d *Datapath) Unpin() error {
+	if d.pinDir == "" {
+		return nil
+	}
+	return Unpin(d.pinDir)
+}
+
+// Unpin removes a pin directory left by an agent (`sluice unload`).
+func Unpin(dir string) error {
+	if !strings.HasPrefix(filepath.Clean(dir), "/") {
+		return fmt.Errorf("unpin %q: not an absolute path", dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("unpin %s: %w", dir, err)
+	}
+	return nil
+}
+
+// IngressProgram and EgressProgram are for attaching; Datapath keeps
+// ownership.
+func (d *Datapath) IngressProgram() *ebpf.Program { return d.objs.SluiceIngress }
+func (d *Datapath) EgressProgram() *ebpf.Program  { return d.objs.SluiceEgress }
+
+// MaxEntities is the number of entity ids per direction.
+func (d *Datapath) MaxEntities() int { return d.opts.MaxEntities }
+
+func (d *Datapath) unlock() {
+	if d.lock != nil {
+		unix.Flock(int(d.lock.Fd()), unix.LOCK_UN)
+		d.lock.Close()
+		d.lock = nil
+	}
+}
+
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open pin directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrPinDirBusy, dir)
+		}
+		return nil, fmt.Errorf("lock pin directory: %w", err)
+	}
+	return f, nil
+}
+
+// requireBPFFS checks that dir is on a bpf filesystem.
+func requireBPFFS(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("pin directory parent %s: %w", dir, err)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("pin directory parent %s is not a bpf filesystem (mount -t bpf bpf %s)", dir, dir)
+	}
+	return nil
+}
+
+// MountBPFFS mounts a bpf filesystem at dir unless one is there already.
+func MountBPFFS(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
+	}
+	return nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}

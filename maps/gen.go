@@ -1,0 +1,8 @@
+package maps
+
+// The data path's C lives in bpf/; bpf2go compiles it and generates the Go
+// bindings (sluice_bpfel.go, sluice_bpfel.o), which are committed so that
+// `go build` needs no clang. `make generate` runs this; `make
+// check-generated` fails when the committed output is stale.
+//
+//go:generate go tool bpf2go -cc ${BPF_CLANG} -cflags ${BPF_CFLAGS} -target bpfel -type conn_key -type conn_entities -type track -type entity_counters -type datapath_settings -type sample -type exempt_key -type stat sluice ../bpf/tc.c -- -I/usr/include/x86_64-linux-gnu

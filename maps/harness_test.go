@@ -1,0 +1,133 @@
+package maps
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// TC return codes.
+const (
+	actUnspec   = 0xffffffff // TC_ACT_UNSPEC (-1): pass, let later programs run
+	actRedirect = 7          // TC_ACT_REDIRECT
+)
+
+// requireRoot fails, never skips: `make test` must not pass quietly when the
+// privileged tests could not run.
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test loads BPF programs and needs root (CI runs make test as root)")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type harness struct {
+	t testing.TB
+	d *Datapath
+}
+
+const brokerPort = 9092
+
+var (
+	broker4 = netip.MustParseAddr("198.18.0.1")
+	client4 = netip.MustParseAddr("198.18.0.2")
+	broker6 = netip.MustParseAddr("2001:db8::1")
+	client6 = netip.MustParseAddr("2001:db8::2")
+)
+
+func testOptions() Options {
+	o := DefaultOptions()
+	o.MaxEntities = 64
+	o.MaxConnections = 4096
+	o.RingBufferBytes = 1 << 20
+	return o
+}
+
+func newHarness(t testing.TB, opts Options) *harness {
+	t.Helper()
+	requireRoot(t)
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.SetListeners([]uint16{brokerPort}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetSettings(Settings{Shaper: ShaperNone, StaleAfter: 10 * time.Second, SamplesPerSecond: 200}); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, d: d}
+}
+
+// run passes a segment through the ingress (produce) or egress (fetch)
+// program and returns the verdict and the priority it left on the skb.
+func (h *harness) run(dir Direction, s segment) (verdict, priority uint32) {
+	h.t.Helper()
+	prog := h.d.IngressProgram()
+	if dir == Fetch {
+		prog = h.d.EgressProgram()
+	}
+	var out skbContext
+	ret, err := prog.Run(&ebpf.RunOptions{Data: s.frame(), Context: skbContext{}, ContextOut: &out})
+	if err != nil {
+		h.t.Fatalf("test run: %v", err)
+	}
+	return ret, out.Priority
+}
+
+func (h *harness) counters(dir Direction, entity uint32) Counters {
+	h.t.Helper()
+	c, err := h.d.EntityCounters(dir, entity)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return c
+}
+
+// drain reads every sample the data path has produced so far; fragments
+// are in the ring buffer as soon as a test run returns, and a sample still
+// incomplete when the buffer is empty is delivered as it is.
+func drain(t testing.TB, r *SampleReader) []Sample {
+	t.Helper()
+	var out []Sample
+	for {
+		r.SetDeadline(time.Now().Add(20 * time.Millisecond))
+		s, err := r.Read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+}
+
+// toBroker and fromBroker build segments of one client connection.
+func toBroker(client, broker netip.Addr, clientPort uint16, seq uint32, flags uint8, payload []byte) segment {
+	return segment{src: netip.AddrPortFrom(client, clientPort), dst: netip.AddrPortFrom(broker, brokerPort), seq: seq, flags: flags, payload: payload}
+}
+
+func fromBroker(client, broker netip.Addr, clientPort uint16, seq uint32, payload []byte) segment {
+	return segment{src: netip.AddrPortFrom(broker, brokerPort), dst: netip.AddrPortFrom(client, clientPort), seq: seq, flags: flagACK | flagPSH, payload: payload}
+}
+
+func connKey(client, broker netip.Addr, clientPort uint16) ConnKey {
+	return ConnKey{Peer: netip.AddrPortFrom(client, clientPort), Local: netip.AddrPortFrom(broker, brokerPort)}
+}
+
+// runOpts builds RunOptions with an empty __sk_buff context.
+type runOpts struct{ Data []byte }
+
+func (r runOpts) opts() *ebpf.RunOptions {
+	return &ebpf.RunOptions{Data: r.Data, Context: skbContext{}}
+}

@@ -1,0 +1,199 @@
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Shaper is what the data path does with a governed segment while the
+// agent's heartbeat is fresh (SHAPER_* in bpf/types.h).
+type Shaper uint32
+
+const (
+	// ShaperNone counts only (shadow mode).
+	ShaperNone Shaper = 0
+	// ShaperHTB sets skb->priority to the entity's HTB class; ingress
+	// segments are redirected to the IFB device that carries the tree.
+	ShaperHTB Shaper = 1
+)
+
+// Settings are the live knobs the agent writes.
+type Settings struct {
+	Shaper           Shaper
+	IFBIndex         int           // ingress redirect target for ShaperHTB
+	StaleAfter       time.Duration // heartbeat age beyond which nothing is held back
+	SamplesPerSecond int           // per-connection sample budget
+}
+
+// SetSettings writes the live settings, keeping the last heartbeat.
+func (d *Datapath) SetSettings(s Settings) error {
+	var cur sluiceDatapathSettings
+	if err := d.objs.Settings.Lookup(uint32(0), &cur); err != nil {
+		return fmt.Errorf("read settings: %w", err)
+	}
+	cur.Shaper = uint32(s.Shaper)
+	cur.IfbIfindex = uint32(s.IFBIndex)
+	cur.StaleAfterNs = uint64(s.StaleAfter.Nanoseconds())
+	cur.SamplesPerSec = uint32(s.SamplesPerSecond)
+	if err := d.objs.Settings.Put(uint32(0), cur); err != nil {
+		return fmt.Errorf("write settings: %w", err)
+	}
+	return nil
+}
+
+// Heartbeat tells the data path the agent is alive at monotonic time now
+// (see MonotonicNow); the data path holds traffic back only while the last
+// heartbeat is younger than StaleAfter.
+func (d *Datapath) Heartbeat(now time.Duration) error {
+	var cur sluiceDatapathSettings
+	if err := d.objs.Settings.Lookup(uint32(0), &cur); err != nil {
+		return fmt.Errorf("read settings: %w", err)
+	}
+	cur.HeartbeatNs = uint64(now.Nanoseconds())
+	if err := d.objs.Settings.Put(uint32(0), cur); err != nil {
+		return fmt.Errorf("write heartbeat: %w", err)
+	}
+	return nil
+}
+
+// MonotonicNow is CLOCK_MONOTONIC, the clock of the data path's
+// bpf_ktime_get_ns.
+func MonotonicNow() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err) // CLOCK_MONOTONIC cannot fail on Linux
+	}
+	return time.Duration(ts.Nano())
+}
+
+// SetListeners makes exactly these local ports governed.
+func (d *Datapath) SetListeners(ports []uint16) error {
+	want := map[uint16]bool{}
+	for _, p := range ports {
+		if p == 0 {
+			return errors.New("set listeners: port 0")
+		}
+		want[p] = true
+	}
+	for p := range d.listenerPorts {
+		if !want[p] {
+			if err := d.objs.Listeners.Put(uint32(p), uint8(0)); err != nil {
+				return fmt.Errorf("clear listener %d: %w", p, err)
+			}
+			delete(d.listenerPorts, p)
+		}
+	}
+	for p := range want {
+		if err := d.objs.Listeners.Put(uint32(p), uint8(1)); err != nil {
+			return fmt.Errorf("set listener %d: %w", p, err)
+		}
+		d.listenerPorts[p] = true
+	}
+	return nil
+}
+
+// readListeners learns the ports a re-adopted (pinned) map already governs.
+func (d *Datapath) readListeners() error {
+	var port uint32
+	var on uint8
+	it := d.objs.Listeners.Iterate()
+	for it.Next(&port, &on) {
+		if on != 0 {
+			d.listenerPorts[uint16(port)] = true
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read listeners: %w", err)
+	}
+	return nil
+}
+
+func exemptKey(p netip.Prefix) sluiceExemptKey {
+	p = p.Masked()
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	return sluiceExemptKey{Prefixlen: uint32(bits), Addr: p.Addr().As16()}
+}
+
+// SetExempt makes exactly these peer prefixes exempt. Connections the data
+// path marked exempt under a prefix no longer listed are unmarked, so
+// their traffic is governed from their next segment.
+func (d *Datapath) SetExempt(prefixes []netip.Prefix) error {
+	want := map[sluiceExemptKey]bool{}
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			return fmt.Errorf("set exempt peers: invalid prefix %v", p)
+		}
+		want[exemptKey(p)] = true
+	}
+	var removed []netip.Prefix
+	for k := range d.exemptSet {
+		if !want[k] {
+			if err := d.objs.Exempt.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("remove exempt prefix: %w", err)
+			}
+			delete(d.exemptSet, k)
+			removed = append(removed, keyPrefix(k))
+		}
+	}
+	for k := range want {
+		if err := d.objs.Exempt.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("add exempt prefix: %w", err)
+		}
+		d.exemptSet[k] = true
+	}
+	if len(removed) == 0 {
+		return nil
+	}
+	var stale []ConnKey
+	err := d.EachBinding(func(b Binding) {
+		if b.Produce != NotGoverned || b.Fetch != NotGoverned {
+			return
+		}
+		if peer := b.Conn.Peer.Addr(); containedIn(removed, peer) && !containedIn(prefixes, peer) {
+			stale = append(stale, b.Conn)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range stale {
+		if err := d.UnbindConn(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func keyPrefix(k sluiceExemptKey) netip.Prefix {
+	a := netip.AddrFrom16(k.Addr)
+	if a.Is4In6() {
+		return netip.PrefixFrom(a.Unmap(), int(k.Prefixlen)-96)
+	}
+	return netip.PrefixFrom(a, int(k.Prefixlen))
+}
+
+func containedIn(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// SetClass sets the HTB class of an entity in one direction (0: none).
+func (d *Datapath) SetClass(dir Direction, entity uint32, classID uint32) error {
+	key := uint32(int(dir)*d.opts.MaxEntities) + entity
+	if err := d.objs.Classes.Put(key, classID); err != nil {
+		return fmt.Errorf("set class of entity %d: %w", entity, err)
+	}
+	return nil
+}
