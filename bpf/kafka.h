@@ -26,7 +26,7 @@
 #define MIN_REQUEST_SIZE 10u
 // Requests looked for in one segment (GRO segments hold many small ones;
 // the rest of such a segment is found again only by re-synchronising).
-#define MAX_REQUESTS_PER_SEGMENT 8
+#define MAX_REQUESTS_PER_SEGMENT 16
 
 // Runtime knobs fixed at load (set through spec.Variables).
 volatile const __u32 sample_bytes = 256;          // <= SAMPLE_MAX
@@ -92,7 +92,9 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct conn_key *
 }
 
 // take_sample spends the connection's sample budget: its first requests
-// are always sampled, then a token bucket of samples_per_sec.
+// are always sampled, then a token bucket of samples_per_sec. Times here are
+// CLOCK_MONOTONIC_COARSE: a tick of resolution is plenty for a budget and a
+// sample's age, and it costs a fraction of the precise clock.
 static __always_inline int take_sample(struct track *t, __u64 *now)
 {
 	if (t->requests < first_requests_sampled) {
@@ -103,7 +105,7 @@ static __always_inline int take_sample(struct track *t, __u64 *now)
 	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
 	__u32 rate = cfg ? cfg->samples_per_sec : 0;
 	if (!*now)
-		*now = bpf_ktime_get_ns();
+		*now = bpf_ktime_get_coarse_ns();
 	__u64 elapsed = *now - t->refill_ns;
 	if (elapsed > 1000000000ull)
 		elapsed = 1000000000ull;
@@ -151,7 +153,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 
 	// A gap: the stream jumped past where the next request starts (a
 	// segment this hook never saw in order). Find the stream again.
-	if (t->synced && seq_before(t->next_seq, seq)) {
+	if (t->synced && seq_before(t->next_seq + t->size_have, seq)) {
 		t->synced = 0;
 		t->size_have = 0;
 		stat_inc(STAT_DESYNCS);
@@ -195,7 +197,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		if (!seq_before(t->sample_next, seq) && seq_before(t->sample_next, end)) {
 			__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
 			if (!now)
-				now = bpf_ktime_get_ns();
+				now = bpf_ktime_get_coarse_ns();
 			__u32 sent = emit(skb, key, poff, t->sample_next - seq, n, t->sample_seq,
 					  t->sample_next - t->sample_seq, t->req_len, now);
 			t->sample_next = sent ? t->sample_next + sent : t->sample_end;
@@ -222,7 +224,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		__u32 avail = end - t->next_seq;
 		int sample = take_sample(t, &now);
 		if (sample && !now)
-			now = bpf_ktime_get_ns();
+			now = bpf_ktime_get_coarse_ns();
 		if (avail < 4) {
 			// The size field is cut: keep its first bytes for the next segment.
 			__u8 b[4] = {};

@@ -123,7 +123,9 @@ static __always_inline int is_exempt(const struct conn_key *key)
 
 static __always_inline int handle(struct __sk_buff *skb, int dir)
 {
-	struct parsed p = {};
+	// Not zeroed: parse writes every field (the key has no padding), and
+	// ungoverned packets should not pay for clearing it.
+	struct parsed p;
 	if (!parse(skb, dir, &p))
 		return PASS;
 
@@ -134,12 +136,17 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 		if (entity == ENTITY_NOT_GOVERNED && bound->entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED &&
 		    !(dir == DIR_PRODUCE && p.syn))
 			return PASS; // exempt or replication: nothing to count, sample or shape
-	} else if (is_exempt(&p.key)) {
-		// Remember, so the next packets skip the trie.
-		struct conn_entities ng = {.entity = {ENTITY_NOT_GOVERNED, ENTITY_NOT_GOVERNED}};
-		if (bpf_map_update_elem(&conns, &p.key, &ng, BPF_NOEXIST) == 0)
+	} else if (!p.fin_rst) {
+		// First sight of the connection: look the peer up in the exempt
+		// CIDRs once and remember the answer, so later packets skip the trie.
+		// The agent's bindings overwrite the unknown entry.
+		int exempt_peer = is_exempt(&p.key);
+		__u32 e = exempt_peer ? ENTITY_NOT_GOVERNED : ENTITY_UNKNOWN;
+		struct conn_entities first = {.entity = {e, e}};
+		if (bpf_map_update_elem(&conns, &p.key, &first, BPF_NOEXIST) == 0 && exempt_peer)
 			stat_inc(STAT_EXEMPT);
-		return PASS;
+		if (exempt_peer)
+			return PASS;
 	}
 
 	if (dir == DIR_PRODUCE) {

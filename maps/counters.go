@@ -119,12 +119,12 @@ func (d *Datapath) ResetCounters(entities []uint32) error {
 
 // Stats are the data path's own counters.
 type Stats struct {
-	Samples, Fragments    uint64 // sample first fragments and continuations sent
-	BudgetDrops           uint64 // request starts not sampled: the connection's budget was spent
-	RingBufferDrops       uint64 // fragments lost to a full ring buffer
-	Desyncs, Resyncs      uint64 // request tracking lost and found again
-	ExemptConnections     uint64 // connections marked exempt
-	FailOpenPackets       uint64 // governed segments passed because the heartbeat was stale
+	Samples, Fragments uint64 // sample first fragments and continuations sent
+	BudgetDrops        uint64 // request starts not sampled: the connection's budget was spent
+	RingBufferDrops    uint64 // fragments lost to a full ring buffer
+	Desyncs, Resyncs   uint64 // request tracking lost and found again
+	ExemptConnections  uint64 // connections marked exempt
+	FailOpenPackets    uint64 // governed segments passed because the heartbeat was stale
 }
 
 // Stats sums the data path's statistics over CPUs.

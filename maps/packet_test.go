@@ -69,3 +69,5 @@ type skbContext struct {
 	Priority uint32
 	_        [39]uint32 // ingress_ifindex .. hwtstamp
 }
+
+func netipPort(a netip.Addr, p uint16) netip.AddrPort { return netip.AddrPortFrom(a, p) }
