@@ -34,8 +34,25 @@ deps: ## install the Debian packages and Go modules the tests need (root)
 	fi
 	$(GO) mod download
 
+BPF_CFLAGS := -O2 -g -Wall -Werror
+GENERATED  := maps/sluice_bpfel.go maps/sluice_bpfel.o
+
+.PHONY: generate
+generate: ## compile bpf/ with clang-19 and regenerate the Go bindings (committed)
+	cd maps && BPF_CLANG=$(CLANG) BPF_CFLAGS="$(BPF_CFLAGS)" $(GO) generate ./
+
+.PHONY: check-generated
+check-generated: ## fail when the committed BPF objects or bindings are stale
+	@tmp=$$(mktemp -d); cp $(GENERATED) $$tmp/; \
+	$(MAKE) --no-print-directory generate >/dev/null || { cp $$tmp/* maps/; rm -rf $$tmp; exit 1; }; \
+	stale=""; for f in $(GENERATED); do cmp -s $$f $$tmp/$$(basename $$f) || stale="$$stale $$f"; done; \
+	cp $$tmp/* maps/; rm -rf $$tmp; \
+	if [ -n "$$stale" ]; then echo "stale generated files:$$stale (run make generate and commit)" >&2; exit 1; fi; \
+	echo "generated BPF output is up to date"
+
 .PHONY: test
-test: deps vet ## run every test (unit, fuzz seeds, BPF, namespaces); needs root
+test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespaces); needs root
+	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: the BPF, namespace and qdisc tests must run, not skip" >&2; exit 1; fi
 	$(GO) test -race -count=1 $(PKGS)
 
 .PHONY: vet
@@ -43,7 +60,7 @@ vet: ## go vet and gofmt
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
-BENCH_PKGS := ./allocator/ ./agent/learner/
+BENCH_PKGS := ./allocator/ ./agent/learner/ ./maps/
 
 .PHONY: bench
 bench: ## benchmarks, -count 5 (read medians)

@@ -149,7 +149,8 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		pinPath := opts.PinDir
 		if _, err := os.Stat(opts.PinDir); errors.Is(err, os.ErrNotExist) {
-			tmp = fmt.Sprintf("%s.tmp-%d", opts.PinDir, os.Getpid())
+			// bpffs refuses names with a dot.
+			tmp = fmt.Sprintf("%s-tmp-%d", opts.PinDir, os.Getpid())
 			if err := os.Mkdir(tmp, 0o700); err != nil {
 				return nil, fmt.Errorf("create pin directory: %w", err)
 			}

@@ -1,0 +1,268 @@
+// Package attach puts the data path's TC programs on an interface and takes
+// them off again, leaving the device as it found it. TCX links are
+// preferred; on kernels without TCX a netlink clsact qdisc with cls_bpf
+// filters (direct action) is used. Only what sluice created is ever
+// removed: its own links, its own named filters, and a clsact qdisc only if
+// sluice added it and nothing else uses it.
+package attach
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Mode chooses the attach mechanism.
+type Mode int
+
+const (
+	// Auto uses TCX where the kernel has it, else Legacy.
+	Auto Mode = iota
+	// TCX attaches BPF links (Linux 6.6+).
+	TCX
+	// Legacy attaches cls_bpf filters under a clsact qdisc.
+	Legacy
+)
+
+func (m Mode) String() string {
+	switch m {
+	case TCX:
+		return "tcx"
+	case Legacy:
+		return "clsact"
+	default:
+		return "auto"
+	}
+}
+
+// Filter names identify sluice's legacy filters, so detaching removes
+// exactly those.
+const (
+	ingressFilterName = "sluice_ingress"
+	egressFilterName  = "sluice_egress"
+	// filterPriority is high enough to run before most other filters; other
+	// filters at other priorities keep running after ours (we return
+	// TC_ACT_UNSPEC).
+	filterPriority = 1
+)
+
+// Attachment is the programs on one interface.
+type Attachment struct {
+	Interface string
+	Index     int
+	Mode      Mode
+	links     []link.Link // TCX
+	// legacy state
+	filters        []*netlink.BpfFilter
+	createdClsact  bool
+	ingress, egress *ebpf.Program
+}
+
+// Attach puts ingress and egress on the interface with the given index.
+// On failure nothing is left attached.
+func Attach(ifindex int, ingress, egress *ebpf.Program, mode Mode) (*Attachment, error) {
+	iface, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("find interface %d: %w", ifindex, err)
+	}
+	a := &Attachment{Interface: iface.Attrs().Name, Index: ifindex, ingress: ingress, egress: egress}
+	if mode == Auto || mode == TCX {
+		err := a.attachTCX()
+		if err == nil {
+			a.Mode = TCX
+			return a, nil
+		}
+		if mode == TCX || !errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, err
+		}
+	}
+	if err := a.attachLegacy(iface); err != nil {
+		return nil, err
+	}
+	a.Mode = Legacy
+	return a, nil
+}
+
+func (a *Attachment) attachTCX() error {
+	for _, p := range []struct {
+		prog *ebpf.Program
+		typ  ebpf.AttachType
+		name string
+	}{{a.ingress, ebpf.AttachTCXIngress, "ingress"}, {a.egress, ebpf.AttachTCXEgress, "egress"}} {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: a.Index, Program: p.prog, Attach: p.typ})
+		if err != nil {
+			a.closeLinks()
+			return fmt.Errorf("attach tcx %s on %s: %w", p.name, a.Interface, err)
+		}
+		a.links = append(a.links, l)
+	}
+	return nil
+}
+
+func (a *Attachment) closeLinks() {
+	for _, l := range a.links {
+		l.Close()
+	}
+	a.links = nil
+}
+
+func (a *Attachment) attachLegacy(iface netlink.Link) error {
+	qdiscs, err := netlink.QdiscList(iface)
+	if err != nil {
+		return fmt.Errorf("list qdiscs of %s: %w", a.Interface, err)
+	}
+	haveClsact := false
+	for _, q := range qdiscs {
+		if q.Type() == "clsact" {
+			haveClsact = true
+		}
+	}
+	if !haveClsact {
+		clsact := &netlink.GenericQdisc{
+			QdiscAttrs: netlink.QdiscAttrs{LinkIndex: a.Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+			QdiscType:  "clsact",
+		}
+		if err := netlink.QdiscAdd(clsact); err != nil {
+			return fmt.Errorf("add clsact qdisc on %s: %w", a.Interface, err)
+		}
+		a.createdClsact = true
+	}
+	for _, f := range []struct {
+		prog   *ebpf.Program
+		parent uint32
+		name   string
+	}{{a.ingress, netlink.HANDLE_MIN_INGRESS, ingressFilterName}, {a.egress, netlink.HANDLE_MIN_EGRESS, egressFilterName}} {
+		filter := &netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{
+				LinkIndex: a.Index,
+				Parent:    f.parent,
+				Handle:    netlink.MakeHandle(0, 1),
+				Protocol:  unix.ETH_P_ALL,
+				Priority:  filterPriority,
+			},
+			Fd:           f.prog.FD(),
+			Name:         f.name,
+			DirectAction: true,
+		}
+		if err := netlink.FilterReplace(filter); err != nil {
+			a.detachLegacy()
+			return fmt.Errorf("add %s filter on %s: %w", f.name, a.Interface, err)
+		}
+		a.filters = append(a.filters, filter)
+	}
+	return nil
+}
+
+// Detach takes the programs off, restoring the device: TCX links are
+// closed; legacy filters named by sluice are deleted, and the clsact qdisc
+// too if sluice created it and no other filter remains under it.
+func (a *Attachment) Detach() error {
+	if a.Mode == TCX {
+		var errs []error
+		for _, l := range a.links {
+			if err := l.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			errs = append(errs, l.Close())
+		}
+		a.links = nil
+		return errors.Join(errs...)
+	}
+	return a.detachLegacy()
+}
+
+func (a *Attachment) detachLegacy() error {
+	var errs []error
+	for _, f := range a.filters {
+		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("delete %s filter on %s: %w", f.Name, a.Interface, err))
+		}
+	}
+	a.filters = nil
+	if a.createdClsact {
+		iface, err := netlink.LinkByIndex(a.Index)
+		if err == nil && !hasFilters(iface) {
+			clsact := &netlink.GenericQdisc{
+				QdiscAttrs: netlink.QdiscAttrs{LinkIndex: a.Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+				QdiscType:  "clsact",
+			}
+			if err := netlink.QdiscDel(clsact); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+				errs = append(errs, fmt.Errorf("delete clsact qdisc on %s: %w", a.Interface, err))
+			}
+		}
+		a.createdClsact = false
+	}
+	return errors.Join(errs...)
+}
+
+func hasFilters(iface netlink.Link) bool {
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		if fs, err := netlink.FilterList(iface, parent); err == nil && len(fs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Pin pins the TCX links under dir so they outlive the agent (an agent
+// exiting with keep_attached_on_exit); Adopt takes them back. Legacy
+// filters outlive the process by themselves.
+func (a *Attachment) Pin(dir string) error {
+	if a.Mode != TCX {
+		return nil
+	}
+	for i, l := range a.links {
+		if err := l.Pin(filepath.Join(dir, linkPinName(a.Index, i))); err != nil {
+			return fmt.Errorf("pin link on %s: %w", a.Interface, err)
+		}
+	}
+	return nil
+}
+
+// Release forgets the attachment without detaching it (after Pin, or for
+// legacy filters): the programs stay on the device.
+func (a *Attachment) Release() {
+	for _, l := range a.links {
+		l.Close() // a pinned link stays attached
+	}
+	a.links = nil
+	a.filters = nil
+	a.createdClsact = false
+}
+
+// Adopt re-opens pinned TCX links left on an interface by an earlier agent
+// and updates them to run the given programs.
+func Adopt(dir string, ifindex int, ingress, egress *ebpf.Program) (*Attachment, error) {
+	iface, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("find interface %d: %w", ifindex, err)
+	}
+	a := &Attachment{Interface: iface.Attrs().Name, Index: ifindex, Mode: TCX, ingress: ingress, egress: egress}
+	for i, prog := range []*ebpf.Program{ingress, egress} {
+		l, err := link.LoadPinnedLink(filepath.Join(dir, linkPinName(ifindex, i)), nil)
+		if err != nil {
+			a.closeLinks()
+			return nil, fmt.Errorf("adopt pinned link on %s: %w", a.Interface, err)
+		}
+		a.links = append(a.links, l)
+		if err := l.Update(prog); err != nil {
+			a.closeLinks()
+			return nil, fmt.Errorf("update adopted link on %s: %w", a.Interface, err)
+		}
+	}
+	return a, nil
+}
+
+func linkPinName(ifindex, i int) string {
+	dir := "ingress"
+	if i == 1 {
+		dir = "egress"
+	}
+	return fmt.Sprintf("link_%d_%s", ifindex, dir)
+}

@@ -1,0 +1,123 @@
+package attach
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluice-dev/sluice/test/netns"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("attaching TC programs needs root (CI runs make test as root)")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func passProgram(t *testing.T) *ebpf.Program {
+	t.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SchedCLS,
+		License:      "MIT",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// tcState is what `tc` shows of a device: qdiscs and both hooks' filters.
+func tcState(t *testing.T, ns *netns.NS, dev string) string {
+	t.Helper()
+	var out strings.Builder
+	for _, args := range [][]string{{"qdisc", "show", "dev", dev}, {"filter", "show", "dev", dev, "ingress"}, {"filter", "show", "dev", dev, "egress"}} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, "tc"}, args...)...)
+		b, err := cmd.CombinedOutput()
+		if err != nil && !strings.Contains(string(b), "Cannot find specified qdisc") && !strings.Contains(string(b), "Invalid argument") {
+			t.Fatalf("tc %v: %v: %s", args, err, b)
+		}
+		out.WriteString(strings.Join(args, " ") + ":\n" + string(b))
+	}
+	return out.String()
+}
+
+func TestDetachRestoresDevice(t *testing.T) {
+	requireRoot(t)
+	for _, mode := range []Mode{TCX, Legacy} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pair := netns.NewPair(t)
+			prog := passProgram(t)
+			idx, err := pair.Broker.Index(pair.BrokerDev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := tcState(t, pair.Broker, pair.BrokerDev)
+			var a *Attachment
+			if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, mode); return err }); err != nil {
+				t.Fatal(err)
+			}
+			if a.Mode != mode {
+				t.Fatalf("attached with %v, want %v", a.Mode, mode)
+			}
+			during := tcState(t, pair.Broker, pair.BrokerDev)
+			if mode == Legacy && (!strings.Contains(during, "clsact") || !strings.Contains(during, "sluice_ingress") || !strings.Contains(during, "sluice_egress")) {
+				t.Errorf("legacy attach not visible in tc:\n%s", during)
+			}
+			if err := pair.Broker.Do(a.Detach); err != nil {
+				t.Fatal(err)
+			}
+			if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+				t.Errorf("device not restored.\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+}
+
+// A clsact qdisc and a filter that someone else put on the device survive
+// sluice attaching and detaching.
+func TestDetachKeepsForeignQdiscsAndFilters(t *testing.T) {
+	requireRoot(t)
+	pair := netns.NewPair(t)
+	prog := passProgram(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	foreign := &netlink.BpfFilter{
+		FilterAttrs:  netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 7},
+		Fd:           prog.FD(),
+		Name:         "someone_elses",
+		DirectAction: true,
+	}
+	err := pair.Broker.Do(func() error {
+		if err := netlink.QdiscAdd(&netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}); err != nil {
+			return err
+		}
+		return netlink.FilterAdd(foreign)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	var a *Attachment
+	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, Legacy); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := pair.Broker.Do(a.Detach); err != nil {
+		t.Fatal(err)
+	}
+	after := tcState(t, pair.Broker, pair.BrokerDev)
+	if after != before || !strings.Contains(after, "someone_elses") {
+		t.Errorf("foreign state changed.\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}

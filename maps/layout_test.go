@@ -1,0 +1,11 @@
+package maps
+
+import "unsafe"
+
+func sizeofSample(s sluiceSample) uintptr { return unsafe.Sizeof(s) }
+func offsetofReqSeq() uintptr             { return unsafe.Offsetof(sluiceSample{}.ReqSeq) }
+func offsetofFragOff() uintptr            { return unsafe.Offsetof(sluiceSample{}.FragOff) }
+func offsetofReqLen() uintptr             { return unsafe.Offsetof(sluiceSample{}.ReqLen) }
+func offsetofLen() uintptr                { return unsafe.Offsetof(sluiceSample{}.Len) }
+func offsetofTime() uintptr               { return unsafe.Offsetof(sluiceSample{}.TimeNs) }
+func offsetofData() uintptr               { return unsafe.Offsetof(sluiceSample{}.Data) }

@@ -1,0 +1,108 @@
+package maps
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// bpffs mounts a private bpf filesystem for the test.
+func bpffs(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := MountBPFFS(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, 0) })
+	return dir
+}
+
+func TestPinnedStateSurvivesReload(t *testing.T) {
+	requireRoot(t)
+	opts := testOptions()
+	opts.PinDir = filepath.Join(bpffs(t), "sluice")
+	h := newHarness(t, opts)
+	key := connKey(client4, broker4, 40100)
+	if err := h.d.BindConns([]Binding{{Conn: key, Produce: 9, Fetch: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	h.run(Produce, toBroker(client4, broker4, 40100, 1, flagACK, make([]byte, 321)))
+	// A second agent cannot take the directory while the first holds it.
+	if _, err := Load(opts); !errors.Is(err, ErrPinDirBusy) {
+		t.Errorf("second load while the first holds the pins: %v, want ErrPinDirBusy", err)
+	}
+	h.d.Close()
+
+	// A restarted agent re-adopts bindings, counters and listeners.
+	d2, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if b, ok, err := d2.Binding(key); err != nil || !ok || b.Produce != 9 || b.Fetch != 10 {
+		t.Errorf("binding after reload: %+v %v %v", b, ok, err)
+	}
+	if c, err := d2.EntityCounters(Produce, 9); err != nil || c.Bytes != 321 {
+		t.Errorf("counters after reload: %+v %v", c, err)
+	}
+	if !d2.listenerPorts[brokerPort] {
+		t.Errorf("listeners after reload: %v", d2.listenerPorts)
+	}
+	d2.Close()
+
+	// A data path of another size refuses the pins, naming the problem.
+	other := opts
+	other.MaxConnections *= 2
+	if _, err := Load(other); !errors.Is(err, ErrIncompatiblePins) {
+		t.Errorf("incompatible reload: %v, want ErrIncompatiblePins", err)
+	}
+	if err := Unpin(opts.PinDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(opts.PinDir); !os.IsNotExist(err) {
+		t.Errorf("pins left after unpin: %v", err)
+	}
+	d3, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.Close()
+	if _, ok, _ := d3.Binding(key); ok {
+		t.Error("binding survived unpin")
+	}
+	if matches, _ := filepath.Glob(opts.PinDir + "-tmp-*"); len(matches) != 0 {
+		t.Errorf("temporary pin directories left: %v", matches)
+	}
+}
+
+func TestPinDirMustBeBPFFS(t *testing.T) {
+	requireRoot(t)
+	opts := testOptions()
+	opts.PinDir = filepath.Join(t.TempDir(), "sluice")
+	if _, err := Load(opts); err == nil {
+		t.Fatal("pinning outside a bpf filesystem was accepted")
+	}
+}
+
+func TestSampleLayoutMatchesGenerated(t *testing.T) {
+	var s sluiceSample
+	if got := int(sizeofSample(s)); got != sampleSize {
+		t.Fatalf("struct sample is %d bytes, the decoder assumes %d", got, sampleSize)
+	}
+	offsets := map[string][2]uintptr{
+		"req_seq":  {offsetofReqSeq(), sampleOffReqSeq},
+		"frag_off": {offsetofFragOff(), sampleOffFragOff},
+		"req_len":  {offsetofReqLen(), sampleOffReqLen},
+		"len":      {offsetofLen(), sampleOffLen},
+		"time_ns":  {offsetofTime(), sampleOffTime},
+		"data":     {offsetofData(), sampleOffData},
+	}
+	for name, o := range offsets {
+		if o[0] != o[1] {
+			t.Errorf("%s at %d, the decoder reads %d", name, o[0], o[1])
+		}
+	}
+}
