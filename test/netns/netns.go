@@ -164,17 +164,52 @@ type Pair struct {
 // NewPair builds a Pair for a test and removes it at cleanup.
 func NewPair(t testing.TB) *Pair {
 	t.Helper()
+	p, err := CreatePair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Delete(); err != nil {
+			t.Errorf("delete namespaces: %v", err)
+		}
+	})
+	return p
+}
+
+// CreatePair builds a Pair; the caller must Delete it.
+func CreatePair() (*Pair, error) {
 	sfx := Suffix()
 	p := &Pair{
-		Broker:    New(t, "b-"+sfx),
-		Client:    New(t, "c-"+sfx),
 		BrokerDev: "slb" + sfx,
 		ClientDev: "slc" + sfx,
 		BrokerIP:  netip.MustParseAddr("198.18.0.1"),
 		ClientIP:  netip.MustParseAddr("198.18.0.2"),
 	}
-	if err := Veth(p.Broker, p.BrokerDev, netip.PrefixFrom(p.BrokerIP, 24), p.Client, p.ClientDev, netip.PrefixFrom(p.ClientIP, 24)); err != nil {
-		t.Fatal(err)
+	var err error
+	if p.Broker, err = Create(Prefix + "b-" + sfx); err != nil {
+		return nil, err
 	}
-	return p
+	if p.Client, err = Create(Prefix + "c-" + sfx); err != nil {
+		p.Broker.Delete()
+		return nil, err
+	}
+	if err := Veth(p.Broker, p.BrokerDev, netip.PrefixFrom(p.BrokerIP, 24), p.Client, p.ClientDev, netip.PrefixFrom(p.ClientIP, 24)); err != nil {
+		p.Delete()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Delete removes both namespaces (and so the veth pair).
+func (p *Pair) Delete() error {
+	var first error
+	for _, ns := range []*NS{p.Client, p.Broker} {
+		if ns == nil {
+			continue
+		}
+		if err := ns.Delete(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -1,0 +1,374 @@
+package shaper
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// The HTB backend. Egress (fetch): an HTB root qdisc on the device with a
+// class per shaped entity, chosen by the data path through skb->priority
+// (HTB picks the class straight from the priority when its major number is
+// the qdisc's handle, so no tc filter is needed). Ingress (produce): the
+// data path redirects governed segments to an IFB device carrying the same
+// kind of tree; the IFB re-injects them into the receive path. Everything
+// not classified takes HTB's direct queue: never shaped.
+//
+// Each entity class has rate = ceil = its dynamic limit (converted to
+// wire bytes) and a bfifo leaf sized from the rate and the delay bound.
+//
+// What survives an agent restart: the data path's pinned maps
+// (connection attribution, classes) and, with keep_attached_on_exit, the
+// trees and the IFB. A restarted agent recognises its own trees (root
+// 1: htb and the IFB it names) and rebuilds them; connections are not reset,
+// and at most the packets queued at that moment are dropped and resent.
+
+const (
+	rootMajor = 1
+	// minors 1..0xfffe; 0 and 0xffff are reserved by tc
+	firstMinor = 2
+	lastMinor  = 0xfffe
+	// classQuantum is the bytes a class may send per round: a GSO segment.
+	classQuantum = 64 << 10
+	// directQueue bounds HTB's unshaped direct queue (packets).
+	directQueue = 10000
+	// minWireRate keeps HTB's arithmetic sane for rates near zero.
+	minWireRate = 1024
+)
+
+// ErrForeignRootQdisc: the device's root qdisc was configured by someone
+// else; sluice never replaces it.
+var ErrForeignRootQdisc = errors.New("device has a root qdisc sluice did not create")
+
+// IFBName is the ingress device sluice creates for an interface.
+func IFBName(ifindex int) string { return fmt.Sprintf("slifb%d", ifindex) }
+
+// HTB is the htb backend for one interface.
+type HTB struct {
+	classes ClassWriter
+	delay   time.Duration
+	trees   [2]*htbTree // indexed by maps.Direction
+	ifb     netlink.Link
+	// in runs netlink work in the interface's network namespace (netlink
+	// acts in the calling thread's namespace).
+	in func(func() error) error
+}
+
+// InCurrentNamespace runs fn as is: for an agent in the host namespace.
+func InCurrentNamespace(fn func() error) error { return fn() }
+
+var _ Shaper = (*HTB)(nil)
+
+type htbTree struct {
+	link    netlink.Link
+	entity  map[uint32]*htbClass
+	free    []uint16
+	next    uint16
+	removed bool
+}
+
+type htbClass struct {
+	minor      uint16
+	wire       float64 // wire bytes/s set
+	queue      uint32  // leaf limit set
+	drops      uint32
+	overlimits uint32
+}
+
+// NewHTB builds the egress tree on the interface and the ingress tree on
+// a new IFB device. delay bounds each entity's queueing delay. On failure
+// nothing is left behind.
+func NewHTB(ifindex int, classes ClassWriter, delay time.Duration, in func(func() error) error) (*HTB, error) {
+	if in == nil {
+		in = InCurrentNamespace
+	}
+	var h *HTB
+	err := in(func() (err error) {
+		h, err = newHTB(ifindex, classes, delay)
+		return err
+	})
+	if h != nil {
+		h.in = in
+	}
+	return h, err
+}
+
+func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error) {
+	dev, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return nil, fmt.Errorf("htb: find interface %d: %w", ifindex, err)
+	}
+	if err := checkRootQdisc(dev, ifindex); err != nil {
+		return nil, err
+	}
+	h := &HTB{classes: classes, delay: delay, in: InCurrentNamespace}
+	// A tree left by an earlier sluice agent (keep_attached_on_exit) is
+	// rebuilt from scratch.
+	if old, err := netlink.LinkByName(IFBName(ifindex)); err == nil {
+		netlink.LinkDel(old)
+		deleteRoot(dev)
+	}
+	egress, err := newTree(dev)
+	if err != nil {
+		return nil, fmt.Errorf("htb on %s: %w", dev.Attrs().Name, err)
+	}
+	h.trees[maps.Fetch] = egress
+	ifb := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: IFBName(ifindex), TxQLen: 1000}}
+	if err := netlink.LinkAdd(ifb); err != nil {
+		h.close()
+		return nil, fmt.Errorf("htb: create %s: %w", ifb.Name, err)
+	}
+	link, err := netlink.LinkByName(ifb.Name)
+	if err != nil {
+		h.close()
+		return nil, fmt.Errorf("htb: find %s: %w", ifb.Name, err)
+	}
+	h.ifb = link
+	if err := netlink.LinkSetUp(link); err != nil {
+		h.close()
+		return nil, fmt.Errorf("htb: bring up %s: %w", ifb.Name, err)
+	}
+	ingress, err := newTree(link)
+	if err != nil {
+		h.close()
+		return nil, fmt.Errorf("htb on %s: %w", ifb.Name, err)
+	}
+	h.trees[maps.Produce] = ingress
+	return h, nil
+}
+
+// IFBIndex is the ingress redirect target the data path needs.
+func (h *HTB) IFBIndex() int { return h.ifb.Attrs().Index }
+
+// Kind implements Shaper.
+func (h *HTB) Kind() string { return "htb" }
+
+// checkRootQdisc allows only the kernel's default root (handle 0:, which
+// deleting our root restores) or a tree sluice left itself.
+func checkRootQdisc(dev netlink.Link, ifindex int) error {
+	qdiscs, err := netlink.QdiscList(dev)
+	if err != nil {
+		return fmt.Errorf("htb: list qdiscs of %s: %w", dev.Attrs().Name, err)
+	}
+	for _, q := range qdiscs {
+		a := q.Attrs()
+		if a.Parent != netlink.HANDLE_ROOT || a.Handle == 0 {
+			continue
+		}
+		if _, err := netlink.LinkByName(IFBName(ifindex)); err == nil && q.Type() == "htb" && a.Handle == netlink.MakeHandle(rootMajor, 0) {
+			return nil // ours, from an earlier agent
+		}
+		return fmt.Errorf("%w: %s root is %s %x:; remove it or run with shaper: shadow", ErrForeignRootQdisc, dev.Attrs().Name, q.Type(), a.Handle>>16)
+	}
+	return nil
+}
+
+func newTree(link netlink.Link) (*htbTree, error) {
+	qlen := uint32(directQueue)
+	root := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(rootMajor, 0), Parent: netlink.HANDLE_ROOT})
+	root.Defcls = 0 // unclassified traffic: HTB's direct queue, never shaped
+	root.DirectQlen = &qlen
+	if err := netlink.QdiscReplace(root); err != nil {
+		return nil, fmt.Errorf("add root htb: %w", err)
+	}
+	return &htbTree{link: link, entity: map[uint32]*htbClass{}, next: firstMinor}, nil
+}
+
+func deleteRoot(link netlink.Link) error {
+	root := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(rootMajor, 0), Parent: netlink.HANDLE_ROOT})
+	if err := netlink.QdiscDel(root); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	return nil
+}
+
+// SetRates implements Shaper.
+func (h *HTB) SetRates(dir maps.Direction, rates []Rate) error {
+	return h.in(func() error { return h.setRates(dir, rates) })
+}
+
+func (h *HTB) setRates(dir maps.Direction, rates []Rate) error {
+	t := h.trees[dir]
+	var errs []error
+	for _, r := range rates {
+		if math.IsInf(r.BytesPerSecond, 1) {
+			errs = append(errs, h.remove(dir, r.Entity))
+			continue
+		}
+		wire := math.Max(wireRate(r.BytesPerSecond), minWireRate)
+		c := t.entity[r.Entity]
+		if c == nil {
+			var err error
+			if c, err = h.addClass(dir, t, r.Entity, wire); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if c.wire == wire {
+			continue
+		}
+		if err := netlink.ClassChange(t.htbClass(c.minor, wire)); err != nil {
+			errs = append(errs, fmt.Errorf("htb: set rate of entity %d: %w", r.Entity, err))
+			continue
+		}
+		c.wire = wire
+		// Keep the queue bound to the delay bound as the rate moves.
+		if q := queueBytes(wire, h.delay); q > c.queue*5/4 || q < c.queue*4/5 {
+			if err := t.leaf(c.minor, q).replace(); err != nil {
+				errs = append(errs, fmt.Errorf("htb: resize queue of entity %d: %w", r.Entity, err))
+				continue
+			}
+			c.queue = q
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (h *HTB) addClass(dir maps.Direction, t *htbTree, entity uint32, wire float64) (*htbClass, error) {
+	var minor uint16
+	if n := len(t.free); n > 0 {
+		minor, t.free = t.free[n-1], t.free[:n-1]
+	} else {
+		if t.next > lastMinor {
+			return nil, fmt.Errorf("htb: no class left for entity %d (%d in use)", entity, len(t.entity))
+		}
+		minor = t.next
+		t.next++
+	}
+	c := &htbClass{minor: minor, wire: wire, queue: queueBytes(wire, h.delay)}
+	if err := netlink.ClassReplace(t.htbClass(minor, wire)); err != nil {
+		t.free = append(t.free, minor)
+		return nil, fmt.Errorf("htb: add class for entity %d: %w", entity, err)
+	}
+	if err := t.leaf(minor, c.queue).replace(); err != nil {
+		netlink.ClassDel(t.htbClass(minor, wire))
+		t.free = append(t.free, minor)
+		return nil, fmt.Errorf("htb: add queue for entity %d: %w", entity, err)
+	}
+	if err := h.classes.SetClass(dir, entity, netlink.MakeHandle(rootMajor, minor)); err != nil {
+		netlink.ClassDel(t.htbClass(minor, wire))
+		t.free = append(t.free, minor)
+		return nil, err
+	}
+	t.entity[entity] = c
+	return c, nil
+}
+
+// htbClass describes class 1:minor at a wire rate. The burst covers 10 ms
+// at the rate and at least two GSO segments, so large segments do not
+// stall the class.
+func (t *htbTree) htbClass(minor uint16, wire float64) *netlink.HtbClass {
+	burst := uint32(math.Max(wire*0.01, 2*64<<10))
+	bits := uint64(wire * 8)
+	c := netlink.NewHtbClass(netlink.ClassAttrs{
+		LinkIndex: t.link.Attrs().Index,
+		Parent:    netlink.MakeHandle(rootMajor, 0),
+		Handle:    netlink.MakeHandle(rootMajor, minor),
+	}, netlink.HtbClassAttrs{Rate: bits, Ceil: bits, Buffer: burst, Cbuffer: burst, Quantum: classQuantum})
+	return c
+}
+
+func (t *htbTree) leaf(minor uint16, limit uint32) bfifo {
+	return bfifo{ifindex: t.link.Attrs().Index, handle: netlink.MakeHandle(minor, 0), parent: netlink.MakeHandle(rootMajor, minor), limit: limit}
+}
+
+// Remove implements Shaper.
+func (h *HTB) Remove(dir maps.Direction, entity uint32) error {
+	return h.in(func() error { return h.remove(dir, entity) })
+}
+
+func (h *HTB) remove(dir maps.Direction, entity uint32) error {
+	t := h.trees[dir]
+	c := t.entity[entity]
+	if c == nil {
+		return nil
+	}
+	// Unclassify first, so no packet is steered to a class that is going.
+	if err := h.classes.SetClass(dir, entity, 0); err != nil {
+		return err
+	}
+	delete(t.entity, entity)
+	if err := netlink.ClassDel(t.htbClass(c.minor, c.wire)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("htb: remove class of entity %d: %w", entity, err)
+	}
+	t.free = append(t.free, c.minor)
+	return nil
+}
+
+// Held implements Shaper from the classes' statistics: queued bytes now,
+// and drops and overlimit events since the last call.
+func (h *HTB) Held(dir maps.Direction) (out []Held, err error) {
+	err = h.in(func() error { out, err = h.held(dir); return err })
+	return out, err
+}
+
+func (h *HTB) held(dir maps.Direction) ([]Held, error) {
+	t := h.trees[dir]
+	list, err := netlink.ClassList(t.link, netlink.MakeHandle(rootMajor, 0))
+	if err != nil {
+		return nil, fmt.Errorf("htb: read class statistics: %w", err)
+	}
+	byMinor := map[uint16]*netlink.ClassStatistics{}
+	for _, cl := range list {
+		a := cl.Attrs()
+		if a.Handle>>16 == rootMajor && a.Statistics != nil {
+			byMinor[uint16(a.Handle&0xffff)] = a.Statistics
+		}
+	}
+	out := make([]Held, 0, len(t.entity))
+	for entity, c := range t.entity {
+		st := byMinor[c.minor]
+		if st == nil || st.Queue == nil {
+			continue
+		}
+		q := st.Queue
+		held := Held{Entity: entity, Backlog: uint64(q.Backlog), Dropped: uint64(q.Drops - c.drops)}
+		overlimits := q.Overlimits - c.overlimits
+		c.drops, c.overlimits = q.Drops, q.Overlimits
+		held.Throttled = q.Backlog > 0 || overlimits > 0 || held.Dropped > 0
+		if c.wire > 0 {
+			held.Delay = time.Duration(float64(q.Backlog) / c.wire * float64(time.Second))
+		}
+		out = append(out, held)
+	}
+	return out, nil
+}
+
+// Close implements Shaper: classes are unset in the data path, the root
+// qdisc sluice added is deleted (the kernel restores its default), and the
+// IFB is removed.
+func (h *HTB) Close() error {
+	return h.in(h.close)
+}
+
+func (h *HTB) close() error {
+	var errs []error
+	for dir, t := range h.trees {
+		if t == nil {
+			continue
+		}
+		for entity := range t.entity {
+			errs = append(errs, h.classes.SetClass(maps.Direction(dir), entity, 0))
+		}
+		t.entity = map[uint32]*htbClass{}
+	}
+	if t := h.trees[maps.Fetch]; t != nil {
+		if err := deleteRoot(t.link); err != nil {
+			errs = append(errs, fmt.Errorf("htb: delete root qdisc of %s: %w", t.link.Attrs().Name, err))
+		}
+	}
+	if h.ifb != nil {
+		if err := netlink.LinkDel(h.ifb); err != nil {
+			errs = append(errs, fmt.Errorf("htb: delete %s: %w", h.ifb.Attrs().Name, err))
+		}
+		h.ifb = nil
+	}
+	h.trees = [2]*htbTree{}
+	return errors.Join(errs...)
+}

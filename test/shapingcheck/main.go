@@ -1,0 +1,537 @@
+// Command shapingcheck measures how well sluice's shapers hold real TCP
+// flows to a rate, in network namespaces joined by a veth pair
+// (198.18.0.0/24), with iperf3 as the load. It writes shaping-results.json
+// and exits non-zero if a gated case fails.
+//
+// Cases: htb egress (fetch) and ingress (produce), 1 and 8 greedy flows, at
+// 5, 20 and 80 MB/s; two entities at 10 and 30 MB/s at once; a step
+// 40 → 10 → 40 MB/s. Recorded, not gated: ungoverned and governed-unshaped
+// throughput with the data path attached versus not (paired runs).
+//
+// Run as root: go run ./test/shapingcheck -out shaping-results.json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"math"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/sluice-dev/sluice/agent/attach"
+	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/maps"
+	"github.com/sluice-dev/sluice/test/netns"
+)
+
+// Case is one measured case in shaping-results.json.
+type Case struct {
+	Name            string         `json:"name"`
+	RateBps         float64        `json:"rate_bps"`
+	GoodputBps      float64        `json:"goodput_bps"`
+	RetransmitRatio float64        `json:"retransmit_ratio"`
+	Pass            bool           `json:"pass"`
+	Gated           bool           `json:"gated"`
+	Detail          map[string]any `json:"detail,omitempty"`
+}
+
+// Results is shaping-results.json.
+type Results struct {
+	Cases []Case `json:"cases"`
+}
+
+const (
+	mb          = 1_000_000
+	governed    = 9092
+	governed2   = 9094
+	ungoverned  = 9093
+	caseSeconds = 10
+	omitSeconds = 2 // iperf3 -O: the first seconds are not counted (slow start)
+)
+
+func main() {
+	out := flag.String("out", "shaping-results.json", "results file")
+	only := flag.String("only", "", "run only cases whose name contains this")
+	pairs := flag.Int("pairs", 5, "paired runs for the throughput comparison")
+	flag.Parse()
+	if err := run(*out, *only, *pairs); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type env struct {
+	pair   *netns.Pair
+	d      *maps.Datapath
+	att    *attach.Attachment
+	htb    *shaper.HTB
+	ifidx  int
+	server []*exec.Cmd
+}
+
+func run(outFile, only string, pairs int) error {
+	if os.Geteuid() != 0 {
+		return errors.New("shapingcheck needs root: it builds namespaces, qdiscs and BPF programs")
+	}
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		return errors.New("iperf3 is not installed (make deps installs it)")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return err
+	}
+	e, err := setup()
+	if err != nil {
+		return err
+	}
+	defer e.teardown()
+
+	var res Results
+	record := func(c Case) {
+		verdict := "PASS"
+		if !c.Pass {
+			verdict = "FAIL"
+		}
+		if !c.Gated {
+			verdict += " (recorded, not gated)"
+		}
+		log.Printf("%-32s rate %6.1f MB/s goodput %7.2f MB/s retrans %.5f %s", c.Name, c.RateBps/mb, c.GoodputBps/mb, c.RetransmitRatio, verdict)
+		res.Cases = append(res.Cases, c)
+	}
+	want := func(name string) bool { return only == "" || strings.Contains(name, only) }
+
+	for _, dir := range []maps.Direction{maps.Fetch, maps.Produce} {
+		for _, flows := range []int{1, 8} {
+			for _, rate := range []float64{5 * mb, 20 * mb, 80 * mb} {
+				name := fmt.Sprintf("htb-%s-%dMB-%dflow", hook(dir), int(rate/mb), flows)
+				if want(name) {
+					c, err := e.steady(name, dir, flows, rate)
+					if err != nil {
+						return err
+					}
+					record(c)
+				}
+			}
+		}
+		if name := fmt.Sprintf("htb-%s-two-entities-10-30MB", hook(dir)); want(name) {
+			cs, err := e.twoEntities(name, dir, 10*mb, 30*mb)
+			if err != nil {
+				return err
+			}
+			for _, c := range cs {
+				record(c)
+			}
+		}
+		if name := fmt.Sprintf("htb-%s-step-40-10-40MB", hook(dir)); want(name) {
+			c, err := e.step(name, dir, []float64{40 * mb, 10 * mb, 40 * mb})
+			if err != nil {
+				return err
+			}
+			record(c)
+		}
+	}
+	for _, rate := range []float64{5 * mb, 20 * mb, 80 * mb} {
+		name := fmt.Sprintf("police-ingress-%dMB-1flow", int(rate/mb))
+		if want(name) {
+			record(Case{Name: name, RateBps: rate, Detail: map[string]any{"skipped": "the police backend is not implemented yet"}})
+		}
+	}
+	for _, port := range []int{ungoverned, governed} {
+		name := "throughput-ungoverned-attached-vs-not"
+		if port == governed {
+			name = "throughput-governed-unshaped-attached-vs-not"
+		}
+		if want(name) {
+			c, err := e.paired(name, port, pairs)
+			if err != nil {
+				return err
+			}
+			record(c)
+		}
+	}
+
+	data, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(outFile, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	failed := 0
+	for _, c := range res.Cases {
+		if c.Gated && !c.Pass {
+			failed++
+		}
+	}
+	log.Printf("wrote %s: %d cases, %d gated failures", outFile, len(res.Cases), failed)
+	if failed > 0 {
+		return fmt.Errorf("%d gated shaping cases failed", failed)
+	}
+	return nil
+}
+
+func hook(dir maps.Direction) string {
+	if dir == maps.Fetch {
+		return "egress"
+	}
+	return "ingress"
+}
+
+func setup() (*env, error) {
+	pair, err := netns.CreatePair()
+	if err != nil {
+		return nil, err
+	}
+	e := &env{pair: pair}
+	opts := maps.DefaultOptions()
+	opts.MaxEntities = 1024
+	opts.MaxConnections = 16384
+	if e.d, err = maps.Load(opts); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	if err := e.d.SetListeners([]uint16{governed, governed2}); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	if e.ifidx, err = pair.Broker.Index(pair.BrokerDev); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	if err := e.attach(); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	for _, port := range []int{governed, governed2, ungoverned} {
+		cmd := exec.Command("ip", "netns", "exec", pair.Broker.Name, "iperf3", "-s", "-p", fmt.Sprint(port))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			e.teardown()
+			return nil, err
+		}
+		e.server = append(e.server, cmd)
+	}
+	// Ready when each server accepts a connection.
+	for _, port := range []int{governed, governed2, ungoverned} {
+		if err := waitListening(pair, port); err != nil {
+			e.teardown()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *env) attach() error {
+	var err error
+	if err = e.pair.Broker.Do(func() (err error) {
+		e.att, err = attach.Attach(e.ifidx, e.d.IngressProgram(), e.d.EgressProgram(), attach.Auto)
+		return err
+	}); err != nil {
+		return err
+	}
+	if e.htb, err = shaper.NewHTB(e.ifidx, e.d, 200*time.Millisecond, e.pair.Broker.Do); err != nil {
+		return err
+	}
+	if err := e.d.Heartbeat(maps.MonotonicNow()); err != nil {
+		return err
+	}
+	return e.d.SetSettings(maps.Settings{Shaper: maps.ShaperHTB, IFBIndex: e.htb.IFBIndex(), StaleAfter: time.Hour, SamplesPerSecond: 200})
+}
+
+func (e *env) detach() error {
+	var errs []error
+	if e.htb != nil {
+		errs = append(errs, e.htb.Close())
+		e.htb = nil
+	}
+	if e.att != nil {
+		errs = append(errs, e.pair.Broker.Do(e.att.Detach))
+		e.att = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (e *env) teardown() {
+	for _, s := range e.server {
+		syscall.Kill(-s.Process.Pid, syscall.SIGKILL)
+		s.Wait()
+	}
+	if err := e.detach(); err != nil {
+		log.Printf("detach: %v", err)
+	}
+	if e.d != nil {
+		e.d.Close()
+	}
+	if err := e.pair.Delete(); err != nil {
+		log.Printf("delete namespaces: %v", err)
+	}
+}
+
+func waitListening(pair *netns.Pair, port int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := pair.Client.Dial(fmt.Sprintf("%s:%d", pair.BrokerIP, port))
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("iperf3 server on port %d never listened: %w", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// iperfResult is what the checks read of iperf3's JSON.
+type iperfResult struct {
+	Intervals []struct {
+		Sum struct {
+			Bytes   float64 `json:"bytes"`
+			Seconds float64 `json:"seconds"`
+			Omitted bool    `json:"omitted"`
+		} `json:"sum"`
+	} `json:"intervals"`
+	End struct {
+		SumSent struct {
+			Bytes       float64 `json:"bytes"`
+			Seconds     float64 `json:"seconds"`
+			Retransmits float64 `json:"retransmits"`
+		} `json:"sum_sent"`
+		SumReceived struct {
+			Bytes   float64 `json:"bytes"`
+			Seconds float64 `json:"seconds"`
+		} `json:"sum_received"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+func (r iperfResult) goodput() float64 {
+	if r.End.SumReceived.Seconds == 0 {
+		return 0
+	}
+	return r.End.SumReceived.Bytes / r.End.SumReceived.Seconds
+}
+
+// retransmitRatio is retransmitted segments over segments sent (full-size
+// segments of 1448 payload bytes).
+func (r iperfResult) retransmitRatio() float64 {
+	segments := r.End.SumSent.Bytes / 1448
+	if segments == 0 {
+		return 0
+	}
+	return r.End.SumSent.Retransmits / segments
+}
+
+// iperf runs one client in the client namespace; reverse makes the broker
+// send (egress, fetch).
+func (e *env) iperf(ctx context.Context, port, flows, seconds, omit int, reverse bool, cport int) (iperfResult, error) {
+	args := []string{"netns", "exec", e.pair.Client.Name, "iperf3", "-J", "-c", e.pair.BrokerIP.String(), "-p", fmt.Sprint(port),
+		"-t", fmt.Sprint(seconds), "-O", fmt.Sprint(omit), "-P", fmt.Sprint(flows), "-i", "1"}
+	if reverse {
+		args = append(args, "-R")
+	}
+	if cport != 0 {
+		args = append(args, "--cport", fmt.Sprint(cport))
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+omit+20)*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", args...).Output()
+	var r iperfResult
+	if jerr := json.Unmarshal(out, &r); jerr != nil {
+		return r, fmt.Errorf("iperf3: %v (%v): %s", jerr, err, out)
+	}
+	if r.Error != "" {
+		return r, fmt.Errorf("iperf3: %s", r.Error)
+	}
+	return r, err
+}
+
+func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
+
+// steady shapes the unknown entity (the iperf3 connections are not bound)
+// at rate and measures goodput after slow start.
+func (e *env) steady(name string, dir maps.Direction, flows int, rate float64) (Case, error) {
+	if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rate}}); err != nil {
+		return Case{}, err
+	}
+	defer e.htb.Remove(dir, maps.EntityUnknown)
+	r, err := e.iperf(context.Background(), governed, flows, caseSeconds, omitSeconds, dir == maps.Fetch, 0)
+	if err != nil {
+		return Case{}, fmt.Errorf("%s: %w", name, err)
+	}
+	c := Case{Name: name, RateBps: rate, GoodputBps: r.goodput(), RetransmitRatio: r.retransmitRatio(), Gated: true}
+	c.Pass = within(c.GoodputBps, rate, 0.03) && c.RetransmitRatio <= 0.001
+	c.Detail = map[string]any{"flows": flows, "seconds": caseSeconds, "omitted_seconds": omitSeconds, "retransmits": r.End.SumSent.Retransmits}
+	return c, nil
+}
+
+// twoEntities runs two clients at once, each bound to its own entity by
+// client port as soon as its connections appear.
+func (e *env) twoEntities(name string, dir maps.Direction, rateA, rateB float64) ([]Case, error) {
+	const entityA, entityB = 11, 12
+	const cportA, cportB = 51000, 52000
+	if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: entityA, BytesPerSecond: rateA}, {Entity: entityB, BytesPerSecond: rateB}}); err != nil {
+		return nil, err
+	}
+	defer e.htb.Remove(dir, entityA)
+	defer e.htb.Remove(dir, entityB)
+	ctx, stop := context.WithCancel(context.Background())
+	bound := make(chan struct{})
+	go func() { e.bindByPort(ctx, map[uint16]uint32{cportA: entityA, cportB: entityB}); close(bound) }()
+	var wg sync.WaitGroup
+	results := make([]iperfResult, 2)
+	errs := make([]error, 2)
+	for i, p := range []struct{ port, cport int }{{governed, cportA}, {governed2, cportB}} {
+		wg.Add(1)
+		go func(i, port, cport int) {
+			defer wg.Done()
+			results[i], errs[i] = e.iperf(ctx, port, 1, caseSeconds, omitSeconds+1, dir == maps.Fetch, cport)
+		}(i, p.port, p.cport)
+	}
+	wg.Wait()
+	stop()
+	<-bound
+	var out []Case
+	for i, rate := range []float64{rateA, rateB} {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("%s: %w", name, errs[i])
+		}
+		c := Case{Name: fmt.Sprintf("%s-entity%d", name, i+1), RateBps: rate, GoodputBps: results[i].goodput(), RetransmitRatio: results[i].retransmitRatio(), Gated: true}
+		c.Pass = within(c.GoodputBps, rate, 0.03) && c.RetransmitRatio <= 0.001
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// bindByPort binds the data path's connections whose client port is one of
+// ports to that port's entity, until ctx ends.
+func (e *env) bindByPort(ctx context.Context, ports map[uint16]uint32) {
+	done := map[maps.ConnKey]bool{}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var binds []maps.Binding
+		e.d.EachBinding(func(b maps.Binding) {
+			if ent, ok := ports[b.Conn.Peer.Port()]; ok && !done[b.Conn] {
+				binds = append(binds, maps.Binding{Conn: b.Conn, Produce: ent, Fetch: ent})
+				done[b.Conn] = true
+			}
+		})
+		e.d.BindConns(binds)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// step changes the rate every phase and checks that the 1 s goodput is
+// within 5 % of the new rate 2 s after each change.
+func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, error) {
+	const phase = 6
+	if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rates[0]}}); err != nil {
+		return Case{}, err
+	}
+	defer e.htb.Remove(dir, maps.EntityUnknown)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	start := make(chan time.Time, 1)
+	var changeErr error
+	go func() {
+		t0 := <-start
+		for i, r := range rates[1:] {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(t0.Add(time.Duration((i+1)*phase) * time.Second))):
+			}
+			if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: r}}); err != nil {
+				changeErr = err
+			}
+		}
+	}()
+	start <- time.Now()
+	r, err := e.iperf(ctx, governed, 1, phase*len(rates), 0, dir == maps.Fetch, 0)
+	if err != nil {
+		return Case{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if changeErr != nil {
+		return Case{}, changeErr
+	}
+	per := make([]float64, len(r.Intervals))
+	for i, iv := range r.Intervals {
+		if iv.Sum.Seconds > 0 {
+			per[i] = iv.Sum.Bytes / iv.Sum.Seconds
+		}
+	}
+	c := Case{Name: name, RateBps: rates[len(rates)-1], GoodputBps: r.goodput(), RetransmitRatio: r.retransmitRatio(), Gated: true, Pass: true}
+	var checks []map[string]any
+	for i := 1; i < len(rates); i++ {
+		// The interval from 1 s to 2 s after the change.
+		at := i*phase + 1
+		if at >= len(per) {
+			c.Pass = false
+			continue
+		}
+		ok := within(per[at], rates[i], 0.05)
+		c.Pass = c.Pass && ok
+		checks = append(checks, map[string]any{"after_change_s": 2, "rate_bps": rates[i], "goodput_bps": per[at], "pass": ok})
+	}
+	c.Pass = c.Pass && c.RetransmitRatio <= 0.001
+	c.Detail = map[string]any{"rates_bps": rates, "phase_seconds": phase, "per_second_bps": per, "steps": checks}
+	return c, nil
+}
+
+// paired measures unshaped throughput with the data path attached and not,
+// alternating, and reports the ratio of the medians.
+func (e *env) paired(name string, port, pairs int) (Case, error) {
+	var with, without []float64
+	for i := 0; i < pairs; i++ {
+		for _, attached := range []bool{i%2 == 0, i%2 != 0} {
+			if attached {
+				if err := e.attach(); err != nil {
+					return Case{}, err
+				}
+				// Attached and counting, holding nothing back.
+				e.d.SetSettings(maps.Settings{Shaper: maps.ShaperNone, StaleAfter: time.Hour, SamplesPerSecond: 200})
+			} else if err := e.detach(); err != nil {
+				return Case{}, err
+			}
+			r, err := e.iperf(context.Background(), port, 1, 3, 1, false, 0)
+			if err != nil {
+				return Case{}, fmt.Errorf("%s: %w", name, err)
+			}
+			if attached {
+				with = append(with, r.goodput())
+			} else {
+				without = append(without, r.goodput())
+			}
+		}
+	}
+	if e.att == nil {
+		if err := e.attach(); err != nil {
+			return Case{}, err
+		}
+	}
+	mw, mo := median(with), median(without)
+	c := Case{Name: name, GoodputBps: mw, Gated: false}
+	c.Pass = mw >= 0.95*mo
+	c.Detail = map[string]any{"median_attached_bps": mw, "median_detached_bps": mo, "ratio": mw / mo, "attached_bps": with, "detached_bps": without, "pairs": pairs}
+	return c, nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
