@@ -59,8 +59,8 @@ type Attachment struct {
 	Mode      Mode
 	links     []link.Link // TCX
 	// legacy state
-	filters        []*netlink.BpfFilter
-	createdClsact  bool
+	filters         []*netlink.BpfFilter
+	createdClsact   bool
 	ingress, egress *ebpf.Program
 }
 

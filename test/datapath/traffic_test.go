@@ -52,7 +52,10 @@ func attached(t testing.TB, pair *netns.Pair, mode attach.Mode) *maps.Datapath {
 		t.Fatal(err)
 	}
 	var a *attach.Attachment
-	if err := pair.Broker.Do(func() (err error) { a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), mode); return err }); err != nil {
+	if err := pair.Broker.Do(func() (err error) {
+		a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), mode)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
