@@ -77,3 +77,12 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20); // set by the loader
 } samples SEC(".maps");
+
+// id -> entity, written by the agent only (see struct entity_name).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65538); // set by the loader
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct entity_name);
+} entity_names SEC(".maps");

@@ -223,3 +223,4 @@ int sluice_egress(struct __sk_buff *skb)
 // that their BTF is emitted and bpf2go generates Go types for them.
 const struct sample *unused_sample __attribute__((unused));
 const enum stat *unused_stat __attribute__((unused));
+const struct entity_name *unused_entity_name __attribute__((unused));

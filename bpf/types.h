@@ -88,6 +88,16 @@ struct sample {
 	__u8 data[SAMPLE_MAX];
 };
 
+// The agent's entity registry (id -> kind and name), pinned so that a
+// restarted agent gives entities the ids the connection table points to.
+// The data path never reads it.
+#define ENTITY_NAME_MAX 254
+struct entity_name {
+	__u8 kind;
+	__u8 len;
+	__u8 name[ENTITY_NAME_MAX];
+};
+
 struct exempt_key {
 	__u32 prefixlen; // over addr, v4 as v4-mapped (96 + v4 prefix)
 	__u8 addr[16];

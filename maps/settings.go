@@ -197,3 +197,18 @@ func (d *Datapath) SetClass(dir Direction, entity uint32, classID uint32) error 
 	}
 	return nil
 }
+
+// ClearClasses unsets every entity's class (a shaper rebuilt its trees:
+// class ids from before mean nothing now).
+func (d *Datapath) ClearClasses() error {
+	n := 2 * d.opts.MaxEntities
+	keys := make([]uint32, n)
+	values := make([]uint32, n)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := d.objs.Classes.BatchUpdate(keys, values, nil); err != nil {
+		return fmt.Errorf("clear classes: %w", err)
+	}
+	return nil
+}

@@ -44,6 +44,13 @@ type sluiceEntityCounters struct {
 	HeldPackets uint64
 }
 
+type sluiceEntityName struct {
+	_    structs.HostLayout
+	Kind uint8
+	Len  uint8
+	Name [254]uint8
+}
+
 type sluiceExemptKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -100,6 +107,7 @@ const (
 	sluiceMapClasses              = "classes"
 	sluiceMapConns                = "conns"
 	sluiceMapCounters             = "counters"
+	sluiceMapEntityNames          = "entity_names"
 	sluiceMapExempt               = "exempt"
 	sluiceMapListeners            = "listeners"
 	sluiceMapSamples              = "samples"
@@ -112,6 +120,7 @@ const (
 	sluiceVarFirstRequestsSampled = "first_requests_sampled"
 	sluiceVarMaxEntities          = "max_entities"
 	sluiceVarSampleBytes          = "sample_bytes"
+	sluiceVarUnusedEntityName     = "unused_entity_name"
 	sluiceVarUnusedSample         = "unused_sample"
 	sluiceVarUnusedStat           = "unused_stat"
 )
@@ -166,15 +175,16 @@ type sluiceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceMapSpecs struct {
-	Classes   *ebpf.MapSpec `ebpf:"classes"`
-	Conns     *ebpf.MapSpec `ebpf:"conns"`
-	Counters  *ebpf.MapSpec `ebpf:"counters"`
-	Exempt    *ebpf.MapSpec `ebpf:"exempt"`
-	Listeners *ebpf.MapSpec `ebpf:"listeners"`
-	Samples   *ebpf.MapSpec `ebpf:"samples"`
-	Settings  *ebpf.MapSpec `ebpf:"settings"`
-	Stats     *ebpf.MapSpec `ebpf:"stats"`
-	Tracks    *ebpf.MapSpec `ebpf:"tracks"`
+	Classes     *ebpf.MapSpec `ebpf:"classes"`
+	Conns       *ebpf.MapSpec `ebpf:"conns"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	EntityNames *ebpf.MapSpec `ebpf:"entity_names"`
+	Exempt      *ebpf.MapSpec `ebpf:"exempt"`
+	Listeners   *ebpf.MapSpec `ebpf:"listeners"`
+	Samples     *ebpf.MapSpec `ebpf:"samples"`
+	Settings    *ebpf.MapSpec `ebpf:"settings"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	Tracks      *ebpf.MapSpec `ebpf:"tracks"`
 }
 
 // sluiceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -185,6 +195,7 @@ type sluiceVariableSpecs struct {
 	FirstRequestsSampled *ebpf.VariableSpec `ebpf:"first_requests_sampled"`
 	MaxEntities          *ebpf.VariableSpec `ebpf:"max_entities"`
 	SampleBytes          *ebpf.VariableSpec `ebpf:"sample_bytes"`
+	UnusedEntityName     *ebpf.VariableSpec `ebpf:"unused_entity_name"`
 	UnusedSample         *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.VariableSpec `ebpf:"unused_stat"`
 }
@@ -209,15 +220,16 @@ func (o *sluiceObjects) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceMaps struct {
-	Classes   *ebpf.Map `ebpf:"classes"`
-	Conns     *ebpf.Map `ebpf:"conns"`
-	Counters  *ebpf.Map `ebpf:"counters"`
-	Exempt    *ebpf.Map `ebpf:"exempt"`
-	Listeners *ebpf.Map `ebpf:"listeners"`
-	Samples   *ebpf.Map `ebpf:"samples"`
-	Settings  *ebpf.Map `ebpf:"settings"`
-	Stats     *ebpf.Map `ebpf:"stats"`
-	Tracks    *ebpf.Map `ebpf:"tracks"`
+	Classes     *ebpf.Map `ebpf:"classes"`
+	Conns       *ebpf.Map `ebpf:"conns"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	EntityNames *ebpf.Map `ebpf:"entity_names"`
+	Exempt      *ebpf.Map `ebpf:"exempt"`
+	Listeners   *ebpf.Map `ebpf:"listeners"`
+	Samples     *ebpf.Map `ebpf:"samples"`
+	Settings    *ebpf.Map `ebpf:"settings"`
+	Stats       *ebpf.Map `ebpf:"stats"`
+	Tracks      *ebpf.Map `ebpf:"tracks"`
 }
 
 func (m *sluiceMaps) Close() error {
@@ -225,6 +237,7 @@ func (m *sluiceMaps) Close() error {
 		m.Classes,
 		m.Conns,
 		m.Counters,
+		m.EntityNames,
 		m.Exempt,
 		m.Listeners,
 		m.Samples,
@@ -242,6 +255,7 @@ type sluiceVariables struct {
 	FirstRequestsSampled *ebpf.Variable `ebpf:"first_requests_sampled"`
 	MaxEntities          *ebpf.Variable `ebpf:"max_entities"`
 	SampleBytes          *ebpf.Variable `ebpf:"sample_bytes"`
+	UnusedEntityName     *ebpf.Variable `ebpf:"unused_entity_name"`
 	UnusedSample         *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.Variable `ebpf:"unused_stat"`
 }

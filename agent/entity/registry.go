@@ -150,3 +150,39 @@ func (r *Registry) Each(fn func(ID, Key)) {
 		}
 	}
 }
+
+// Restore rebuilds the registry from saved (id, key) pairs, so that ids the
+// data path still holds (pinned connection bindings) keep their entities
+// after an agent restart. Ids outside the registry's range, reserved ids
+// and duplicate keys are skipped and returned.
+func (r *Registry) Restore(saved map[ID]Key, now time.Time) (skipped []ID) {
+	highest := ID(0)
+	for id := range saved {
+		highest = max(highest, id)
+	}
+	for id, key := range saved {
+		if id < firstDynamicID || int(id) >= r.Limit() || key.Kind == KindUnknown || key.Kind == KindOverflow {
+			skipped = append(skipped, id)
+			continue
+		}
+		if _, dup := r.byKey[key]; dup {
+			skipped = append(skipped, id)
+			continue
+		}
+		for int(id) >= len(r.slots) {
+			r.free = append(r.free, ID(len(r.slots)))
+			r.slots = append(r.slots, slot{})
+		}
+		r.slots[id] = slot{key: key, used: true, lastActive: now}
+		r.byKey[key] = id
+	}
+	// Free ids are those below the highest restored id that stayed empty.
+	free := r.free[:0]
+	for _, id := range r.free {
+		if !r.slots[id].used {
+			free = append(free, id)
+		}
+	}
+	r.free = free
+	return skipped
+}

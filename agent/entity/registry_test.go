@@ -89,3 +89,33 @@ func TestRegistryReclaimIsSafe(t *testing.T) {
 		t.Errorf("Each saw %v", seen)
 	}
 }
+
+func TestRegistryRestoreKeepsIDs(t *testing.T) {
+	now := time.Unix(0, 0)
+	r := NewRegistry(10)
+	skipped := r.Restore(map[ID]Key{
+		5:  {KindClient, "core"},
+		3:  {KindTopicPartition, "orders-0"},
+		0:  {KindClient, "bad"},  // reserved
+		99: {KindClient, "far"},  // beyond max
+		7:  {KindClient, "core"}, // duplicate key
+	}, now)
+	if len(skipped) != 3 {
+		t.Errorf("skipped %v, want 3", skipped)
+	}
+	if id, ok := r.Lookup(Key{KindClient, "core"}); !ok || (id != 5 && id != 7) {
+		t.Errorf("core at %d %v", id, ok)
+	}
+	if id, _ := r.Lookup(Key{KindTopicPartition, "orders-0"}); id != 3 {
+		t.Errorf("orders-0 at %d, want 3", id)
+	}
+	// New entities fill the gaps, never a restored id.
+	seen := map[ID]bool{}
+	for i := 0; i < 6; i++ {
+		id := r.Acquire(Key{KindClient, string(rune('a' + i))}, now)
+		if id == 3 || seen[id] {
+			t.Fatalf("new entity got id %d (taken)", id)
+		}
+		seen[id] = true
+	}
+}

@@ -27,6 +27,11 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"run", "run the agent: attach, learn, allocate and shape (root)", runAgent},
+		{"status", "show the running agent's directions and entities (--watch to refresh)", runStatus},
+		{"explain", "show how an entity's dynamic limit was derived in the last cycle", runExplain},
+		{"check-config", "validate a configuration file (and, as root, verify the BPF programs)", runCheckConfig},
+		{"unload", "remove what an agent left attached with keep_attached_on_exit (root)", runUnload},
 		{"simulate", "play a scenario file through the control loop and print each cycle as JSON", runSimulate},
 		{"demo", "show the control loop on the worked examples of the design", runDemo},
 	}

@@ -292,9 +292,10 @@ func waitListening(pair *netns.Pair, port int) error {
 type iperfResult struct {
 	Intervals []struct {
 		Sum struct {
-			Bytes   float64 `json:"bytes"`
-			Seconds float64 `json:"seconds"`
-			Omitted bool    `json:"omitted"`
+			Bytes       float64 `json:"bytes"`
+			Seconds     float64 `json:"seconds"`
+			Omitted     bool    `json:"omitted"`
+			Retransmits *float64 `json:"retransmits"` // only on the sender's side
 		} `json:"sum"`
 	} `json:"intervals"`
 	End struct {
@@ -319,13 +320,31 @@ func (r iperfResult) goodput() float64 {
 }
 
 // retransmitRatio is retransmitted segments over segments sent (full-size
-// segments of 1448 payload bytes).
+// segments of 1448 payload bytes), over the same window as the goodput:
+// after the omitted slow-start seconds. When the client is the sender
+// (ingress) iperf3 reports retransmits per interval; when the broker sends
+// (egress, -R) only the sender's whole-run total is known, which is used
+// as it is (stricter: it includes slow start).
 func (r iperfResult) retransmitRatio() float64 {
-	segments := r.End.SumSent.Bytes / 1448
-	if segments == 0 {
+	var retrans, bytes float64
+	perInterval := false
+	for _, iv := range r.Intervals {
+		if iv.Sum.Omitted {
+			continue
+		}
+		if iv.Sum.Retransmits != nil {
+			retrans += *iv.Sum.Retransmits
+			perInterval = true
+		}
+		bytes += iv.Sum.Bytes
+	}
+	if !perInterval {
+		retrans, bytes = r.End.SumSent.Retransmits, r.End.SumSent.Bytes
+	}
+	if bytes == 0 {
 		return 0
 	}
-	return r.End.SumSent.Retransmits / segments
+	return retrans / (bytes / 1448)
 }
 
 // iperf runs one client in the client namespace; reverse makes the broker
@@ -365,9 +384,23 @@ func (e *env) steady(name string, dir maps.Direction, flows int, rate float64) (
 	if err != nil {
 		return Case{}, fmt.Errorf("%s: %w", name, err)
 	}
+	held, err := e.htb.Held(dir)
+	if err != nil {
+		return Case{}, err
+	}
 	c := Case{Name: name, RateBps: rate, GoodputBps: r.goodput(), RetransmitRatio: r.retransmitRatio(), Gated: true}
 	c.Pass = within(c.GoodputBps, rate, 0.03) && c.RetransmitRatio <= 0.001
-	c.Detail = map[string]any{"flows": flows, "seconds": caseSeconds, "omitted_seconds": omitSeconds, "retransmits": r.End.SumSent.Retransmits}
+	c.Detail = map[string]any{"flows": flows, "seconds": caseSeconds, "omitted_seconds": omitSeconds, "sender_retransmits_whole_run": r.End.SumSent.Retransmits}
+	for _, h := range held {
+		c.Detail["shaper_dropped_packets"] = h.Dropped
+	}
+	var perInterval []float64
+	for _, iv := range r.Intervals {
+		if iv.Sum.Retransmits != nil {
+			perInterval = append(perInterval, *iv.Sum.Retransmits)
+		}
+	}
+	c.Detail["retransmits_per_second"] = perInterval
 	return c, nil
 }
 
@@ -409,21 +442,23 @@ func (e *env) twoEntities(name string, dir maps.Direction, rateA, rateB float64)
 	return out, nil
 }
 
-// bindByPort binds the data path's connections whose client port is one of
-// ports to that port's entity, until ctx ends.
+// bindByPort keeps the data path's connections whose client port is one
+// of ports bound to that port's entity, until ctx ends. It reconciles on
+// every pass: a new connection's SYN clears whatever an earlier connection
+// on the same 4-tuple left.
 func (e *env) bindByPort(ctx context.Context, ports map[uint16]uint32) {
-	done := map[maps.ConnKey]bool{}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		var binds []maps.Binding
 		e.d.EachBinding(func(b maps.Binding) {
-			if ent, ok := ports[b.Conn.Peer.Port()]; ok && !done[b.Conn] {
+			if ent, ok := ports[b.Conn.Peer.Port()]; ok && (b.Produce != ent || b.Fetch != ent) {
 				binds = append(binds, maps.Binding{Conn: b.Conn, Produce: ent, Fetch: ent})
-				done[b.Conn] = true
 			}
 		})
-		e.d.BindConns(binds)
+		if err := e.d.BindConns(binds); err != nil {
+			log.Printf("bind: %v", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -495,14 +530,15 @@ func (e *env) paired(name string, port, pairs int) (Case, error) {
 	var with, without []float64
 	for i := 0; i < pairs; i++ {
 		for _, attached := range []bool{i%2 == 0, i%2 != 0} {
+			if err := e.detach(); err != nil {
+				return Case{}, err
+			}
 			if attached {
 				if err := e.attach(); err != nil {
 					return Case{}, err
 				}
 				// Attached and counting, holding nothing back.
 				e.d.SetSettings(maps.Settings{Shaper: maps.ShaperNone, StaleAfter: time.Hour, SamplesPerSecond: 200})
-			} else if err := e.detach(); err != nil {
-				return Case{}, err
 			}
 			r, err := e.iperf(context.Background(), port, 1, 3, 1, false, 0)
 			if err != nil {

@@ -1,0 +1,432 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/learner"
+	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/allocator"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// Deps are the agent's edges.
+type Deps struct {
+	DataPath DataPath
+	Shaper   shaper.Shaper
+	// ShaperReason says why this shaper was chosen (logged, shown by status).
+	ShaperReason string
+	// IFBIndex is the htb shaper's ingress redirect target (0 otherwise).
+	IFBIndex int
+	Topics   learner.TopicNames
+	Clock    Clock
+	Log      *slog.Logger
+}
+
+// Agent runs the control loop and the learner. Its methods are safe for
+// concurrent use: the learner, the control loop, reloads and the status
+// server share one lock.
+type Agent struct {
+	deps Deps
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	cfg      config.Config
+	policy   *entity.Policy
+	registry *entity.Registry
+	learner  *learner.Learner[maps.ConnKey]
+	dirs     [2]*direction
+	counters [2][]maps.Counters
+	store    EntityStore // nil when the data path keeps no registry
+	primed   bool        // counters read once: deltas are meaningful
+	cycle    uint64
+	lastScan time.Time
+	snapshot *Snapshot
+	lastOK   time.Time
+
+	// ReloadFailures counts refused configuration reloads.
+	reloadFailures uint64
+	// cycleSeconds observes each cycle's duration, for metrics.
+	observeCycle func(time.Duration)
+}
+
+// direction is one direction's control-loop state.
+type direction struct {
+	dir   entity.Direction
+	cfg   config.Direction
+	alloc *allocator.Allocator
+	// Per entity id: the rate window (bytes per interval), the last counter
+	// reading, and the rate last written to the shaper (NaN: none yet).
+	window    []float64
+	filled    []uint8
+	lastBytes []uint64
+	applied   []float64
+	held      map[uint32]shaper.Held
+	// scratch, reused every cycle
+	inputs  []allocator.Entity
+	outputs []allocator.Allocation
+	keys    []entity.Key
+	params  []entity.Params
+	summary allocator.Summary
+}
+
+// bindingsScanEvery: how often live connections keep their entities from
+// being reclaimed (a scan of the connection table); at least twice per idle
+// timeout.
+const bindingsScanEvery = time.Minute
+
+// New builds an agent for a validated configuration.
+func New(cfg config.Config, deps Deps) (*Agent, error) {
+	if deps.Clock == nil {
+		deps.Clock = SystemClock
+	}
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Shaper == nil {
+		deps.Shaper = shaper.Shadow{}
+	}
+	policy := entity.NewPolicy(cfg.Entities)
+	a := &Agent{
+		deps:         deps,
+		log:          deps.Log,
+		cfg:          cfg,
+		policy:       policy,
+		registry:     entity.NewRegistry(cfg.MaxEntities),
+		learner:      learner.New[maps.ConnKey](policy, deps.Topics),
+		observeCycle: func(time.Duration) {},
+	}
+	ids := a.registry.Limit()
+	for _, d := range entity.Directions {
+		a.counters[d] = make([]maps.Counters, ids)
+		dc := directionConfig(cfg, d)
+		alloc, err := allocator.New(allocatorConfig(dc))
+		if err != nil && dc.Enabled() {
+			return nil, fmt.Errorf("%s: %w", d, err)
+		}
+		if alloc == nil {
+			alloc, _ = allocator.New(allocator.DefaultConfig(0))
+		}
+		applied := make([]float64, ids)
+		for i := range applied {
+			applied[i] = math.NaN()
+		}
+		a.dirs[d] = &direction{
+			dir:       d,
+			cfg:       dc,
+			alloc:     alloc,
+			window:    make([]float64, ids*cfg.RateWindow),
+			filled:    make([]uint8, ids),
+			lastBytes: make([]uint64, ids),
+			applied:   applied,
+		}
+	}
+	if store, ok := deps.DataPath.(EntityStore); ok {
+		a.store = store
+		if err := a.restoreRegistry(); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.applyDataPathSettings(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// restoreRegistry rebuilds the registry an earlier agent saved.
+func (a *Agent) restoreRegistry() error {
+	saved := map[entity.ID]entity.Key{}
+	err := a.store.EachEntity(func(id uint32, kind uint8, name string) {
+		saved[entity.ID(id)] = entity.Key{Kind: entity.Kind(kind), Name: name}
+	})
+	if err != nil {
+		return err
+	}
+	if len(saved) == 0 {
+		return nil
+	}
+	skipped := a.registry.Restore(saved, a.deps.Clock.Now())
+	for _, id := range skipped {
+		a.store.DeleteEntity(uint32(id))
+	}
+	a.log.Info("restored entity registry from pinned state", "entities", a.registry.Len(), "skipped", len(skipped))
+	return nil
+}
+
+func directionConfig(cfg config.Config, d entity.Direction) config.Direction {
+	if d == entity.Produce {
+		return cfg.Produce
+	}
+	return cfg.Fetch
+}
+
+func allocatorConfig(d config.Direction) allocator.Config {
+	return allocator.Config{
+		Capacity:                math.Max(d.Capacity, 0),
+		SafetyRatio:             d.SafetyRatio,
+		MinDemand:               d.MinDemand,
+		ActivityThreshold:       d.ActivityThreshold,
+		MemoryCycles:            d.MemoryCycles,
+		OvercommitConfirmCycles: d.OvercommitConfirmCycles,
+	}
+}
+
+// applyDataPathSettings writes listeners, exempt peers and live settings.
+func (a *Agent) applyDataPathSettings() error {
+	dp := a.deps.DataPath
+	if err := dp.SetListeners(a.cfg.Listeners); err != nil {
+		return err
+	}
+	if err := dp.SetExempt(a.cfg.ExemptPeers); err != nil {
+		return err
+	}
+	mode := maps.ShaperNone
+	if a.cfg.Mode == config.ModeEnforce && a.deps.Shaper.Kind() == "htb" {
+		mode = maps.ShaperHTB
+	}
+	return dp.SetSettings(maps.Settings{Shaper: mode, IFBIndex: a.deps.IFBIndex, StaleAfter: a.cfg.StaleAfter, SamplesPerSecond: a.cfg.SamplesPerSecond})
+}
+
+// Learn takes one request sample: the learner resolves the connection's
+// entities, new entities get their standby limit at once, and the data path
+// binds the connection. A sample that cannot be parsed changes nothing.
+func (a *Agent) Learn(s maps.Sample) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	decision, changed, err := a.learner.Learn(s.Conn, s.Data)
+	if err != nil || !changed {
+		return err
+	}
+	now := a.deps.Clock.Now()
+	var ids [2]uint32
+	for _, d := range entity.Directions {
+		t, decided := decision.Target(d)
+		switch {
+		case !decided:
+			ids[d] = maps.EntityUnknown
+		case !t.Governed:
+			ids[d] = maps.NotGoverned
+		default:
+			_, known := a.registry.Lookup(t.Key)
+			id := a.registry.Acquire(t.Key, now)
+			ids[d] = uint32(id)
+			if !known && id != entity.OverflowID {
+				a.applyStandby(uint32(id), t.Key)
+				if a.store != nil {
+					if _, err := a.store.SaveEntity(uint32(id), uint8(t.Key.Kind), t.Key.Name); err != nil {
+						a.log.Warn("persist entity", "entity", t.Key.String(), "err", err)
+					}
+				}
+			}
+		}
+	}
+	return a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}})
+}
+
+// applyStandby holds a new entity to its standby limit until the loop
+// knows it: min(L, max(res, H)).
+func (a *Agent) applyStandby(id uint32, key entity.Key) {
+	for _, dc := range a.dirs {
+		if !dc.cfg.Enabled() {
+			continue
+		}
+		p := a.policy.Params(key, dc.dir)
+		limit := allocator.StandbyLimit(p.Reservation, p.Limit, dc.alloc.Config().Headroom())
+		if err := a.deps.Shaper.SetRates(maps.Direction(dc.dir), []shaper.Rate{{Entity: id, BytesPerSecond: limit}}); err != nil {
+			a.log.Warn("set standby limit", "entity", key.String(), "direction", dc.dir.String(), "err", err)
+			continue
+		}
+		dc.applied[id] = limit
+	}
+}
+
+// Cycle runs one control-loop cycle: read counters, allocate each
+// direction, write changed rates, heartbeat, reclaim idle entities.
+func (a *Agent) Cycle() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	start := a.deps.Clock.Now()
+	a.cycle++
+	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {
+		return fmt.Errorf("read counters: %w", err)
+	}
+	if !a.primed {
+		// Counters may hold history (pinned maps from an earlier agent):
+		// the first reading is the baseline, not one interval's use.
+		for _, dc := range a.dirs {
+			for i, c := range a.counters[dc.dir] {
+				dc.lastBytes[i] = c.Bytes
+			}
+		}
+		a.primed = true
+	}
+	var errs []error
+	for _, dc := range a.dirs {
+		if err := a.cycleDirection(dc); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dc.dir, err))
+		}
+	}
+	if err := a.deps.DataPath.Heartbeat(a.deps.Clock.Monotonic()); err != nil {
+		errs = append(errs, fmt.Errorf("heartbeat: %w", err))
+	}
+	if err := a.reclaim(start); err != nil {
+		errs = append(errs, err)
+	}
+	a.publish(start)
+	elapsed := a.deps.Clock.Now().Sub(start)
+	a.observeCycle(elapsed)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	a.lastOK = a.deps.Clock.Now()
+	return nil
+}
+
+func (a *Agent) cycleDirection(dc *direction) error {
+	if !dc.cfg.Enabled() {
+		return nil
+	}
+	dir := maps.Direction(dc.dir)
+	held, err := a.deps.Shaper.Held(dir)
+	if err != nil {
+		return err
+	}
+	dc.held = make(map[uint32]shaper.Held, len(held))
+	for _, h := range held {
+		dc.held[h.Entity] = h
+	}
+	counters := a.counters[dc.dir]
+	w := a.cfg.RateWindow
+	interval := a.cfg.RefreshInterval.Seconds()
+	dc.inputs, dc.keys, dc.params = dc.inputs[:0], dc.keys[:0], dc.params[:0]
+	now := a.deps.Clock.Now()
+	a.registry.Each(func(id entity.ID, key entity.Key) {
+		i := int(id)
+		cur := counters[i].Bytes
+		delta := cur - dc.lastBytes[i]
+		if cur < dc.lastBytes[i] {
+			delta = cur // counters were reset
+		}
+		dc.lastBytes[i] = cur
+		slot := dc.window[i*w : (i+1)*w]
+		copy(slot[1:], slot[:w-1])
+		slot[0] = float64(delta)
+		if int(dc.filled[i]) < w {
+			dc.filled[i]++
+		}
+		var sum float64
+		for _, v := range slot[:dc.filled[i]] {
+			sum += v
+		}
+		usage := sum / (float64(dc.filled[i]) * interval)
+		if delta > 0 {
+			a.registry.Touch(id, now)
+		}
+		if id == entity.UnknownID {
+			return // held to H, outside the allocation
+		}
+		p := a.policy.Params(key, dc.dir)
+		dc.inputs = append(dc.inputs, allocator.Entity{
+			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
+			Usage: usage, Throttled: dc.held[uint32(id)].Throttled,
+		})
+		dc.keys = append(dc.keys, key)
+		dc.params = append(dc.params, p)
+	})
+	if cap(dc.outputs) < len(dc.inputs) {
+		dc.outputs = make([]allocator.Allocation, len(dc.inputs), 2*len(dc.inputs))
+	}
+	dc.outputs = dc.outputs[:len(dc.inputs)]
+	before := dc.summary.Overcommit
+	summary, err := dc.alloc.Cycle(dc.inputs, dc.outputs)
+	if err != nil {
+		return err
+	}
+	dc.summary = summary
+	if summary.OvercommitChanged {
+		if summary.Overcommit {
+			a.log.Info("overcommit entered: reservations exceed the distributable capacity",
+				"direction", dc.dir.String(), "scale", summary.Scale, "entities", summary.Active, "promised_ratio", summary.PromisedRatio)
+		} else if before {
+			a.log.Info("overcommit left", "direction", dc.dir.String(), "entities", summary.Active, "promised_ratio", summary.PromisedRatio)
+		}
+	}
+	// Apply: changed rates only, in one batch; the unknown entity is held
+	// to the headroom H.
+	var changes []shaper.Rate
+	consider := func(id uint32, rate float64) {
+		old := dc.applied[id]
+		if math.IsNaN(old) || math.Abs(rate-old) > a.cfg.UpdateThreshold*old || (math.IsInf(rate, 1) != math.IsInf(old, 1)) {
+			changes = append(changes, shaper.Rate{Entity: id, BytesPerSecond: rate})
+			dc.applied[id] = rate
+		}
+	}
+	consider(uint32(entity.UnknownID), math.Max(summary.H, 0))
+	for i, in := range dc.inputs {
+		consider(in.Slot, dc.outputs[i].DynamicLimit)
+	}
+	if len(changes) > 0 {
+		if err := a.deps.Shaper.SetRates(dir, changes); err != nil {
+			return err
+		}
+	}
+	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.cycle, "active", summary.Active, "standby", summary.Standby,
+		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", len(changes))
+	return nil
+}
+
+// reclaim takes idle entities out: live connections keep theirs (a scan
+// of the connection table now and then), the rest idle for
+// entity_idle_timeout are removed from the shaper, their counters and
+// allocator memory cleared, and only then their ids released for reuse.
+func (a *Agent) reclaim(now time.Time) error {
+	if now.Sub(a.lastScan) >= min(bindingsScanEvery, a.cfg.EntityIdleTimeout/2) {
+		a.lastScan = now
+		err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
+			for _, id := range []uint32{b.Produce, b.Fetch} {
+				if id != maps.NotGoverned {
+					a.registry.Touch(entity.ID(id), now)
+				}
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("scan connections: %w", err)
+		}
+	}
+	ids := a.registry.Reclaim(now, a.cfg.EntityIdleTimeout)
+	if len(ids) == 0 {
+		return nil
+	}
+	raw := make([]uint32, len(ids))
+	for i, id := range ids {
+		raw[i] = uint32(id)
+		for _, dc := range a.dirs {
+			if err := a.deps.Shaper.Remove(maps.Direction(dc.dir), uint32(id)); err != nil {
+				return fmt.Errorf("reclaim entity %d: %w", id, err)
+			}
+			dc.alloc.Forget(uint32(id))
+			w := a.cfg.RateWindow
+			clear(dc.window[int(id)*w : (int(id)+1)*w])
+			dc.filled[id], dc.lastBytes[id], dc.applied[id] = 0, 0, math.NaN()
+		}
+	}
+	if err := a.deps.DataPath.ResetCounters(raw); err != nil {
+		return fmt.Errorf("reclaim: %w", err)
+	}
+	if a.store != nil {
+		for _, id := range raw {
+			if err := a.store.DeleteEntity(id); err != nil {
+				return err
+			}
+		}
+	}
+	a.registry.Release(ids)
+	a.log.Debug("reclaimed idle entities", "count", len(ids))
+	return nil
+}

@@ -1,0 +1,296 @@
+package agent
+
+import (
+	"bytes"
+	"log/slog"
+	"math"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/entity"
+	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+const baseConfig = `
+interfaces: [eth0]
+listeners: [9092]
+refresh_interval: 1s
+rate_window: 1
+produce: {capacity: 1000, safety_ratio: 1, activity_threshold: 0, memory_cycles: 3}
+fetch:   {capacity: 1000, safety_ratio: 0.9, activity_threshold: 0, memory_cycles: 3}
+`
+
+type rig struct {
+	t     *testing.T
+	a     *Agent
+	dp    *fakeDataPath
+	sh    *fakeShaper
+	clock *fakeClock
+	logs  *bytes.Buffer
+}
+
+func newRig(t *testing.T, yaml string) *rig {
+	t.Helper()
+	cfg, err := config.Parse([]byte(baseConfig + yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, dp: newFakeDataPath(), sh: newFakeShaper(), clock: &fakeClock{t: time.Unix(1_000_000, 0)}, logs: &bytes.Buffer{}}
+	log := slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r.a, err = New(cfg, Deps{DataPath: r.dp, Shaper: r.sh, Clock: r.clock, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+var brokerAddr = netip.MustParseAddrPort("198.18.0.1:9092")
+
+func conn(port uint16) maps.ConnKey {
+	return maps.ConnKey{Peer: netip.AddrPortFrom(netip.MustParseAddr("198.18.0.2"), port), Local: brokerAddr}
+}
+
+func apiVersions() kmsg.Request {
+	r := kmsg.NewPtrApiVersionsRequest()
+	r.SetVersion(3)
+	r.ClientSoftwareName, r.ClientSoftwareVersion = "t", "1"
+	return r
+}
+
+// learn feeds a request from a client-id on a connection and returns its binding.
+func (r *rig) learn(port uint16, clientID string, req kmsg.Request) maps.Binding {
+	r.t.Helper()
+	if err := r.a.Learn(maps.Sample{Conn: conn(port), Data: kt.Frame(req, 1, kt.Str(clientID)), Complete: true}); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.dp.bindings[conn(port)]
+}
+
+func (r *rig) cycle() *Snapshot {
+	r.t.Helper()
+	r.clock.advance(time.Second)
+	if err := r.a.Cycle(); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.a.Snapshot()
+}
+
+func entityView(s *Snapshot, dir entity.Direction, name string) EntityView {
+	for _, e := range s.Directions[dir].Entities {
+		if e.Name == name {
+			return e
+		}
+	}
+	return EntityView{}
+}
+
+func TestAgentNewEntityGetsStandbyLimitAtOnce(t *testing.T) {
+	r := newRig(t, `
+entities:
+  clients:
+    core: {consumer_byte_reservation: 300, consumer_byte_rate: 500}
+    capped: {consumer_byte_rate: 50}
+`)
+	core := r.learn(40000, "core", apiVersions())
+	plain := r.learn(40001, "random-1", apiVersions())
+	capped := r.learn(40002, "capped", apiVersions())
+	for _, b := range []maps.Binding{core, plain, capped} {
+		if b.Produce == maps.EntityUnknown || b.Produce == maps.NotGoverned || b.Produce != b.Fetch {
+			t.Fatalf("binding %+v: both directions should be the client's entity", b)
+		}
+	}
+	// Fetch: H = 1000 − 900 = 100. Standby = min(L, max(res, H)).
+	for _, c := range []struct {
+		b    maps.Binding
+		want float64
+	}{{core, 300}, {plain, 100}, {capped, 50}} {
+		if got := r.sh.rates[maps.Fetch][c.b.Fetch]; got != c.want {
+			t.Errorf("entity %d standby limit %v, want %v", c.b.Fetch, got, c.want)
+		}
+	}
+	// Produce has safety 1: H = 0, so a new entity without reservation waits at the floor.
+	if got := r.sh.rates[maps.Produce][plain.Produce]; got != 0 {
+		t.Errorf("produce standby with H = 0: %v", got)
+	}
+	// A broker fetcher is never governed.
+	if b := r.learn(40003, "broker-2-fetcher-0", apiVersions()); b.Produce != maps.NotGoverned || b.Fetch != maps.NotGoverned {
+		t.Errorf("replication bound to %+v", b)
+	}
+}
+
+// Counters become measured rates, the allocator runs on them, and the
+// shaper gets each entity's dynamic limit (DESIGN.md example 1 on fetch).
+func TestAgentAllocatesFromCounters(t *testing.T) {
+	r := newRig(t, `
+entities:
+  clients:
+    A: {consumer_byte_rate: 800}
+    B: {consumer_byte_reservation: 300}
+    Cbf: {quota_weight: 0.1}
+`)
+	ids := map[string]uint32{}
+	for i, name := range []string{"A", "B", "Cbf"} {
+		ids[name] = r.learn(uint16(41000+i), name, apiVersions()).Fetch
+	}
+	r.cycle() // baseline
+	r.dp.add(maps.Fetch, ids["A"], 800)
+	r.dp.add(maps.Fetch, ids["B"], 200)
+	r.dp.add(maps.Fetch, ids["Cbf"], 100)
+	r.sh.throttled[maps.Fetch][ids["A"]] = true
+	s := r.cycle()
+	for name, want := range map[string]float64{"A": 636.36, "B": 300, "Cbf": 63.64} {
+		if got := r.sh.rates[maps.Fetch][ids[name]]; math.Abs(got-want) > 0.01 {
+			t.Errorf("%s: rate %v, want %v", name, got, want)
+		}
+		if v := entityView(s, entity.Fetch, name); math.Abs(float64(v.DynamicLimit)-want) > 0.01 || v.State != "active" {
+			t.Errorf("%s snapshot %+v", name, v)
+		}
+	}
+	if got := r.sh.rates[maps.Fetch][maps.EntityUnknown]; math.Abs(got-100) > 1e-9 {
+		t.Errorf("unknown entity held to %v, want H = 100", got)
+	}
+	if v := entityView(s, entity.Fetch, "A"); float64(v.Rate) != 800 || !v.Throttled {
+		t.Errorf("A measured %+v", v)
+	}
+}
+
+func TestAgentUpdateThresholdFiltersSmallChanges(t *testing.T) {
+	r := newRig(t, "update_threshold: 0.05\n")
+	id := r.learn(42000, "solo", apiVersions()).Fetch
+	r.cycle()
+	r.dp.add(maps.Fetch, id, 100)
+	r.cycle()
+	first := r.sh.rates[maps.Fetch][id]
+	writes := r.sh.writes
+	// Same use: same limit, nothing rewritten.
+	r.dp.add(maps.Fetch, id, 100)
+	r.cycle()
+	if r.sh.writes != writes {
+		t.Errorf("unchanged rates rewritten: %d writes, had %d", r.sh.writes, writes)
+	}
+	if r.sh.rates[maps.Fetch][id] != first {
+		t.Errorf("rate moved without a change")
+	}
+}
+
+func TestAgentOvercommitLoggedAfterConfirmation(t *testing.T) {
+	r := newRig(t, `
+entities:
+  clients:
+    tp-a: {producer_byte_reservation: 600}
+    tp-b: {producer_byte_reservation: 600}
+`)
+	a := r.learn(45000, "tp-a", apiVersions()).Produce
+	b := r.learn(45001, "tp-b", apiVersions()).Produce
+	r.cycle()
+	var alerts []bool
+	for i := 0; i < 4; i++ {
+		r.dp.add(maps.Produce, a, 500)
+		r.dp.add(maps.Produce, b, 500)
+		r.sh.throttled[maps.Produce][a], r.sh.throttled[maps.Produce][b] = true, true
+		s := r.cycle()
+		alerts = append(alerts, s.Directions[entity.Produce].Overcommit)
+		if v := entityView(s, entity.Produce, "tp-a"); math.Abs(float64(v.DynamicLimit)-500) > 0.01 {
+			t.Errorf("cycle %d: tp-a limit %v, want 500 (reservations scaled at once)", i, v.DynamicLimit)
+		}
+	}
+	// Default confirmation: 3 cycles.
+	if alerts[1] || !alerts[2] {
+		t.Errorf("overcommit alert %v, want raised on the third cycle", alerts)
+	}
+	logs := r.logs.String()
+	if strings.Count(logs, "overcommit entered") != 1 || !strings.Contains(logs, "scale=0.833") || !strings.Contains(logs, "entities=2") {
+		t.Errorf("overcommit log missing or repeated:\n%s", logs)
+	}
+}
+
+func TestAgentHeartbeatEveryCycle(t *testing.T) {
+	r := newRig(t, "")
+	for i := 0; i < 3; i++ {
+		r.cycle()
+	}
+	if len(r.dp.heartbeats) != 3 || r.dp.heartbeats[2] <= r.dp.heartbeats[1] {
+		t.Errorf("heartbeats %v, want one per cycle, rising", r.dp.heartbeats)
+	}
+	if r.a.RefreshAge() != 0 {
+		t.Errorf("refresh age %v right after a cycle", r.a.RefreshAge())
+	}
+	r.clock.advance(3 * time.Second)
+	if r.a.RefreshAge() != 3*time.Second {
+		t.Errorf("refresh age %v, want 3s", r.a.RefreshAge())
+	}
+}
+
+func TestAgentReload(t *testing.T) {
+	r := newRig(t, "")
+	id := r.learn(43000, "late-core", apiVersions()).Fetch
+	r.cycle()
+	r.dp.add(maps.Fetch, id, 10)
+	r.sh.throttled[maps.Fetch][id] = true
+	r.cycle()
+	// A valid file applies from the next cycle: the client gets a reservation.
+	cfg, err := config.Parse([]byte(baseConfig + "mode: shadow\nentities: {clients: {late-core: {consumer_byte_reservation: 700, consumer_byte_rate: 800}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.a.Reload(cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.dp.add(maps.Fetch, id, 10)
+	s := r.cycle()
+	if v := entityView(s, entity.Fetch, "late-core"); float64(v.EffectiveReservation) != 700 || float64(v.Limit) != 800 {
+		t.Errorf("after reload: %+v", v)
+	}
+	if r.dp.settings.Shaper != maps.ShaperNone || s.Mode != "shadow" {
+		t.Errorf("shadow mode not applied: %+v", r.dp.settings)
+	}
+	// An invalid file is refused, counted, and the running configuration stays.
+	_, bad := config.Parse([]byte("interfaces: []"))
+	if err := r.a.Reload(config.Config{}, bad); err == nil || r.a.ReloadFailures() != 1 {
+		t.Errorf("invalid reload: %v, failures %d", err, r.a.ReloadFailures())
+	}
+	r.dp.add(maps.Fetch, id, 10)
+	if v := entityView(r.cycle(), entity.Fetch, "late-core"); float64(v.EffectiveReservation) != 700 {
+		t.Errorf("running configuration lost after a refused reload: %+v", v)
+	}
+	if !strings.Contains(r.logs.String(), "configuration reload refused") {
+		t.Errorf("refused reload not logged:\n%s", r.logs)
+	}
+}
+
+func TestAgentReclaimsIdleEntities(t *testing.T) {
+	r := newRig(t, "entity_idle_timeout: 10s\n")
+	id := r.learn(44000, "short-lived", apiVersions()).Fetch
+	delete(r.dp.bindings, conn(44000)) // the connection closed
+	r.dp.add(maps.Fetch, id, 10)
+	r.cycle()
+	for i := 0; i < 12; i++ {
+		r.cycle()
+	}
+	if len(r.dp.resets) != 1 || r.dp.resets[0] != id {
+		t.Fatalf("counter resets %v, want entity %d reclaimed", r.dp.resets, id)
+	}
+	if _, ok := r.sh.rates[maps.Fetch][id]; ok {
+		t.Error("reclaimed entity still shaped")
+	}
+	// Its id is reused by the next new entity, with no memory of the old one.
+	if again := r.learn(44001, "next", apiVersions()).Fetch; again != id {
+		t.Errorf("released id %d not reused (got %d)", id, again)
+	}
+	// An entity with a live connection is kept however idle it is.
+	kept := r.learn(44002, "idle-but-connected", apiVersions()).Fetch
+	for i := 0; i < 70; i++ {
+		r.cycle()
+	}
+	for _, reset := range r.dp.resets {
+		if reset == kept {
+			t.Error("entity with a live connection reclaimed")
+		}
+	}
+}

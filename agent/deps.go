@@ -1,0 +1,86 @@
+// Package agent is the sluice daemon's core: it learns entities from
+// sampled requests, runs the control loop of DESIGN.md §4 for each
+// direction every refresh interval, writes rates to the shaper and the
+// data path, and publishes what it decided for metrics, `sluice status` and
+// `sluice explain`. Everything with side effects sits behind the small
+// interfaces in this file, so the agent's logic is tested with fakes and no
+// root.
+package agent
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// DataPath is what the agent needs of the BPF data path.
+type DataPath interface {
+	// ReadCounters fills dst[dir][entity] with totals since load.
+	ReadCounters(dst *[2][]maps.Counters) error
+	BindConns(bindings []maps.Binding) error
+	EachBinding(fn func(maps.Binding)) error
+	ResetCounters(entities []uint32) error
+	Heartbeat(now time.Duration) error
+	SetSettings(s maps.Settings) error
+	SetListeners(ports []uint16) error
+	SetExempt(prefixes []netip.Prefix) error
+	Stats() (maps.Stats, error)
+}
+
+// EntityStore persists the registry next to the data path's pinned maps,
+// so a restarted agent keeps the ids connections are bound to. Optional:
+// a DataPath that implements it is used.
+type EntityStore interface {
+	SaveEntity(id uint32, kind uint8, name string) (bool, error)
+	DeleteEntity(id uint32) error
+	EachEntity(fn func(id uint32, kind uint8, name string)) error
+}
+
+var _ EntityStore = (*maps.Datapath)(nil)
+
+// Samples delivers request samples from the data path.
+type Samples interface {
+	Read() (maps.Sample, error)
+	Close() error
+}
+
+// Clock is the agent's time source; tests drive it by hand.
+type Clock interface {
+	Now() time.Time
+	// Monotonic is CLOCK_MONOTONIC, the data path's clock for heartbeats.
+	Monotonic() time.Duration
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time           { return time.Now() }
+func (systemClock) Monotonic() time.Duration { return maps.MonotonicNow() }
+
+// SystemClock is the real clock.
+var SystemClock Clock = systemClock{}
+
+// LoadedDataPath adapts a loaded maps.Datapath to DataPath.
+type LoadedDataPath struct {
+	*maps.Datapath
+	reader *maps.CounterReader
+}
+
+// NewLoadedDataPath wraps d.
+func NewLoadedDataPath(d *maps.Datapath) (*LoadedDataPath, error) {
+	r, err := d.NewCounterReader()
+	if err != nil {
+		return nil, err
+	}
+	return &LoadedDataPath{Datapath: d, reader: r}, nil
+}
+
+// ReadCounters implements DataPath.
+func (l *LoadedDataPath) ReadCounters(dst *[2][]maps.Counters) error { return l.reader.Read(dst) }
+
+var (
+	_ DataPath      = (*LoadedDataPath)(nil)
+	_ Samples       = (*maps.SampleReader)(nil)
+	_ shaper.Shaper = shaper.Shadow{}
+)

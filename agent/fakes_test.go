@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+type fakeDataPath struct {
+	mu         sync.Mutex
+	bytes      [2]map[uint32]uint64
+	bindings   map[maps.ConnKey]maps.Binding
+	heartbeats []time.Duration
+	settings   maps.Settings
+	listeners  []uint16
+	exempt     []netip.Prefix
+	resets     []uint32
+}
+
+func newFakeDataPath() *fakeDataPath {
+	return &fakeDataPath{bytes: [2]map[uint32]uint64{{}, {}}, bindings: map[maps.ConnKey]maps.Binding{}}
+}
+
+func (f *fakeDataPath) add(dir maps.Direction, entity uint32, n uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bytes[dir][entity] += n
+}
+
+func (f *fakeDataPath) ReadCounters(dst *[2][]maps.Counters) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for d := range dst {
+		clear(dst[d])
+		for e, b := range f.bytes[d] {
+			dst[d][e].Bytes = b
+		}
+	}
+	return nil
+}
+func (f *fakeDataPath) BindConns(b []maps.Binding) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, x := range b {
+		f.bindings[x.Conn] = x
+	}
+	return nil
+}
+func (f *fakeDataPath) EachBinding(fn func(maps.Binding)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.bindings {
+		fn(b)
+	}
+	return nil
+}
+func (f *fakeDataPath) ResetCounters(ids []uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		delete(f.bytes[0], id)
+		delete(f.bytes[1], id)
+	}
+	f.resets = append(f.resets, ids...)
+	return nil
+}
+func (f *fakeDataPath) Heartbeat(now time.Duration) error {
+	f.heartbeats = append(f.heartbeats, now)
+	return nil
+}
+func (f *fakeDataPath) SetSettings(s maps.Settings) error { f.settings = s; return nil }
+func (f *fakeDataPath) SetListeners(p []uint16) error     { f.listeners = p; return nil }
+func (f *fakeDataPath) SetExempt(p []netip.Prefix) error  { f.exempt = p; return nil }
+func (f *fakeDataPath) Stats() (maps.Stats, error)        { return maps.Stats{}, nil }
+
+type fakeShaper struct {
+	rates     [2]map[uint32]float64
+	writes    int
+	throttled [2]map[uint32]bool
+	removed   []uint32
+}
+
+func newFakeShaper() *fakeShaper {
+	return &fakeShaper{rates: [2]map[uint32]float64{{}, {}}, throttled: [2]map[uint32]bool{{}, {}}}
+}
+
+func (s *fakeShaper) Kind() string { return "htb" }
+func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaper.Rate) error {
+	for _, r := range rates {
+		s.rates[dir][r.Entity] = r.BytesPerSecond
+		s.writes++
+	}
+	return nil
+}
+func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {
+	delete(s.rates[dir], e)
+	s.removed = append(s.removed, e)
+	return nil
+}
+func (s *fakeShaper) Held(dir maps.Direction) ([]shaper.Held, error) {
+	var out []shaper.Held
+	for e := range s.rates[dir] {
+		out = append(out, shaper.Held{Entity: e, Throttled: s.throttled[dir][e]})
+	}
+	return out, nil
+}
+func (s *fakeShaper) Close() error { return nil }
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time           { return c.t }
+func (c *fakeClock) Monotonic() time.Duration { return time.Duration(c.t.UnixNano()) }
+func (c *fakeClock) advance(d time.Duration)  { c.t = c.t.Add(d) }

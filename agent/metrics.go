@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics is sluice's private Prometheus registry. One collector reads the
+// agent's last snapshot (and the data path's statistics) at scrape time
+// and counts its own failures instead of failing the scrape. Entity labels
+// are bounded: entities exist only in the registry, at most max_entities.
+type Metrics struct {
+	Registry    *prometheus.Registry
+	cycle       prometheus.Histogram
+	reloadFails prometheus.CounterFunc
+	collector   *collector
+}
+
+const ns = "sluice"
+
+// NewMetrics registers the agent's metrics.
+func NewMetrics(a *Agent, dp DataPath) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{Registry: reg}
+	m.cycle = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: ns, Name: "control_loop_duration_seconds",
+		Help:    "Duration of one control-loop cycle: read counters, allocate both directions, write changed rates.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
+	a.observeCycle = func(d time.Duration) { m.cycle.Observe(d.Seconds()) }
+	version := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "Build information.", ConstLabels: prometheus.Labels{"version": version}})
+	buildInfo.Set(1)
+	m.collector = newCollector(a, dp)
+	reg.MustRegister(m.cycle, buildInfo, m.collector,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "config_reload_failures_total", Help: "Configuration reloads refused (the running configuration stayed)."},
+			func() float64 { return float64(a.ReloadFailures()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle."},
+			func() float64 { return a.RefreshAge().Seconds() }),
+	)
+	return m
+}
+
+// Serve serves /metrics on addr until the listener closes.
+func (m *Metrics) Serve(l net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	err := srv.Serve(l)
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+type collector struct {
+	a  *Agent
+	dp DataPath
+
+	failures prometheus.Counter
+
+	entityBytes, entityRate, effRes, dynLimit, state, utilisation, dropped, delay *prometheus.Desc
+	promised, green, overcommit, capacityC, entities, overflowed                  *prometheus.Desc
+	samples, dpStats                                                              *prometheus.Desc
+}
+
+func newCollector(a *Agent, dp DataPath) *collector {
+	entity := []string{"direction", "type", "entity"}
+	dir := []string{"direction"}
+	d := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
+	}
+	return &collector{
+		a: a, dp: dp,
+		failures:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "collector_errors_total", Help: "Scrapes in which the collector could not read something (it reports what it could)."}),
+		entityBytes: d("entity_bytes_total", "TCP payload bytes counted for the entity.", entity),
+		entityRate:  d("entity_rate_bytes", "Measured rate over the rate window, bytes/s.", entity),
+		effRes:      d("entity_effective_reservation_bytes", "Effective reservation, bytes/s (scaled down under overcommit).", entity),
+		dynLimit:    d("entity_dynamic_limit_bytes", "Rate the data path enforces until the next cycle, bytes/s.", entity),
+		state:       d("entity_state", "1 for the entity's state (active, standby).", append(entity, "state")),
+		utilisation: d("entity_reservation_utilisation", "Measured rate over reservation.", entity),
+		dropped:     d("entity_dropped_packets", "Packets the shaper dropped in the last cycle (beyond the delay bound).", entity),
+		delay:       d("entity_queue_delay_seconds", "Queueing delay the shaper adds now.", entity),
+		promised:    d("promised_ratio", "Sum of active reservations over the distributable capacity C.", dir),
+		green:       d("green_ratio", "Sum of green shares over C.", dir),
+		overcommit:  d("overcommit", "1 while reservations exceed C (after confirmation).", dir),
+		capacityC:   d("distributable_capacity_bytes", "C = capacity × safety_ratio, bytes/s.", dir),
+		entities:    d("entities", "Entities by state.", []string{"direction", "state"}),
+		overflowed:  d("entities_overflowed_total", "New entities that went to the overflow entity because the registry was full.", nil),
+		samples:     d("learner_samples_total", "Request samples read by the learner.", []string{"result"}),
+		dpStats:     d("datapath_events_total", "Data path events: samples, fragments, drops, resyncs, fail-open packets.", []string{"event"}),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	c.failures.Describe(ch)
+	for _, d := range []*prometheus.Desc{c.entityBytes, c.entityRate, c.effRes, c.dynLimit, c.state, c.utilisation, c.dropped, c.delay,
+		c.promised, c.green, c.overcommit, c.capacityC, c.entities, c.overflowed, c.samples, c.dpStats} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	defer c.failures.Collect(ch)
+	s := c.a.Snapshot()
+	if s != nil {
+		for _, d := range s.Directions {
+			if !d.Enabled {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(c.promised, prometheus.GaugeValue, d.PromisedRatio, d.Direction)
+			ch <- prometheus.MustNewConstMetric(c.green, prometheus.GaugeValue, d.GreenRatio, d.Direction)
+			ch <- prometheus.MustNewConstMetric(c.overcommit, prometheus.GaugeValue, boolValue(d.Overcommit), d.Direction)
+			ch <- prometheus.MustNewConstMetric(c.capacityC, prometheus.GaugeValue, float64(d.C), d.Direction)
+			ch <- prometheus.MustNewConstMetric(c.entities, prometheus.GaugeValue, float64(d.Active), d.Direction, "active")
+			ch <- prometheus.MustNewConstMetric(c.entities, prometheus.GaugeValue, float64(d.Standby), d.Direction, "standby")
+			for _, e := range d.Entities {
+				l := []string{d.Direction, e.Kind, e.Name}
+				ch <- prometheus.MustNewConstMetric(c.entityBytes, prometheus.CounterValue, float64(e.Bytes), l...)
+				ch <- prometheus.MustNewConstMetric(c.entityRate, prometheus.GaugeValue, float64(e.Rate), l...)
+				ch <- prometheus.MustNewConstMetric(c.effRes, prometheus.GaugeValue, float64(e.EffectiveReservation), l...)
+				ch <- prometheus.MustNewConstMetric(c.dynLimit, prometheus.GaugeValue, float64(e.DynamicLimit), l...)
+				ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, 1, append(l, e.State)...)
+				if e.Reservation > 0 {
+					ch <- prometheus.MustNewConstMetric(c.utilisation, prometheus.GaugeValue, float64(e.Rate/e.Reservation), l...)
+				}
+				ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.GaugeValue, float64(e.DroppedPackets), l...)
+				ch <- prometheus.MustNewConstMetric(c.delay, prometheus.GaugeValue, e.QueueDelayMillis/1000, l...)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(c.overflowed, prometheus.CounterValue, float64(s.Overflowed))
+		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Parsed), "parsed")
+		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Truncated), "truncated")
+		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Failed), "failed")
+	}
+	st, err := c.dp.Stats()
+	if err != nil {
+		c.failures.Inc()
+		return
+	}
+	for name, v := range map[string]uint64{
+		"samples": st.Samples, "fragments": st.Fragments, "budget_drops": st.BudgetDrops, "ringbuf_drops": st.RingBufferDrops,
+		"desyncs": st.Desyncs, "resyncs": st.Resyncs, "exempt_connections": st.ExemptConnections, "fail_open_packets": st.FailOpenPackets,
+	} {
+		ch <- prometheus.MustNewConstMetric(c.dpStats, prometheus.CounterValue, float64(v), name)
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,244 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/allocator"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// publish builds the snapshot of this cycle for status, explain and metrics.
+func (a *Agent) publish(now time.Time) {
+	s := &Snapshot{
+		Time:         now,
+		Cycle:        a.cycle,
+		Mode:         string(a.cfg.Mode),
+		Shaper:       a.deps.Shaper.Kind(),
+		ShaperReason: a.deps.ShaperReason,
+		Entities:     a.registry.Len(),
+		MaxEntities:  a.cfg.MaxEntities,
+		Overflowed:   a.registry.Overflowed,
+		Learner: LearnerView{
+			Parsed: a.learner.Stats.Parsed, Truncated: a.learner.Stats.Truncated, Failed: a.learner.Stats.Failed,
+			Connections: a.learner.Connections(),
+		},
+		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
+	}
+	for _, dc := range a.dirs {
+		sum := dc.summary
+		v := DirectionView{
+			Direction: dc.dir.String(), Enabled: dc.cfg.Enabled(), Capacity: Bps(dc.cfg.Capacity),
+			C: Bps(sum.C), H: Bps(sum.H), Scale: sum.Scale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
+			GreenRatio: sum.GreenRatio, Overcommit: sum.Overcommit, Active: sum.Active, Standby: sum.Standby,
+		}
+		if dc.cfg.Enabled() {
+			for i, in := range dc.inputs {
+				out := dc.outputs[i]
+				key := dc.keys[i]
+				h := dc.held[in.Slot]
+				held := 0.0
+				if h.Throttled {
+					held = math.Max(0, out.Demand-in.Usage)
+					if math.IsInf(held, 1) {
+						held = 0
+					}
+				}
+				v.Entities = append(v.Entities, EntityView{
+					ID: in.Slot, Kind: key.Kind.String(), Name: key.Name, State: out.State.String(),
+					Rate: Bps(in.Usage), Bytes: a.counters[dc.dir][in.Slot].Bytes, Throttled: in.Throttled,
+					Reservation: Bps(dc.params[i].Reservation), Weight: in.Weight, Limit: Bps(in.Limit),
+					EffectiveReservation: Bps(out.EffectiveReservation), Demand: Bps(out.Demand), Green: Bps(out.Green),
+					Extra: Bps(out.Extra), Headroom: Bps(out.Headroom), DynamicLimit: Bps(out.DynamicLimit),
+					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: Bps(held),
+				})
+			}
+			unknown := EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
+				Bytes: a.counters[dc.dir][entity.UnknownID].Bytes, Reservation: 0, Weight: 1, Limit: Bps(sum.H), DynamicLimit: Bps(sum.H)}
+			if f := int(dc.filled[0]); f > 0 {
+				var s float64
+				for _, b := range dc.window[:f] {
+					s += b
+				}
+				unknown.Rate = Bps(s / (float64(f) * a.cfg.RefreshInterval.Seconds()))
+			}
+			v.Entities = append(v.Entities, unknown)
+			sort.Slice(v.Entities, func(i, j int) bool {
+				if v.Entities[i].Kind != v.Entities[j].Kind {
+					return v.Entities[i].Kind < v.Entities[j].Kind
+				}
+				return v.Entities[i].Name < v.Entities[j].Name
+			})
+		}
+		s.Directions[dc.dir] = v
+	}
+	a.snapshot = s
+}
+
+func finiteOr(v, or float64) float64 {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return or
+	}
+	return v
+}
+
+// Snapshot returns the last cycle's snapshot (nil before the first cycle).
+func (a *Agent) Snapshot() *Snapshot {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.snapshot
+}
+
+// RefreshAge is the time since the last successful cycle.
+func (a *Agent) RefreshAge() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastOK.IsZero() {
+		return 0
+	}
+	return a.deps.Clock.Now().Sub(a.lastOK)
+}
+
+// ReloadFailures counts refused reloads.
+func (a *Agent) ReloadFailures() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reloadFailures
+}
+
+// Reload applies a new configuration from the next cycle, or refuses it:
+// the running configuration stays and the failure is counted. Keys that
+// need a restart (interfaces, shaper, pin path, sizes) are reported and
+// keep their running values.
+func (a *Agent) Reload(cfg config.Config, loadErr error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if loadErr != nil {
+		a.reloadFailures++
+		a.log.Error("configuration reload refused; the running configuration stays", "err", loadErr)
+		return loadErr
+	}
+	for _, fixed := range restartOnly(a.cfg, cfg) {
+		a.log.Warn("configuration key changed but needs a restart to apply", "key", fixed)
+	}
+	cfg.Interfaces, cfg.Shaper, cfg.PinPath = a.cfg.Interfaces, a.cfg.Shaper, a.cfg.PinPath
+	cfg.MaxEntities, cfg.MaxConnections, cfg.RateWindow = a.cfg.MaxEntities, a.cfg.MaxConnections, a.cfg.RateWindow
+	cfg.SampleBytes, cfg.Socket, cfg.MetricsAddress = a.cfg.SampleBytes, a.cfg.Socket, a.cfg.MetricsAddress
+	for _, dc := range a.dirs {
+		next := directionConfig(cfg, dc.dir)
+		if next.Enabled() {
+			if err := dc.alloc.SetConfig(allocatorConfig(next)); err != nil {
+				a.reloadFailures++
+				return err
+			}
+		}
+		dc.cfg = next
+	}
+	old := a.cfg
+	a.cfg = cfg
+	a.policy = entity.NewPolicy(cfg.Entities)
+	a.learner.SetPolicy(a.policy)
+	if err := a.applyDataPathSettings(); err != nil {
+		a.cfg = old
+		a.reloadFailures++
+		return err
+	}
+	a.log.Info("configuration reloaded", "mode", cfg.Mode, "clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
+	return nil
+}
+
+func restartOnly(old, next config.Config) []string {
+	var keys []string
+	if !equalStrings(old.Interfaces, next.Interfaces) {
+		keys = append(keys, "interfaces")
+	}
+	for name, changed := range map[string]bool{
+		"shaper": old.Shaper != next.Shaper, "pin_path": old.PinPath != next.PinPath,
+		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
+		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
+		"socket": old.Socket != next.Socket, "metrics_address": old.MetricsAddress != next.MetricsAddress,
+	} {
+		if changed {
+			keys = append(keys, name)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Run cycles every refresh interval and learns from samples until ctx
+// ends. ready is called after the first successful cycle.
+func (a *Agent) Run(ctx context.Context, samples Samples, ready func()) error {
+	learned := make(chan error, 1)
+	if samples != nil {
+		go func() { learned <- a.learnLoop(samples) }()
+		defer func() { samples.Close(); <-learned }()
+	}
+	if err := a.Cycle(); err != nil {
+		return err
+	}
+	if ready != nil {
+		ready()
+	}
+	a.mu.Lock()
+	interval := a.cfg.RefreshInterval
+	a.mu.Unlock()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-learned:
+			if err != nil {
+				return err
+			}
+			learned = nil
+		case <-ticker.C:
+			if err := a.Cycle(); err != nil {
+				// A failed cycle is logged and retried; the data path fails
+				// open by itself if the heartbeat stops.
+				a.log.Error("control cycle failed", "err", err)
+			}
+		}
+	}
+}
+
+func (a *Agent) learnLoop(samples Samples) error {
+	for {
+		s, err := samples.Read()
+		if errors.Is(err, maps.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			a.log.Warn("read sample", "err", err)
+			continue
+		}
+		if err := a.Learn(s); err != nil {
+			a.log.Debug("sample not learned; the connection keeps its entity", "conn", s.Conn.String(), "err", err)
+		}
+	}
+}
+
+// StandbyLimitFor is exposed for tests: the standby limit of a key.
+func (a *Agent) standbyLimit(key entity.Key, d entity.Direction) float64 {
+	p := a.policy.Params(key, d)
+	return allocator.StandbyLimit(p.Reservation, p.Limit, a.dirs[d].alloc.Config().Headroom())
+}

@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Bps is a rate in bytes per second; +Inf (unlimited) is null in JSON.
+type Bps float64
+
+// MarshalJSON writes unbounded rates as null.
+func (b Bps) MarshalJSON() ([]byte, error) {
+	if math.IsInf(float64(b), 0) || math.IsNaN(float64(b)) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, math.Round(float64(b)*100)/100, 'f', -1, 64), nil
+}
+
+// UnmarshalJSON reads null as unlimited.
+func (b *Bps) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		*b = Bps(math.Inf(1))
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(data, &f); err != nil {
+		return err
+	}
+	*b = Bps(f)
+	return nil
+}
+
+// EntityView is one entity in one direction as of the last cycle: each
+// step of DESIGN.md §4, for `sluice explain`.
+type EntityView struct {
+	ID        uint32 `json:"id"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	State     string `json:"state"`
+	Rate      Bps    `json:"rate"` // measured, over the rate window
+	Bytes     uint64 `json:"bytes"`
+	Throttled bool   `json:"throttled"`
+	// Parameters as resolved from the configuration.
+	Reservation Bps     `json:"reservation"`
+	Weight      float64 `json:"weight"`
+	Limit       Bps     `json:"limit"`
+	// Control-loop steps.
+	EffectiveReservation Bps `json:"effective_reservation"`
+	Demand               Bps `json:"demand"`
+	Green                Bps `json:"green"`
+	Extra                Bps `json:"extra"`
+	Headroom             Bps `json:"headroom"`
+	DynamicLimit         Bps `json:"dynamic_limit"`
+	// What the shaper holds back.
+	QueueDelayMillis float64 `json:"queue_delay_ms"`
+	DroppedPackets   uint64  `json:"dropped_packets"`
+	HeldRate         Bps     `json:"held_rate"` // demand the shaper kept out: max(0, dynamic limit exceeded)
+}
+
+// DirectionView is one direction's pool and entities.
+type DirectionView struct {
+	Direction     string       `json:"direction"`
+	Enabled       bool         `json:"enabled"`
+	Capacity      Bps          `json:"capacity"`
+	C             Bps          `json:"C"`
+	H             Bps          `json:"H"`
+	Scale         float64      `json:"scale"`
+	PromisedRatio float64      `json:"promised_ratio"`
+	GreenRatio    float64      `json:"green_ratio"`
+	Overcommit    bool         `json:"overcommit"`
+	Active        int          `json:"active"`
+	Standby       int          `json:"standby"`
+	Entities      []EntityView `json:"entities"`
+}
+
+// Snapshot is everything the agent decided in its last cycle.
+type Snapshot struct {
+	Time         time.Time        `json:"time"`
+	Cycle        uint64           `json:"cycle"`
+	Mode         string           `json:"mode"`
+	Shaper       string           `json:"shaper"`
+	ShaperReason string           `json:"shaper_reason"`
+	Directions   [2]DirectionView `json:"directions"`
+	Entities     int              `json:"entities"`
+	MaxEntities  int              `json:"max_entities"`
+	Overflowed   uint64           `json:"overflowed"`
+	Learner      LearnerView      `json:"learner"`
+	CycleSeconds float64          `json:"cycle_seconds"`
+}
+
+// LearnerView counts the learner's work.
+type LearnerView struct {
+	Parsed      uint64 `json:"samples_parsed"`
+	Truncated   uint64 `json:"samples_truncated"`
+	Failed      uint64 `json:"samples_failed"`
+	Connections int    `json:"connections"`
+}
+
+// Find returns the views of an entity by name (or kind:name) in both directions.
+func (s *Snapshot) Find(name string) []EntityView {
+	var out []EntityView
+	for _, d := range s.Directions {
+		for _, e := range d.Entities {
+			if e.Name == name || e.Kind+":"+e.Name == name {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ListenStatus opens the unix socket `sluice status` and `sluice explain`
+// talk to, readable and writable by root only. A stale socket from an
+// earlier agent is replaced.
+func ListenStatus(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("status socket directory: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale status socket: %w", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("status socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("status socket permissions: %w", err)
+	}
+	return l, nil
+}
+
+// statusRequest is one line of JSON from a client.
+type statusRequest struct {
+	Cmd string `json:"cmd"` // "snapshot"
+}
+
+// ServeStatus answers snapshot requests until the listener closes.
+func (a *Agent) ServeStatus(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			var req statusRequest
+			if err := json.NewDecoder(c).Decode(&req); err != nil || req.Cmd != "snapshot" {
+				json.NewEncoder(c).Encode(map[string]string{"error": "unknown request; send {\"cmd\":\"snapshot\"}"})
+				return
+			}
+			s := a.Snapshot()
+			if s == nil {
+				json.NewEncoder(c).Encode(map[string]string{"error": "no cycle has run yet"})
+				return
+			}
+			json.NewEncoder(c).Encode(s)
+		}()
+	}
+}
+
+// QueryStatus asks the agent at the socket for its last snapshot.
+func QueryStatus(path string) (*Snapshot, error) {
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("is the agent running? %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := json.NewEncoder(c).Encode(statusRequest{Cmd: "snapshot"}); err != nil {
+		return nil, err
+	}
+	var raw json.RawMessage
+	if err := json.NewDecoder(c).Decode(&raw); err != nil {
+		return nil, fmt.Errorf("read status: %w", err)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		return nil, errors.New(e.Error)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("decode status: %w", err)
+	}
+	return &s, nil
+}
+
+// NotifyReady tells systemd (Type=notify) the agent is ready, when run
+// under it ($NOTIFY_SOCKET), and writes readyFile when given.
+func NotifyReady(readyFile string) error {
+	if readyFile != "" {
+		if err := os.WriteFile(readyFile, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("ready file: %w", err)
+		}
+	}
+	return sdNotify("READY=1")
+}
+
+// NotifyStopping tells systemd the agent is stopping.
+func NotifyStopping() error { return sdNotify("STOPPING=1") }
+
+func sdNotify(state string) error {
+	socket := os.Getenv("NOTIFY_SOCKET")
+	if socket == "" {
+		return nil
+	}
+	addr := &net.UnixAddr{Name: socket, Net: "unixgram"}
+	if socket[0] == '@' {
+		addr.Name = "\x00" + socket[1:]
+	}
+	c, err := net.DialUnix("unixgram", nil, addr)
+	if err != nil {
+		return fmt.Errorf("sd_notify: %w", err)
+	}
+	defer c.Close()
+	_, err = c.Write([]byte(state))
+	return err
+}

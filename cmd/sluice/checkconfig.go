@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// runCheckConfig: `sluice check-config FILE` validates a file, listing every
+// problem with its key path; as root it also loads the BPF programs sized by
+// the file through the verifier.
+func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New("check-config: give the configuration file")}
+	}
+	path := fs.Arg(0)
+	cfg, err := config.Load(path)
+	if err != nil {
+		var problems config.Problems
+		if errors.As(err, &problems) {
+			fmt.Fprintf(stderr, "%s: %d problem(s):\n", path, len(problems))
+			for _, p := range problems {
+				fmt.Fprintf(stderr, "  %s: %s\n", p.Key, p.Message)
+			}
+			return usageError{fmt.Errorf("%s is invalid", path)}
+		}
+		return usageError{err}
+	}
+	fmt.Fprintf(stdout, "%s: configuration valid (%d clients, %d topic-partitions configured)\n", path, len(cfg.Entities.Clients), len(cfg.Entities.TopicPartitions))
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stdout, "not root: the BPF programs were not loaded through the verifier")
+		return nil
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return err
+	}
+	opts := maps.DefaultOptions()
+	opts.MaxEntities = cfg.MaxEntities + 2
+	opts.MaxConnections = cfg.MaxConnections
+	opts.SampleBytes = min(cfg.SampleBytes, maps.SampleMax)
+	spec, err := maps.Spec(opts)
+	if err != nil {
+		return err
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return fmt.Errorf("the data path does not load on this kernel: %w", err)
+	}
+	defer coll.Close()
+	fmt.Fprintf(stdout, "data path verified by the kernel: %d programs, %d maps\n", len(coll.Programs), len(coll.Maps))
+	return nil
+}

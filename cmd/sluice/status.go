@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/config"
+)
+
+// runStatus: `sluice status [--socket PATH] [--watch]`.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
+	watch := fs.Bool("watch", false, "refresh every second until interrupted")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	for {
+		s, err := agent.QueryStatus(*socket)
+		if err != nil {
+			return err
+		}
+		if *watch {
+			fmt.Fprint(stdout, "\033[H\033[2J")
+		}
+		writeStatus(stdout, s)
+		if !*watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func writeStatus(w io.Writer, s *agent.Snapshot) {
+	fmt.Fprintf(w, "sluice  cycle %d at %s  mode %s  shaper %s (%s)\n", s.Cycle, s.Time.Format(time.TimeOnly), s.Mode, s.Shaper, s.ShaperReason)
+	fmt.Fprintf(w, "entities %d of %d  overflowed %d  learner: %d samples parsed, %d failed, %d connections\n\n",
+		s.Entities, s.MaxEntities, s.Overflowed, s.Learner.Parsed, s.Learner.Failed, s.Learner.Connections)
+	for _, d := range s.Directions {
+		if !d.Enabled {
+			fmt.Fprintf(w, "%s: not governed (capacity -1)\n\n", d.Direction)
+			continue
+		}
+		alert := "no"
+		if d.Overcommit {
+			alert = "YES"
+		}
+		fmt.Fprintf(w, "%s: capacity %s  C %s  H %s  R/C %.3f  Σgreen/C %.3f  overcommit %s  active %d  standby %d\n",
+			d.Direction, rate(d.Capacity), rate(d.C), rate(d.H), d.PromisedRatio, d.GreenRatio, alert, d.Active, d.Standby)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TYPE\tNAME\tSTATE\tRATE\tEFF.RES\tLIMIT\tDYN.LIMIT\tHELD\tDELAY")
+		for _, e := range d.Entities {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0fms\n", e.Kind, nameOr(e.Name), e.State, rate(e.Rate), rate(e.EffectiveReservation),
+				rate(e.Limit), rate(e.DynamicLimit), rate(e.HeldRate), e.QueueDelayMillis)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+}
+
+// runExplain: `sluice explain NAME` shows how an entity's limit was derived.
+func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New("explain: give one entity name (a client-id, a topic-partition, or kind:name)")}
+	}
+	s, err := agent.QueryStatus(*socket)
+	if err != nil {
+		return err
+	}
+	views := s.Find(fs.Arg(0))
+	if len(views) == 0 {
+		return fmt.Errorf("explain: no entity %q in the last cycle (sluice status lists them)", fs.Arg(0))
+	}
+	for i, e := range views {
+		d := s.Directions[0]
+		if i > 0 || !containsEntity(d, e) {
+			d = s.Directions[1]
+		}
+		writeExplain(stdout, d, e)
+	}
+	return nil
+}
+
+func containsEntity(d agent.DirectionView, e agent.EntityView) bool {
+	for _, x := range d.Entities {
+		if x.ID == e.ID {
+			return true
+		}
+	}
+	return false
+}
+
+func writeExplain(w io.Writer, d agent.DirectionView, e agent.EntityView) {
+	fmt.Fprintf(w, "%s %s, %s direction (entity id %d)\n", e.Kind, nameOr(e.Name), d.Direction, e.ID)
+	fmt.Fprintf(w, "  parameters      reservation %s, weight %g, limit %s\n", rate(e.Reservation), e.Weight, rate(e.Limit))
+	fmt.Fprintf(w, "  measured        %s over the rate window; throttled last cycle: %v\n", rate(e.Rate), e.Throttled)
+	fmt.Fprintf(w, "  state           %s\n", e.State)
+	if e.State != "active" {
+		fmt.Fprintf(w, "  standby limit   min(limit, max(reservation, H = %s)) = %s\n", rate(d.H), rate(e.DynamicLimit))
+		return
+	}
+	fmt.Fprintf(w, "  step 1  effRes  reservation × scale %.4f = %s   (C %s, R/C %.3f)\n", d.Scale, rate(e.EffectiveReservation), rate(d.C), d.PromisedRatio)
+	demandWhy := "max(measured, min_demand)"
+	if e.Throttled {
+		demandWhy = "throttled: claims its limit"
+	}
+	fmt.Fprintf(w, "  step 2  demand  %s   (%s)\n", rate(e.Demand), demandWhy)
+	fmt.Fprintf(w, "  step 3  green   min(effRes, demand) = %s\n", rate(e.Green))
+	fmt.Fprintf(w, "  step 4  extra   %s from spare, water-filled by weight\n", rate(e.Extra))
+	fmt.Fprintf(w, "  step 5  headroom %s of spare left after every claim\n", rate(e.Headroom))
+	fmt.Fprintf(w, "  step 6  limit   clamp(green + extra + headroom, effRes, limit) = %s\n", rate(e.DynamicLimit))
+	fmt.Fprintf(w, "  shaper          queue delay %.1f ms, %d packets dropped last cycle\n\n", e.QueueDelayMillis, e.DroppedPackets)
+}
+
+func nameOr(n string) string {
+	if n == "" {
+		return "-"
+	}
+	return n
+}
+
+func rate(b agent.Bps) string {
+	v := float64(b)
+	if math.IsInf(v, 1) {
+		return "∞"
+	}
+	return config.FormatRate(v) + "/s"
+}
