@@ -51,9 +51,25 @@ check-generated: ## fail when the committed BPF objects or bindings are stale
 	echo "generated BPF output is up to date"
 
 .PHONY: test
-test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespaces); needs root
+test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespaces, shaping); needs root
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: the BPF, namespace and qdisc tests must run, not skip" >&2; exit 1; fi
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) --no-print-directory shaping-check
+
+.PHONY: shaping-check
+shaping-check: ## measure the shapers with iperf3 in namespaces; writes shaping-results.json (root)
+	$(GO) run ./test/shapingcheck -out shaping-results.json
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+
+.PHONY: install
+install: build ## install the binary, the systemd unit and an example /etc/sluice/sluice.yaml (DESTDIR, PREFIX)
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sluice
+	install -D -m 0644 deploy/sluice.service $(DESTDIR)/etc/systemd/system/sluice.service
+	@if [ -e $(DESTDIR)/etc/sluice/sluice.yaml ]; then echo "keeping existing $(DESTDIR)/etc/sluice/sluice.yaml"; \
+	else install -D -m 0640 deploy/sluice.yaml $(DESTDIR)/etc/sluice/sluice.yaml; fi
+	install -D -m 0644 README.md $(DESTDIR)/usr/share/doc/sluice/README.md
 
 .PHONY: vet
 vet: ## go vet and gofmt

@@ -46,9 +46,12 @@ type Agent struct {
 	store    EntityStore // nil when the data path keeps no registry
 	primed   bool        // counters read once: deltas are meaningful
 	cycle    uint64
-	lastScan time.Time
-	snapshot *Snapshot
-	lastOK   time.Time
+	// policyGen counts policies: parameters cached under an older one are stale.
+	policyGen uint64
+	lastScan  time.Time
+	snapshot  *Snapshot // built from pub on demand, nil until asked
+	pubTime   time.Time
+	lastOK    time.Time
 
 	// ReloadFailures counts refused configuration reloads.
 	reloadFailures uint64
@@ -68,12 +71,36 @@ type direction struct {
 	lastBytes []uint64
 	applied   []float64
 	held      map[uint32]shaper.Held
+	// paramsOf[id] caches the entity's resolved parameters; paramsGen[id]
+	// says for which policy (a reload resolves them again).
+	paramsOf  []entity.Params
+	paramsGen []uint64
 	// scratch, reused every cycle
 	inputs  []allocator.Entity
 	outputs []allocator.Allocation
 	keys    []entity.Key
 	params  []entity.Params
+	heldOf  []shaper.Held
 	summary allocator.Summary
+	// published copies for status, explain and metrics (built into views on demand)
+	pub published
+}
+
+// published is a direction's last cycle, copied out so that views can be
+// built when asked for, not every cycle.
+type published struct {
+	summary allocator.Summary
+	cfg     config.Direction
+	inputs  []allocator.Entity
+	outputs []allocator.Allocation
+	keys    []entity.Key
+	params  []entity.Params
+	heldOf  []shaper.Held
+	bytes   []uint64
+	unknown struct {
+		rate  float64
+		bytes uint64
+	}
 }
 
 // bindingsScanEvery: how often live connections keep their entities from
@@ -94,6 +121,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 	}
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
+		policyGen:    1,
 		deps:         deps,
 		log:          deps.Log,
 		cfg:          cfg,
@@ -125,6 +153,9 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 			filled:    make([]uint8, ids),
 			lastBytes: make([]uint64, ids),
 			applied:   applied,
+			held:      map[uint32]shaper.Held{},
+			paramsOf:  make([]entity.Params, ids),
+			paramsGen: make([]uint64, ids),
 		}
 	}
 	if store, ok := deps.DataPath.(EntityStore); ok {
@@ -297,14 +328,14 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	if err != nil {
 		return err
 	}
-	dc.held = make(map[uint32]shaper.Held, len(held))
+	clear(dc.held)
 	for _, h := range held {
 		dc.held[h.Entity] = h
 	}
 	counters := a.counters[dc.dir]
 	w := a.cfg.RateWindow
 	interval := a.cfg.RefreshInterval.Seconds()
-	dc.inputs, dc.keys, dc.params = dc.inputs[:0], dc.keys[:0], dc.params[:0]
+	dc.inputs, dc.keys, dc.params, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.heldOf[:0]
 	now := a.deps.Clock.Now()
 	a.registry.Each(func(id entity.ID, key entity.Key) {
 		i := int(id)
@@ -331,13 +362,19 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		if id == entity.UnknownID {
 			return // held to H, outside the allocation
 		}
-		p := a.policy.Params(key, dc.dir)
+		if dc.paramsGen[i] != a.policyGen {
+			dc.paramsOf[i] = a.policy.Params(key, dc.dir)
+			dc.paramsGen[i] = a.policyGen
+		}
+		p := dc.paramsOf[i]
+		h := dc.held[uint32(id)]
 		dc.inputs = append(dc.inputs, allocator.Entity{
 			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
-			Usage: usage, Throttled: dc.held[uint32(id)].Throttled,
+			Usage: usage, Throttled: h.Throttled,
 		})
 		dc.keys = append(dc.keys, key)
 		dc.params = append(dc.params, p)
+		dc.heldOf = append(dc.heldOf, h)
 	})
 	if cap(dc.outputs) < len(dc.inputs) {
 		dc.outputs = make([]allocator.Allocation, len(dc.inputs), 2*len(dc.inputs))
@@ -413,7 +450,7 @@ func (a *Agent) reclaim(now time.Time) error {
 			dc.alloc.Forget(uint32(id))
 			w := a.cfg.RateWindow
 			clear(dc.window[int(id)*w : (int(id)+1)*w])
-			dc.filled[id], dc.lastBytes[id], dc.applied[id] = 0, 0, math.NaN()
+			dc.filled[id], dc.lastBytes[id], dc.applied[id], dc.paramsGen[id] = 0, 0, math.NaN(), 0
 		}
 	}
 	if err := a.deps.DataPath.ResetCounters(raw); err != nil {

@@ -13,10 +13,39 @@ import (
 	"github.com/sluice-dev/sluice/maps"
 )
 
-// publish builds the snapshot of this cycle for status, explain and metrics.
+// publish copies this cycle's state out (into reused buffers) for status,
+// explain and metrics; views are built only when asked for.
 func (a *Agent) publish(now time.Time) {
+	a.pubTime = now
+	a.snapshot = nil
+	for _, dc := range a.dirs {
+		p := &dc.pub
+		p.summary, p.cfg = dc.summary, dc.cfg
+		p.inputs = append(p.inputs[:0], dc.inputs...)
+		p.outputs = append(p.outputs[:0], dc.outputs...)
+		p.keys = append(p.keys[:0], dc.keys...)
+		p.params = append(p.params[:0], dc.params...)
+		p.heldOf = append(p.heldOf[:0], dc.heldOf...)
+		p.bytes = p.bytes[:0]
+		for _, in := range dc.inputs {
+			p.bytes = append(p.bytes, a.counters[dc.dir][in.Slot].Bytes)
+		}
+		p.unknown.bytes = a.counters[dc.dir][entity.UnknownID].Bytes
+		p.unknown.rate = 0
+		if f := int(dc.filled[0]); f > 0 {
+			var s float64
+			for _, b := range dc.window[:f] {
+				s += b
+			}
+			p.unknown.rate = s / (float64(f) * a.cfg.RefreshInterval.Seconds())
+		}
+	}
+}
+
+// view builds the snapshot from the last published cycle.
+func (a *Agent) view() *Snapshot {
 	s := &Snapshot{
-		Time:         now,
+		Time:         a.pubTime,
 		Cycle:        a.cycle,
 		Mode:         string(a.cfg.Mode),
 		Shaper:       a.deps.Shaper.Kind(),
@@ -31,43 +60,31 @@ func (a *Agent) publish(now time.Time) {
 		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
 	}
 	for _, dc := range a.dirs {
-		sum := dc.summary
+		p := &dc.pub
+		sum := p.summary
 		v := DirectionView{
-			Direction: dc.dir.String(), Enabled: dc.cfg.Enabled(), Capacity: Bps(dc.cfg.Capacity),
+			Direction: dc.dir.String(), Enabled: p.cfg.Enabled(), Capacity: Bps(p.cfg.Capacity),
 			C: Bps(sum.C), H: Bps(sum.H), Scale: sum.Scale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
 			GreenRatio: sum.GreenRatio, Overcommit: sum.Overcommit, Active: sum.Active, Standby: sum.Standby,
 		}
-		if dc.cfg.Enabled() {
-			for i, in := range dc.inputs {
-				out := dc.outputs[i]
-				key := dc.keys[i]
-				h := dc.held[in.Slot]
+		if p.cfg.Enabled() {
+			for i, in := range p.inputs {
+				out, key, h := p.outputs[i], p.keys[i], p.heldOf[i]
 				held := 0.0
-				if h.Throttled {
+				if h.Throttled && !math.IsInf(out.Demand, 1) {
 					held = math.Max(0, out.Demand-in.Usage)
-					if math.IsInf(held, 1) {
-						held = 0
-					}
 				}
 				v.Entities = append(v.Entities, EntityView{
 					ID: in.Slot, Kind: key.Kind.String(), Name: key.Name, State: out.State.String(),
-					Rate: Bps(in.Usage), Bytes: a.counters[dc.dir][in.Slot].Bytes, Throttled: in.Throttled,
-					Reservation: Bps(dc.params[i].Reservation), Weight: in.Weight, Limit: Bps(in.Limit),
+					Rate: Bps(in.Usage), Bytes: p.bytes[i], Throttled: in.Throttled,
+					Reservation: Bps(p.params[i].Reservation), Weight: in.Weight, Limit: Bps(in.Limit),
 					EffectiveReservation: Bps(out.EffectiveReservation), Demand: Bps(out.Demand), Green: Bps(out.Green),
 					Extra: Bps(out.Extra), Headroom: Bps(out.Headroom), DynamicLimit: Bps(out.DynamicLimit),
 					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: Bps(held),
 				})
 			}
-			unknown := EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
-				Bytes: a.counters[dc.dir][entity.UnknownID].Bytes, Reservation: 0, Weight: 1, Limit: Bps(sum.H), DynamicLimit: Bps(sum.H)}
-			if f := int(dc.filled[0]); f > 0 {
-				var s float64
-				for _, b := range dc.window[:f] {
-					s += b
-				}
-				unknown.Rate = Bps(s / (float64(f) * a.cfg.RefreshInterval.Seconds()))
-			}
-			v.Entities = append(v.Entities, unknown)
+			v.Entities = append(v.Entities, EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
+				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: Bps(sum.H), DynamicLimit: Bps(sum.H)})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {
 					return v.Entities[i].Kind < v.Entities[j].Kind
@@ -77,7 +94,7 @@ func (a *Agent) publish(now time.Time) {
 		}
 		s.Directions[dc.dir] = v
 	}
-	a.snapshot = s
+	return s
 }
 
 func finiteOr(v, or float64) float64 {
@@ -87,10 +104,17 @@ func finiteOr(v, or float64) float64 {
 	return v
 }
 
-// Snapshot returns the last cycle's snapshot (nil before the first cycle).
+// Snapshot returns the last cycle's snapshot (nil before the first cycle),
+// built on first request after each cycle.
 func (a *Agent) Snapshot() *Snapshot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.cycle == 0 {
+		return nil
+	}
+	if a.snapshot == nil {
+		a.snapshot = a.view()
+	}
 	return a.snapshot
 }
 
@@ -142,6 +166,7 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	old := a.cfg
 	a.cfg = cfg
 	a.policy = entity.NewPolicy(cfg.Entities)
+	a.policyGen++
 	a.learner.SetPolicy(a.policy)
 	if err := a.applyDataPathSettings(); err != nil {
 		a.cfg = old

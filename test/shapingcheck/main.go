@@ -299,9 +299,9 @@ func waitListening(pair *netns.Pair, port int) error {
 type iperfResult struct {
 	Intervals []struct {
 		Sum struct {
-			Bytes       float64 `json:"bytes"`
-			Seconds     float64 `json:"seconds"`
-			Omitted     bool    `json:"omitted"`
+			Bytes       float64  `json:"bytes"`
+			Seconds     float64  `json:"seconds"`
+			Omitted     bool     `json:"omitted"`
 			Retransmits *float64 `json:"retransmits"` // only on the sender's side
 		} `json:"sum"`
 	} `json:"intervals"`

@@ -1,0 +1,108 @@
+package agent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/entity"
+	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// benchRig builds an agent with n entities that all have traffic, a mix of
+// reservations and throttling, on fakes (no root).
+func benchRig(b *testing.B, n int) *rig {
+	cfg := fmt.Sprintf(`
+entities:
+  clients:
+    default: {quota_weight: 0.5, consumer_byte_rate: 50MB}
+`)
+	r := newRig(&testing.T{}, "max_entities: 20000\n"+cfg)
+	r.logs.Reset()
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := 0; i < n; i++ {
+		id := r.a.registry.Acquire(entity.Key{Kind: entity.KindClient, Name: "client-" + strconv.Itoa(i)}, r.clock.t)
+		if rng.IntN(3) == 0 {
+			r.sh.throttled[maps.Fetch][uint32(id)] = true
+		}
+	}
+	return r
+}
+
+// BenchmarkAgentCycle is a full control-loop cycle with the fake data path:
+// read counters, measure rates, allocate both directions, write the rates
+// that changed. Goal: 10,000 entities ≤ 10 ms.
+func BenchmarkAgentCycle(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("entities=%d", n), func(b *testing.B) {
+			r := benchRig(b, n)
+			rng := rand.New(rand.NewPCG(2, 2))
+			step := func() {
+				for i := 0; i < n; i++ {
+					id := uint32(i + 2)
+					r.dp.bytes[maps.Fetch][id] += uint64(rng.IntN(1 << 20))
+					r.dp.bytes[maps.Produce][id] += uint64(rng.IntN(1 << 16))
+				}
+				r.clock.advance(time.Second)
+			}
+			step()
+			r.a.Cycle()
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				step()
+				b.StartTimer()
+				if err := r.a.Cycle(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAgentMemory learns 100,000 connections of 10,000 client-ids,
+// runs cycles, and reports the process's resident memory. Goal ≤ 150 MB.
+func BenchmarkAgentMemory(b *testing.B) {
+	for b.Loop() {
+		r := benchRig(b, 0)
+		for c := 0; c < 100_000; c++ {
+			client := "client-" + strconv.Itoa(c%10_000)
+			key := maps.ConnKey{Peer: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(c >> 16), byte(c >> 8)}), uint16(c)), Local: brokerAddr}
+			if err := r.a.Learn(maps.Sample{Conn: key, Data: kt.Frame(apiVersions(), 0, kt.Str(client))}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := 0; i < 3; i++ {
+			r.clock.advance(time.Second)
+			if err := r.a.Cycle(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MB")
+		b.ReportMetric(float64(r.a.registry.Len()), "entities")
+		b.ReportMetric(float64(r.a.learner.Connections()), "connections")
+	}
+}
+
+func rssBytes() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
