@@ -4,7 +4,8 @@
 GO      ?= go
 CLANG   ?= clang-19
 BIN     := bin/sluice
-PKGS    := ./...
+# Every package but the end-to-end scenarios, which `make e2e` runs on its own.
+PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
 APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3
 
@@ -14,14 +15,18 @@ export PATH := $(PATH):/usr/local/go/bin
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build bin/sluice
 	$(GO) build -o $(BIN) ./cmd/sluice
 
 .PHONY: demo
-demo: build ## the main job: run sluice on its embedded default scenario
+demo: deps ## the main job: a one-minute story with real Kafka clients, live status, demo.png (root)
+	$(GO) run ./test/demo -out demo.png
+
+.PHONY: demo-simulate
+demo-simulate: build ## the control loop alone on the design's worked examples (no root)
 	./$(BIN) demo
 
 .PHONY: deps
@@ -55,6 +60,11 @@ test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespa
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: the BPF, namespace and qdisc tests must run, not skip" >&2; exit 1; fi
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(MAKE) --no-print-directory shaping-check
+	$(MAKE) --no-print-directory e2e
+
+.PHONY: e2e
+e2e: ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
+	$(GO) test -count=1 -v -timeout 20m ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
 
 .PHONY: shaping-check
 shaping-check: ## measure the shapers with iperf3 in namespaces; writes shaping-results.json (root)

@@ -177,6 +177,13 @@ func run(outFile, only string, pairs int) error {
 		}
 	}
 	log.Printf("wrote %s: %d cases, %d gated failures", outFile, len(res.Cases), failed)
+	passed := 0
+	for _, c := range res.Cases {
+		if c.Gated && c.Pass {
+			passed++
+		}
+	}
+	fmt.Printf("shaping: %d passed, %d failed\n", passed, failed)
 	if failed > 0 {
 		return fmt.Errorf("%d gated shaping cases failed", failed)
 	}
@@ -234,14 +241,20 @@ func setup() (*env, error) {
 	return e, nil
 }
 
-func (e *env) attach() error {
-	var err error
-	if err = e.pair.Broker.Do(func() (err error) {
+// attachPrograms puts only the data path's programs on the broker's device.
+func (e *env) attachPrograms() error {
+	return e.pair.Broker.Do(func() (err error) {
 		e.att, err = attach.Attach(e.ifidx, e.d.IngressProgram(), e.d.EgressProgram(), attach.Auto)
 		return err
-	}); err != nil {
+	})
+}
+
+// attach puts the programs and the HTB shaper in place.
+func (e *env) attach() error {
+	if err := e.attachPrograms(); err != nil {
 		return err
 	}
+	var err error
 	if e.htb, err = shaper.NewHTB(e.ifidx, e.d, 200*time.Millisecond, e.pair.Broker.Do); err != nil {
 		return err
 	}
@@ -531,7 +544,8 @@ func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, erro
 	return c, nil
 }
 
-// paired measures unshaped throughput with the data path attached and not,
+// paired measures unshaped throughput with the data path's programs
+// attached (counting, holding nothing back, no qdisc added) and not,
 // alternating, and reports the ratio of the medians.
 func (e *env) paired(name string, port, pairs int) (Case, error) {
 	var with, without []float64
@@ -541,10 +555,9 @@ func (e *env) paired(name string, port, pairs int) (Case, error) {
 				return Case{}, err
 			}
 			if attached {
-				if err := e.attach(); err != nil {
+				if err := e.attachPrograms(); err != nil {
 					return Case{}, err
 				}
-				// Attached and counting, holding nothing back.
 				e.d.SetSettings(maps.Settings{Shaper: maps.ShaperNone, StaleAfter: time.Hour, SamplesPerSecond: 200})
 			}
 			r, err := e.iperf(context.Background(), port, 1, 3, 1, false, 0)

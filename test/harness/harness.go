@@ -1,0 +1,378 @@
+// Package harness runs sluice for real in front of a Kafka protocol peer:
+// a broker namespace with kfake and the agent, a client namespace with
+// Kafka clients (test/loadgen: franz-go, sarama, kafka-go), joined by a
+// veth pair on 198.18.0.0/24. The end-to-end tests, the agent integration
+// tests and the demo use it. Everything it creates is removed by Close,
+// also after a failure.
+package harness
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/maps"
+	"github.com/sluice-dev/sluice/test/netns"
+)
+
+// World is one topology.
+type World struct {
+	Pair    *netns.Pair
+	Dir     string // scratch directory (configs, logs, socket, bpffs)
+	Pins    string
+	Socket  string
+	Sluice  string // built sluice binary
+	Loadgen string // built loadgen binary
+	Kafka   *kfake.Cluster
+	bpffs   string
+	mu      sync.Mutex
+	procs   []*exec.Cmd
+}
+
+// Options shape the world.
+type Options struct {
+	// Partitions per topic; topics are seeded at start.
+	Topics     []string
+	Partitions int32
+}
+
+// Build compiles sluice and loadgen from the repository root into dir.
+func Build(root, dir string) (sluice, loadgen string, err error) {
+	sluice, loadgen = filepath.Join(dir, "sluice"), filepath.Join(dir, "loadgen")
+	for bin, pkg := range map[string]string{sluice: "./cmd/sluice", loadgen: "./test/loadgen"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return sluice, loadgen, nil
+}
+
+// New builds the topology: namespaces, veth, a private bpffs for pins, and
+// kfake listening on 198.18.0.1:9092 in the broker namespace (produce is
+// discarded and fetches answer with synthetic batches, so long runs keep
+// memory flat).
+func New(dir, sluice, loadgen string, o Options) (*World, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the harness builds namespaces, BPF programs and qdiscs: it needs root")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, err
+	}
+	pair, err := netns.CreatePair()
+	if err != nil {
+		return nil, err
+	}
+	w := &World{Pair: pair, Dir: dir, Sluice: sluice, Loadgen: loadgen, Socket: filepath.Join(dir, "sluice.sock")}
+	w.bpffs = filepath.Join(dir, "bpf")
+	if err := maps.MountBPFFS(w.bpffs); err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.Pins = filepath.Join(w.bpffs, "sluice")
+	if o.Partitions == 0 {
+		o.Partitions = 1
+	}
+	w.Kafka, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(o.Partitions, o.Topics...), kfake.BlackholeProduce(),
+		kfake.SyntheticFetch(kfake.SyntheticBatch{RecordBytes: 16 << 10, Records: 64, RandomFrac: 1}),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return pair.Broker.Listen(net.JoinHostPort(pair.BrokerIP.String(), "9092"))
+		}))
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Bootstrap is the broker address clients use.
+func (w *World) Bootstrap() string { return net.JoinHostPort(w.Pair.BrokerIP.String(), "9092") }
+
+// Close stops every process and removes everything the world created.
+func (w *World) Close() error {
+	w.mu.Lock()
+	procs := w.procs
+	w.procs = nil
+	w.mu.Unlock()
+	for _, p := range procs {
+		if p.ProcessState == nil {
+			p.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				p.Process.Kill()
+				<-done
+			}
+		}
+	}
+	if w.Kafka != nil {
+		w.Kafka.Close()
+	}
+	var errs []error
+	if w.Pins != "" {
+		// An agent that was killed leaves pins (and the links and trees they
+		// keep); unload them as an operator would.
+		if _, err := os.Stat(w.Pins); err == nil && w.Sluice != "" {
+			cfg := w.WriteConfig("cleanup", Config{})
+			exec.Command("ip", "netns", "exec", w.Pair.Broker.Name, w.Sluice, "unload", "--config", cfg).Run()
+		}
+	}
+	if w.bpffs != "" {
+		unix.Unmount(w.bpffs, unix.MNT_DETACH)
+	}
+	errs = append(errs, w.Pair.Delete())
+	return errors.Join(errs...)
+}
+
+func (w *World) track(cmd *exec.Cmd) {
+	w.mu.Lock()
+	w.procs = append(w.procs, cmd)
+	w.mu.Unlock()
+}
+
+// Config is what a scenario sets; the rest is the world's.
+type Config struct {
+	ProduceCapacity, FetchCapacity string // e.g. "40MB"; "" = -1 (ungoverned)
+	Mode                           string // enforce (default) or shadow
+	KeepAttached                   bool
+	StaleAfter                     string
+	MemoryCycles                   int    // K; 0 = the default
+	Extra                          string // more YAML (entities, ...)
+}
+
+// WriteConfig writes an agent configuration for this world.
+func (w *World) WriteConfig(name string, c Config) string {
+	capacity := func(s string) string {
+		if s == "" {
+			return "-1"
+		}
+		return s
+	}
+	if c.Mode == "" {
+		c.Mode = "enforce"
+	}
+	if c.StaleAfter == "" {
+		c.StaleAfter = "3s"
+	}
+	if c.ProduceCapacity == "" && c.FetchCapacity == "" {
+		c.ProduceCapacity = "1GB"
+	}
+	if c.MemoryCycles == 0 {
+		c.MemoryCycles = 10
+	}
+	yaml := fmt.Sprintf(`interfaces: [%s]
+listeners: [9092]
+mode: %s
+produce: {capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: %d}
+fetch: {capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: %d}
+refresh_interval: 1s
+rate_window: 2
+stale_after: %s
+bootstrap: [%s]
+metadata_refresh: 2s
+pin_path: %s
+socket: %s
+metrics_address: 127.0.0.1:9464
+keep_attached_on_exit: %v
+log_level: debug
+%s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), c.MemoryCycles, capacity(c.FetchCapacity), c.MemoryCycles, c.StaleAfter, w.Bootstrap(),
+		w.Pins, w.Socket, c.KeepAttached, c.Extra)
+	path := filepath.Join(w.Dir, name+".yaml")
+	os.WriteFile(path, []byte(yaml), 0o600)
+	return path
+}
+
+// Agent is a running `sluice run`.
+type Agent struct {
+	Cmd *exec.Cmd
+	Log string
+}
+
+// StartAgent runs the agent in the broker namespace and waits until it is
+// ready (its ready file), at most 30 s.
+func (w *World) StartAgent(config string) (*Agent, error) {
+	ready := filepath.Join(w.Dir, "ready")
+	os.Remove(ready)
+	logf, err := os.CreateTemp(w.Dir, "agent-*.log")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("ip", "netns", "exec", w.Pair.Broker.Name, w.Sluice, "run", "--config", config, "--ready-file", ready)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w.track(cmd)
+	a := &Agent{Cmd: cmd, Log: logf.Name()}
+	exited := make(chan error, 1)
+	go func() { _, err := cmd.Process.Wait(); exited <- err }()
+	deadline := time.After(30 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return a, nil
+		}
+		select {
+		case <-exited:
+			data, _ := os.ReadFile(a.Log)
+			return nil, fmt.Errorf("agent exited before it was ready:\n%s", data)
+		case <-deadline:
+			data, _ := os.ReadFile(a.Log)
+			return nil, fmt.Errorf("agent not ready after 30 s:\n%s", data)
+		case <-time.After(50 * time.Millisecond): // polling the ready file, bounded by the deadline
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits; the agent detaches (or keeps its pins).
+func (a *Agent) Stop() error {
+	a.Cmd.Process.Signal(syscall.SIGTERM)
+	err := a.Cmd.Wait()
+	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+		data, _ := os.ReadFile(a.Log)
+		return fmt.Errorf("agent exit: %v\n%s", err, data)
+	}
+	return nil
+}
+
+// Kill sends SIGKILL.
+func (a *Agent) Kill() {
+	a.Cmd.Process.Kill()
+	a.Cmd.Wait()
+}
+
+// Status asks the agent for its last snapshot.
+func (w *World) Status() (*agent.Snapshot, error) { return agent.QueryStatus(w.Socket) }
+
+// WaitFor polls the agent's status until cond holds.
+func (w *World) WaitFor(timeout time.Duration, cond func(*agent.Snapshot) bool) (*agent.Snapshot, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := w.Status()
+		if err == nil && cond(s) {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			return s, fmt.Errorf("condition not met within %v (last error %v)", timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the agent's state, bounded by the deadline
+	}
+}
+
+// Client is a running loadgen with its byte meter.
+type Client struct {
+	Name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	// marks are (time, bytes moved so far) every 100 ms.
+	marks  []mark
+	errors int64
+	done   chan struct{}
+}
+
+type mark struct {
+	at    time.Time
+	bytes int64
+}
+
+// ClientSpec describes one loadgen client.
+type ClientSpec struct {
+	Name      string // for reports
+	Lib       string // franz, sarama, kafkago
+	Mode      string // produce, consume
+	ClientID  string
+	Topic     string
+	Partition int
+	Rate      float64 // bytes/s wanted; 0 greedy
+}
+
+// StartClient runs a loadgen in the client namespace.
+func (w *World) StartClient(s ClientSpec) (*Client, error) {
+	args := []string{"netns", "exec", w.Pair.Client.Name, w.Loadgen, "-lib", s.Lib, "-mode", s.Mode, "-client-id", s.ClientID,
+		"-topic", s.Topic, "-partition", fmt.Sprint(s.Partition), "-bootstrap", w.Bootstrap(), "-rate", fmt.Sprint(s.Rate)}
+	cmd := exec.Command("ip", args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	logf, _ := os.Create(filepath.Join(w.Dir, "client-"+s.Name+".log"))
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w.track(cmd)
+	c := &Client{Name: s.Name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var line struct{ Ms, Bytes, Errors int64 }
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			c.mu.Lock()
+			c.marks = append(c.marks, mark{time.UnixMilli(line.Ms), line.Bytes})
+			c.errors = line.Errors
+			c.mu.Unlock()
+		}
+	}()
+	return c, nil
+}
+
+// Stop ends the client.
+func (c *Client) Stop() {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	c.cmd.Wait()
+	<-c.done
+}
+
+// Errors is the number of failed produce requests the client saw.
+func (c *Client) Errors() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errors
+}
+
+// Rate is the client's bytes per second between two instants.
+func (c *Client) Rate(from, to time.Time) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var a, b *mark
+	for i := range c.marks {
+		m := &c.marks[i]
+		if a == nil && !m.at.Before(from) {
+			a = m
+		}
+		if !m.at.After(to) {
+			b = m
+		}
+	}
+	if a == nil || b == nil || !b.at.After(a.at) {
+		return 0
+	}
+	return float64(b.bytes-a.bytes) / b.at.Sub(a.at).Seconds()
+}
+
+// Windows are the per-second rates over [from, to).
+func (c *Client) Windows(from, to time.Time) []float64 {
+	var out []float64
+	for t := from; t.Add(time.Second).Compare(to) <= 0; t = t.Add(time.Second) {
+		out = append(out, c.Rate(t, t.Add(time.Second)))
+	}
+	return out
+}

@@ -1,0 +1,251 @@
+// Command loadgen is one Kafka client for sluice's end-to-end tests and
+// demo: a producer or a consumer written with franz-go, sarama or kafka-go,
+// run inside a client network namespace (ip netns exec). It prints a JSON
+// line every 100 ms with the payload bytes it has moved so far, and stops
+// on SIGTERM or after -duration.
+//
+//	loadgen -lib franz -mode produce -client-id hot -topic orders -partition 0 -bootstrap 198.18.0.1:9092
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+type opts struct {
+	lib, mode, clientID, group, topic, bootstrap string
+	partition                                    int
+	valueBytes                                   int
+	rate                                         float64 // bytes/s the client wants; 0 = as fast as it can
+}
+
+func main() {
+	var o opts
+	var duration time.Duration
+	flag.StringVar(&o.lib, "lib", "franz", "client library: franz, sarama or kafkago")
+	flag.StringVar(&o.mode, "mode", "produce", "produce or consume")
+	flag.StringVar(&o.clientID, "client-id", "loadgen", "client-id (consumers: also the group unless -group)")
+	flag.StringVar(&o.group, "group", "", "consumer group (default: the client-id)")
+	flag.StringVar(&o.topic, "topic", "orders", "topic")
+	flag.IntVar(&o.partition, "partition", 0, "partition to produce to / consume from")
+	flag.StringVar(&o.bootstrap, "bootstrap", "198.18.0.1:9092", "broker")
+	flag.IntVar(&o.valueBytes, "value-bytes", 16<<10, "record value size when producing")
+	flag.Float64Var(&o.rate, "rate", 0, "bytes/s to aim for (0: greedy)")
+	flag.DurationVar(&duration, "duration", 5*time.Minute, "stop after this long")
+	flag.Parse()
+	if o.group == "" {
+		o.group = o.clientID
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+
+	var moved, errs atomic.Int64
+	go report(ctx, &moved, &errs)
+	var err error
+	switch o.lib + "/" + o.mode {
+	case "franz/produce":
+		err = franzProduce(ctx, o, &moved, &errs)
+	case "franz/consume":
+		err = franzConsume(ctx, o, &moved)
+	case "sarama/consume":
+		err = saramaConsume(ctx, o, &moved)
+	case "kafkago/consume":
+		err = kafkagoConsume(ctx, o, &moved)
+	case "sarama/produce":
+		err = saramaProduce(ctx, o, &moved, &errs)
+	case "kafkago/produce":
+		err = kafkagoProduce(ctx, o, &moved, &errs)
+	default:
+		err = fmt.Errorf("unknown -lib/-mode %s/%s", o.lib, o.mode)
+	}
+	if err != nil && ctx.Err() == nil {
+		log.Fatal(err)
+	}
+}
+
+// report prints {"ms": unix millis, "bytes": moved, "errors": n} lines.
+func report(ctx context.Context, moved, errs *atomic.Int64) {
+	enc := json.NewEncoder(os.Stdout)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			enc.Encode(map[string]int64{"ms": now.UnixMilli(), "bytes": moved.Load(), "errors": errs.Load()})
+		}
+	}
+}
+
+// pace sleeps so that moved bytes follow the wanted rate.
+func pace(ctx context.Context, start time.Time, moved int64, rate float64) {
+	if rate <= 0 {
+		return
+	}
+	ahead := time.Duration(float64(moved)/rate*float64(time.Second)) - time.Since(start)
+	if ahead > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(ahead):
+		}
+	}
+}
+
+func value(n int) []byte {
+	v := make([]byte, n)
+	rand.Read(v) // incompressible: bytes on the wire are the bytes counted
+	return v
+}
+
+func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID), kgo.DefaultProduceTopic(o.topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.MaxBufferedRecords(64), kgo.ProducerLinger(0))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	v := value(o.valueBytes)
+	start := time.Now()
+	var sent int64
+	for ctx.Err() == nil {
+		pace(ctx, start, sent, o.rate)
+		sent += int64(len(v))
+		cl.Produce(ctx, &kgo.Record{Value: v, Partition: int32(o.partition)}, func(r *kgo.Record, err error) {
+			if err != nil {
+				if ctx.Err() == nil {
+					errs.Add(1)
+				}
+				return
+			}
+			moved.Add(int64(len(r.Value)))
+		})
+	}
+	return nil
+}
+
+func franzConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: {int32(o.partition): kgo.NewOffset().AtStart()}}),
+		kgo.FetchMaxBytes(4<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	start := time.Now()
+	for ctx.Err() == nil {
+		pace(ctx, start, moved.Load(), o.rate)
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) { moved.Add(int64(len(r.Value))) })
+	}
+	return nil
+}
+
+func saramaConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
+	cfg := sarama.NewConfig()
+	cfg.ClientID = o.clientID
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Consumer.Fetch.Default = 4 << 20
+	c, err := sarama.NewConsumer([]string{o.bootstrap}, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	pc, err := c.ConsumePartition(o.topic, int32(o.partition), sarama.OffsetOldest)
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	start := time.Now()
+	for {
+		pace(ctx, start, moved.Load(), o.rate)
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-pc.Messages():
+			moved.Add(int64(len(m.Value)))
+		case err := <-pc.Errors():
+			return err
+		}
+	}
+}
+
+func kafkagoConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{o.bootstrap}, Topic: o.topic, Partition: o.partition,
+		Dialer: &kafka.Dialer{ClientID: o.clientID, Timeout: 10 * time.Second}, MaxBytes: 4 << 20, MinBytes: 1, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	start := time.Now()
+	for ctx.Err() == nil {
+		pace(ctx, start, moved.Load(), o.rate)
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			return err
+		}
+		moved.Add(int64(len(m.Value)))
+	}
+	return nil
+}
+
+func saramaProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+	cfg := sarama.NewConfig()
+	cfg.ClientID = o.clientID
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	p, err := sarama.NewSyncProducer([]string{o.bootstrap}, cfg)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	v := value(o.valueBytes)
+	start := time.Now()
+	for ctx.Err() == nil {
+		pace(ctx, start, moved.Load(), o.rate)
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: o.topic, Partition: int32(o.partition), Value: sarama.ByteEncoder(v)}); err != nil {
+			errs.Add(1)
+			continue
+		}
+		moved.Add(int64(len(v)))
+	}
+	return nil
+}
+
+func kafkagoProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+	w := &kafka.Writer{Addr: kafka.TCP(o.bootstrap), Topic: o.topic, RequiredAcks: kafka.RequireOne,
+		Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return o.partition }),
+		Transport: &kafka.Transport{ClientID: o.clientID}, BatchTimeout: time.Millisecond, BatchSize: 16}
+	defer w.Close()
+	v := value(o.valueBytes)
+	start := time.Now()
+	for ctx.Err() == nil {
+		pace(ctx, start, moved.Load(), o.rate)
+		msgs := make([]kafka.Message, 16)
+		for i := range msgs {
+			msgs[i] = kafka.Message{Value: v}
+		}
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			if ctx.Err() == nil {
+				errs.Add(1)
+			}
+			continue
+		}
+		moved.Add(int64(16 * len(v)))
+	}
+	return nil
+}
