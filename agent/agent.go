@@ -368,6 +368,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		}
 		p := dc.paramsOf[i]
 		h := dc.held[uint32(id)]
+		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, dc.applied[i])
 		dc.inputs = append(dc.inputs, allocator.Entity{
 			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
 			Usage: usage, Throttled: h.Throttled,
@@ -416,6 +417,18 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.cycle, "active", summary.Active, "standby", summary.Standby,
 		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", len(changes))
 	return nil
+}
+
+// atLimitFraction: an entity the shaper held back counts as throttled only
+// if its last interval ran at this fraction of its rate or more. Kafka
+// responses come in bursts far larger than a shaper's bucket, so a shaper
+// briefly queues bursts of entities well under their rate; calling those
+// throttled would make them claim bandwidth they do not want (as Kafka
+// itself only throttles when the windowed rate exceeds the quota).
+const atLimitFraction = 0.9
+
+func ranAtLimit(lastRate, applied float64) bool {
+	return math.IsNaN(applied) || lastRate >= atLimitFraction*applied
 }
 
 // reclaim takes idle entities out: live connections keep theirs (a scan

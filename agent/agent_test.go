@@ -294,3 +294,26 @@ func TestAgentReclaimsIdleEntities(t *testing.T) {
 		}
 	}
 }
+
+// A shaper that queued a burst of an entity running well under its rate
+// does not make it claim bandwidth it does not want; one running at its rate
+// does.
+func TestAgentBurstsBelowTheLimitAreNotThrottled(t *testing.T) {
+	r := newRig(t, "")
+	slow := r.learn(47000, "bursty-but-slow", apiVersions()).Fetch
+	fast := r.learn(47001, "at-its-limit", apiVersions()).Fetch
+	r.cycle()
+	for i := 0; i < 3; i++ {
+		r.dp.add(maps.Fetch, slow, 50)
+		r.dp.add(maps.Fetch, fast, uint64(r.sh.rates[maps.Fetch][fast]))
+		r.sh.throttled[maps.Fetch][slow], r.sh.throttled[maps.Fetch][fast] = true, true
+		r.cycle()
+	}
+	s := r.a.Snapshot()
+	if v := entityView(s, entity.Fetch, "bursty-but-slow"); v.Throttled {
+		t.Errorf("an entity at 50 B/s under a %v limit counted as throttled", v.DynamicLimit)
+	}
+	if v := entityView(s, entity.Fetch, "at-its-limit"); !v.Throttled {
+		t.Errorf("an entity running at its limit not counted as throttled: %+v", v)
+	}
+}

@@ -58,7 +58,7 @@ func plot(path string, samples []sample, story []phase) error {
 	line(img, left, top, left, top+plotH, dark, 1, 0)
 	// C = 36 MB/s.
 	line(img, left, y(36e6), left+plotW, y(36e6), dark, 1, 6)
-	text(img, left+plotW-150, y(36e6)-6, "C = capacity x 0.9 = 36 MB/s", dark)
+	text(img, left+plotW-215, y(36e6)-6, "C = capacity x 0.9 = 36 MB/s", dark)
 	// Phase markers.
 	for i, p := range story {
 		t := p.at.Seconds()

@@ -5,8 +5,11 @@
 package e2e
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -292,3 +295,92 @@ func median(v []float64) float64 {
 }
 
 func itoa(v float64) string { return strconv.FormatInt(int64(v), 10) }
+
+// ② Contention and reclaim: a core consumer group with a reservation of
+// 40 % of C keeps ≥ 95 % of min(reservation, its demand) while a backfill
+// group (weight 0.1) and a normal group (weight 1) share the rest 1 : 10
+// within ±15 %; when core's demand rises, the others fall to their new
+// shares within 3 s. Shares are read at the NIC (the data path's counters):
+// consumers buffer megabytes, so what a client hands its application lags
+// what the network gave it.
+func TestScenarioContentionReclaim(t *testing.T) {
+	w := world(t, harness.Options{Topics: []string{"events"}})
+	res := 0.4 * C
+	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: "entities:\n  clients:\n" +
+		"    core-group: {consumer_byte_reservation: " + itoa(res) + "}\n" +
+		"    backfill-group: {quota_weight: 0.1}\n    normal-group: {quota_weight: 1}\n"})
+	defer a.Stop()
+	const coreDemand = 10e6
+	groups := []string{"core-group", "backfill-group", "normal-group"}
+	core := client(t, w, harness.ClientSpec{Name: "core-franz-paced", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events", Rate: coreDemand})
+	backfill := client(t, w, harness.ClientSpec{Name: "backfill-sarama", Lib: "sarama", Mode: "consume", ClientID: "backfill-group", Topic: "events"})
+	normal := client(t, w, harness.ClientSpec{Name: "normal-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "normal-group", Topic: "events"})
+	time.Sleep(3 * time.Second) // settle
+	before, err := w.NICRates(1, 5*time.Second, groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Core's demand rises: the paced consumer is replaced by a greedy one.
+	core.Stop()
+	coreGreedy := client(t, w, harness.ClientSpec{Name: "core-franz-greedy", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events"})
+	time.Sleep(3 * time.Second) // "within 3 s"
+	after, err := w.NICRates(1, 5*time.Second, groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Shares after the rise: core's green is its reservation; the rest goes
+	// by weight 1 : 1 : 0.1.
+	spare := C - res
+	wantCore, wantBackfill, wantNormal := res+spare/2.1, spare*0.1/2.1, spare/2.1
+	ratio := before[1] / before[2]
+	errs, ok := noErrors(core, backfill, normal, coreGreedy)
+	record(t, Result{
+		Name: "contention-reclaim",
+		Pass: before[0] >= 0.95*math.Min(res, coreDemand) && within(ratio, 0.1, 0.15) &&
+			after[0] >= 0.95*res && within(after[2], wantNormal, 0.15) && within(after[1], wantBackfill, 0.15) && ok,
+		Measured: map[string]any{"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
+			"backfill_to_normal": ratio, "core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
+			"after_window": "3-8 s after the rise", "measured_at": "NIC (data path counters)", "client_errors": errs},
+		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": "0.1 ± 15 %",
+			"core_after_min_bps": 0.95 * res, "core_after_bps": wantCore, "normal_after_bps": wantNormal, "backfill_after_bps": wantBackfill,
+			"tolerance": 0.15, "client_errors": 0},
+	})
+}
+
+// ⑥ Random group names: consumers with per-instance random client-ids
+// reading broadcast-topic, whose partition carries a topic-partition
+// configuration, are held together to that entity's limit, while a stable
+// group on another topic is unaffected.
+func TestScenarioRandomGroupNames(t *testing.T) {
+	w := world(t, harness.Options{Topics: []string{"broadcast-topic", "events"}})
+	const limit = 10e6
+	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: "entities:\n  topic-partitions:\n" +
+		"    broadcast-topic-0: {consumer_byte_rate: " + itoa(limit) + "}\n"})
+	defer a.Stop()
+	var randoms []*harness.Client
+	for i, lib := range []string{"franz", "sarama", "kafkago"} {
+		id := fmt.Sprintf("instance-%s-%d", netnsSuffix(), i)
+		randoms = append(randoms, client(t, w, harness.ClientSpec{Name: "random-" + lib, Lib: lib, Mode: "consume", ClientID: id, Topic: "broadcast-topic"}))
+	}
+	stable := client(t, w, harness.ClientSpec{Name: "stable-franz", Lib: "franz", Mode: "consume", ClientID: "stable-group", Topic: "events"})
+	rates := measure(append(randoms, stable)...)
+	var together float64
+	for _, r := range rates[:3] {
+		together += r
+	}
+	// The stable group's fair result: everything the broadcast entity does not take.
+	wantStable := C - limit
+	errs, ok := noErrors(append(randoms, stable)...)
+	record(t, Result{
+		Name: "random-group-names",
+		Pass: within(together, limit, 0.10) && rates[3] >= 0.9*wantStable && ok,
+		Measured: map[string]any{"random_consumers_together_bps": together, "random_each_bps": rates[:3], "stable_bps": rates[3], "client_errors": errs},
+		Expected: map[string]any{"random_together_bps": limit, "tolerance": 0.10, "stable_min_bps": 0.9 * wantStable, "client_errors": 0},
+	})
+}
+
+func netnsSuffix() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -88,7 +88,7 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 		o.Partitions = 1
 	}
 	w.Kafka, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(o.Partitions, o.Topics...), kfake.BlackholeProduce(),
-		kfake.SyntheticFetch(kfake.SyntheticBatch{RecordBytes: 16 << 10, Records: 64, RandomFrac: 1}),
+		kfake.SyntheticFetch(kfake.SyntheticBatch{RecordBytes: 16 << 10, Records: 8, RandomFrac: 1}),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			return pair.Broker.Listen(net.JoinHostPort(pair.BrokerIP.String(), "9092"))
 		}))
@@ -375,4 +375,56 @@ func (c *Client) Windows(from, to time.Time) []float64 {
 		out = append(out, c.Rate(t, t.Add(time.Second)))
 	}
 	return out
+}
+
+// EntityBytes reads the bytes the data path counted for an entity (kind and
+// name) in a direction (0 produce, 1 fetch), from the agent's last cycle.
+func (w *World) EntityBytes(dir int, kind, name string) (uint64, time.Time, error) {
+	s, err := w.Status()
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	for _, e := range s.Directions[dir].Entities {
+		if e.Kind == kind && e.Name == name {
+			return e.Bytes, s.Time, nil
+		}
+	}
+	return 0, s.Time, fmt.Errorf("entity %s:%s not in the last cycle", kind, name)
+}
+
+// NICRates measures, from the data path's counters, the rate each named
+// client entity received in a direction over the given duration: the
+// bandwidth the NIC gave it, whatever the clients buffer.
+func (w *World) NICRates(dir int, over time.Duration, names ...string) ([]float64, error) {
+	type reading struct {
+		bytes uint64
+		at    time.Time
+	}
+	read := func() ([]reading, error) {
+		out := make([]reading, len(names))
+		for i, n := range names {
+			b, at, err := w.EntityBytes(dir, "client", n)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = reading{b, at}
+		}
+		return out, nil
+	}
+	first, err := read()
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(over) // the measurement window itself
+	last, err := read()
+	if err != nil {
+		return nil, err
+	}
+	rates := make([]float64, len(names))
+	for i := range names {
+		if d := last[i].at.Sub(first[i].at).Seconds(); d > 0 {
+			rates[i] = float64(last[i].bytes-first[i].bytes) / d
+		}
+	}
+	return rates, nil
 }

@@ -228,7 +228,7 @@ func saramaProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error
 
 func kafkagoProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 	w := &kafka.Writer{Addr: kafka.TCP(o.bootstrap), Topic: o.topic, RequiredAcks: kafka.RequireOne,
-		Balancer: kafka.BalancerFunc(func(kafka.Message, ...int) int { return o.partition }),
+		Balancer:  kafka.BalancerFunc(func(kafka.Message, ...int) int { return o.partition }),
 		Transport: &kafka.Transport{ClientID: o.clientID}, BatchTimeout: time.Millisecond, BatchSize: 16}
 	defer w.Close()
 	v := value(o.valueBytes)
