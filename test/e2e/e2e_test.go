@@ -372,8 +372,8 @@ func TestScenarioRandomGroupNames(t *testing.T) {
 	wantStable := C - limit
 	errs, ok := noErrors(append(randoms, stable)...)
 	record(t, Result{
-		Name: "random-group-names",
-		Pass: within(together, limit, 0.10) && rates[3] >= 0.9*wantStable && ok,
+		Name:     "random-group-names",
+		Pass:     within(together, limit, 0.10) && rates[3] >= 0.9*wantStable && ok,
 		Measured: map[string]any{"random_consumers_together_bps": together, "random_each_bps": rates[:3], "stable_bps": rates[3], "client_errors": errs},
 		Expected: map[string]any{"random_together_bps": limit, "tolerance": 0.10, "stable_min_bps": 0.9 * wantStable, "client_errors": 0},
 	})
