@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,5 +182,54 @@ func assertRestored(t *testing.T, w *harness.World) {
 	}
 	if _, err := os.Stat(w.Pins); !os.IsNotExist(err) {
 		t.Errorf("pins left at %s", w.Pins)
+	}
+}
+
+// TestAgentIntegrationHotReload: a changed file applies from the next
+// cycle (the file is watched), SIGHUP reloads too, and an invalid file is
+// refused with the running configuration kept.
+func TestAgentIntegrationHotReload(t *testing.T) {
+	w := newWorld(t)
+	cfgPath := config(w, false)
+	a := start(t, w, cfgPath)
+	defer a.Stop()
+	produce(t, w)
+	limitIs := func(want float64) func(*agent.Snapshot) bool {
+		return func(s *agent.Snapshot) bool { e, ok := producerView(s); return ok && float64(e.DynamicLimit) == want }
+	}
+	if _, err := w.WaitFor(20*time.Second, limitIs(2e6)); err != nil {
+		t.Fatal(err)
+	}
+	// Edit the file in place, as an operator would: 2 MB/s → 3 MB/s.
+	data, _ := os.ReadFile(cfgPath)
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(data), "producer_byte_rate: 2MB", "producer_byte_rate: 3MB", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WaitFor(10*time.Second, limitIs(3e6)); err != nil {
+		t.Fatalf("file change not applied: %v", err)
+	}
+	// An invalid file is refused; the 3 MB/s configuration stays.
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(data), "producer_byte_rate: 2MB", "producer_byte_rate: lots", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log, _ := os.ReadFile(a.Log)
+		if strings.Contains(string(log), "configuration reload refused") && strings.Contains(string(log), "producer_byte_rate") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invalid file not refused with its key:\n%s", log)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the agent's log, bounded by the deadline
+	}
+	if _, err := w.WaitFor(3*time.Second, limitIs(3e6)); err != nil {
+		t.Fatalf("running configuration lost after a refused reload: %v", err)
+	}
+	// SIGHUP reloads a (fixed) file too.
+	os.WriteFile(cfgPath, []byte(strings.Replace(string(data), "producer_byte_rate: 2MB", "producer_byte_rate: 5MB", 1)), 0o600)
+	a.Cmd.Process.Signal(syscall.SIGHUP)
+	if _, err := w.WaitFor(10*time.Second, limitIs(5e6)); err != nil {
+		t.Fatalf("SIGHUP reload not applied: %v", err)
 	}
 }
