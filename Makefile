@@ -86,7 +86,7 @@ vet: ## go vet and gofmt
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
-BENCH_PKGS := ./allocator/ ./agent/learner/ ./maps/
+BENCH_PKGS := ./allocator/ ./agent/learner/ ./agent/ ./agent/shaper/ ./maps/
 
 .PHONY: bench
 bench: ## benchmarks, -count 5 (read medians)

@@ -69,6 +69,7 @@ type direction struct {
 	window    []float64
 	filled    []uint8
 	lastBytes []uint64
+	lastHeld  []uint64 // held-back bytes the data path counted (edt, police)
 	applied   []float64
 	held      map[uint32]shaper.Held
 	// paramsOf[id] caches the entity's resolved parameters; paramsGen[id]
@@ -152,6 +153,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 			window:    make([]float64, ids*cfg.RateWindow),
 			filled:    make([]uint8, ids),
 			lastBytes: make([]uint64, ids),
+			lastHeld:  make([]uint64, ids),
 			applied:   applied,
 			held:      map[uint32]shaper.Held{},
 			paramsOf:  make([]entity.Params, ids),
@@ -218,11 +220,17 @@ func (a *Agent) applyDataPathSettings() error {
 		return err
 	}
 	mode := maps.ShaperNone
-	if a.cfg.Mode == config.ModeEnforce && a.deps.Shaper.Kind() == "htb" {
-		mode = maps.ShaperHTB
+	if a.cfg.Mode == config.ModeEnforce {
+		mode = dataPathShaper[a.deps.Shaper.Kind()]
 	}
-	return dp.SetSettings(maps.Settings{Shaper: mode, IFBIndex: a.deps.IFBIndex, StaleAfter: a.cfg.StaleAfter, SamplesPerSecond: a.cfg.SamplesPerSecond})
+	return dp.SetSettings(maps.Settings{
+		Shaper: mode, IFBIndex: a.deps.IFBIndex, StaleAfter: a.cfg.StaleAfter, SamplesPerSecond: a.cfg.SamplesPerSecond,
+		Horizon: a.cfg.MaxQueueDelay, ECNThreshold: shaper.ECNThreshold(a.cfg.MaxQueueDelay), PoliceBurst: shaper.DefaultPoliceBurst,
+	})
 }
+
+// dataPathShaper is what the data path does for each backend.
+var dataPathShaper = map[string]maps.Shaper{"htb": maps.ShaperHTB, "edt": maps.ShaperEDT, "police": maps.ShaperPolice}
 
 // Learn takes one request sample: the learner resolves the connection's
 // entities, new entities get their standby limit at once, and the data path
@@ -292,7 +300,7 @@ func (a *Agent) Cycle() error {
 		// the first reading is the baseline, not one interval's use.
 		for _, dc := range a.dirs {
 			for i, c := range a.counters[dc.dir] {
-				dc.lastBytes[i] = c.Bytes
+				dc.lastBytes[i], dc.lastHeld[i] = c.Bytes, c.HeldBytes
 			}
 		}
 		a.primed = true
@@ -368,6 +376,11 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		}
 		p := dc.paramsOf[i]
 		h := dc.held[uint32(id)]
+		// BPF shapers count what they hold back in the entity's counters.
+		if held := counters[i].HeldBytes; held != dc.lastHeld[i] {
+			h.Throttled = true
+			dc.lastHeld[i] = held
+		}
 		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, dc.applied[i])
 		dc.inputs = append(dc.inputs, allocator.Entity{
 			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
@@ -463,7 +476,7 @@ func (a *Agent) reclaim(now time.Time) error {
 			dc.alloc.Forget(uint32(id))
 			w := a.cfg.RateWindow
 			clear(dc.window[int(id)*w : (int(id)+1)*w])
-			dc.filled[id], dc.lastBytes[id], dc.applied[id], dc.paramsGen[id] = 0, 0, math.NaN(), 0
+			dc.filled[id], dc.lastBytes[id], dc.lastHeld[id], dc.applied[id], dc.paramsGen[id] = 0, 0, 0, math.NaN(), 0
 		}
 	}
 	if err := a.deps.DataPath.ResetCounters(raw); err != nil {

@@ -86,3 +86,26 @@ struct {
 	__type(key, __u32);
 	__type(value, struct entity_name);
 } entity_names SEC(".maps");
+
+// Per (direction * max_entities + entity): the BPF shapers' rates, edt
+// virtual clocks and police buckets.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * 65538); // set by the loader
+	__type(key, __u32);
+	__type(value, struct entity_rate);
+} rates SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * 65538); // set by the loader
+	__type(key, __u32);
+	__type(value, struct edt_clock);
+} clocks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * 65538); // set by the loader
+	__type(key, __u32);
+	__type(value, struct police_bucket);
+} buckets SEC(".maps");

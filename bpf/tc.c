@@ -121,6 +121,77 @@ static __always_inline int is_exempt(const struct conn_key *key)
 	return bpf_map_lookup_elem(&exempt, &k) != NULL;
 }
 
+static __always_inline void count_held(struct entity_counters *c, __u32 len)
+{
+	if (c) {
+		c->held_bytes += len;
+		c->held_packets++;
+	}
+}
+
+// edt stamps the segment with its departure time on the entity's virtual
+// clock: the clock advances by len / rate per segment, so fq releases the
+// entity's segments at its rate. Beyond the horizon the segment is dropped
+// (TCP backs off); beyond the ECN threshold an ECN-capable one is marked.
+// Delayed and dropped segments count as held back.
+static __always_inline int edt(struct __sk_buff *skb, int dir, __u32 slot, __u32 len,
+			       struct datapath_settings *cfg, struct entity_counters *c)
+{
+	struct entity_rate *rate = bpf_map_lookup_elem(&rates, &slot);
+	struct edt_clock *clock = bpf_map_lookup_elem(&clocks, &slot);
+	if (!rate || !clock || !rate->bytes_per_sec)
+		return PASS;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 next = clock->next_ns;
+	if (next < now)
+		next = now;
+	__u64 wait = next - now;
+	if (wait > cfg->horizon_ns) {
+		count_held(c, len);
+		return TC_ACT_SHOT;
+	}
+	// Racing CPUs may both read the same clock: the entity then sends a
+	// little early, never late, and nobody waits on a lock.
+	clock->next_ns = next + (__u64)len * 1000000000ull / rate->bytes_per_sec;
+	if (wait) {
+		count_held(c, len);
+		if (wait > cfg->ecn_ns)
+			bpf_skb_ecn_set_ce(skb);
+	}
+	skb->tstamp = next;
+	if (dir == DIR_PRODUCE)
+		return bpf_redirect(cfg->ifb_ifindex, 0);
+	return PASS;
+}
+
+// police drops what exceeds the entity's token bucket: a hard cap that
+// needs no qdisc, and costs greedy TCP retransmissions (a last resort).
+static __always_inline int police(__u32 slot, __u32 len, struct datapath_settings *cfg,
+				  struct entity_counters *c)
+{
+	struct entity_rate *rate = bpf_map_lookup_elem(&rates, &slot);
+	struct police_bucket *b = bpf_map_lookup_elem(&buckets, &slot);
+	if (!rate || !b || !rate->bytes_per_sec)
+		return PASS;
+	__u64 now = bpf_ktime_get_ns();
+	int ok;
+	bpf_spin_lock(&b->lock);
+	__u64 elapsed = now - b->last_ns;
+	if (elapsed > 1000000000ull)
+		elapsed = 1000000000ull;
+	__u64 tokens = b->tokens + elapsed * rate->bytes_per_sec / 1000000000ull;
+	if (tokens > cfg->police_burst)
+		tokens = cfg->police_burst;
+	b->last_ns = now;
+	ok = tokens >= len;
+	b->tokens = ok ? tokens - len : tokens;
+	bpf_spin_unlock(&b->lock);
+	if (ok)
+		return PASS;
+	count_held(c, len);
+	return TC_ACT_SHOT;
+}
+
 static __always_inline int handle(struct __sk_buff *skb, int dir)
 {
 	// Not zeroed: parse writes every field (the key has no padding), and
@@ -198,12 +269,21 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 		stat_inc(STAT_FAIL_OPEN);
 		return PASS;
 	}
-	__u32 *classid = bpf_map_lookup_elem(&classes, &slot);
-	if (!classid || !*classid)
+	switch (cfg->shaper) {
+	case SHAPER_HTB: {
+		__u32 *classid = bpf_map_lookup_elem(&classes, &slot);
+		if (!classid || !*classid)
+			return PASS;
+		skb->priority = *classid;
+		if (dir == DIR_PRODUCE)
+			return bpf_redirect(cfg->ifb_ifindex, 0);
 		return PASS;
-	skb->priority = *classid;
-	if (dir == DIR_PRODUCE)
-		return bpf_redirect(cfg->ifb_ifindex, 0);
+	}
+	case SHAPER_EDT:
+		return edt(skb, dir, slot, p.payload_len, cfg, c);
+	case SHAPER_POLICE:
+		return police(slot, p.payload_len, cfg, c);
+	}
 	return PASS;
 }
 

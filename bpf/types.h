@@ -61,17 +61,41 @@ struct entity_counters {
 };
 
 // Shaper backends the data path knows.
-#define SHAPER_NONE 0 // count only (shadow mode, or no shaper)
-#define SHAPER_HTB 1  // set skb->priority to the entity's HTB class; ingress via IFB
+#define SHAPER_NONE 0   // count only (shadow mode, or no shaper)
+#define SHAPER_HTB 1    // set skb->priority to the entity's HTB class; ingress via IFB
+#define SHAPER_EDT 2    // earliest departure time from the entity's rate (needs fq); ingress via IFB
+#define SHAPER_POLICE 3 // token bucket, over-rate segments dropped: a last-resort hard cap
+
+// An entity's rate for the BPF shapers (edt, police), written by the agent.
+struct entity_rate {
+	__u64 bytes_per_sec; // TCP payload bytes/s; 0 = not shaped
+};
+
+// edt: the entity's virtual clock, the departure time of its next byte.
+// Owned by the data path; rate writes never touch it.
+struct edt_clock {
+	__u64 next_ns;
+};
+
+// police: the entity's token bucket.
+struct police_bucket {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 tokens;  // bytes
+	__u64 last_ns; // last refill
+};
 
 // Live settings, written by the agent every cycle.
 struct datapath_settings {
 	__u64 heartbeat_ns;   // CLOCK_MONOTONIC of the agent's last cycle
 	__u64 stale_after_ns; // older heartbeat: hold nothing back
 	__u32 shaper;         // SHAPER_*
-	__u32 ifb_ifindex;    // ingress redirect target (htb)
+	__u32 ifb_ifindex;    // ingress redirect target (htb, edt)
 	__u32 samples_per_sec;
 	__u32 pad;
+	__u64 horizon_ns;     // edt: beyond this delay a segment is dropped
+	__u64 ecn_ns;         // edt: beyond this delay an ECN-capable segment is marked CE
+	__u64 police_burst;   // police: bucket depth in bytes
 };
 
 // One ring buffer record: a fragment of a request's first bytes. A sample

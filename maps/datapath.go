@@ -112,6 +112,9 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec.Maps["classes"].MaxEntries = uint32(2 * opts.MaxEntities)
 	spec.Maps["samples"].MaxEntries = uint32(opts.RingBufferBytes)
 	spec.Maps["entity_names"].MaxEntries = uint32(opts.MaxEntities)
+	for _, name := range []string{"rates", "clocks", "buckets"} {
+		spec.Maps[name].MaxEntries = uint32(2 * opts.MaxEntities)
+	}
 	vars := map[string]any{
 		"max_entities":           uint32(opts.MaxEntities),
 		"sample_bytes":           uint32(opts.SampleBytes),
@@ -128,7 +131,7 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 
 // pinnedMaps survive an agent restart: connection attribution, tracking,
 // counters, classes and settings, so a restart resets no flow.
-var pinnedMaps = []string{"conns", "tracks", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names"}
+var pinnedMaps = []string{"conns", "tracks", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names", "rates", "clocks", "buckets"}
 
 // Load loads the data path. With opts.PinDir it pins (or re-adopts) the
 // maps there: created atomically (a temporary directory renamed into

@@ -20,6 +20,7 @@ type segment struct {
 	seq      uint32
 	flags    uint8
 	payload  []byte
+	tos      uint8 // IPv4 TOS / traffic class: the low two bits are ECN
 }
 
 // frame builds an Ethernet frame for BPF_PROG_TEST_RUN. Checksums are not
@@ -40,6 +41,7 @@ func (s segment) frame() []byte {
 		binary.BigEndian.PutUint16(eth[12:], 0x0800)
 		l3 = make([]byte, 20)
 		l3[0] = 0x45
+		l3[1] = s.tos
 		binary.BigEndian.PutUint16(l3[2:], uint16(20+len(tcp)+len(s.payload)))
 		l3[8] = 64
 		l3[9] = 6
@@ -67,7 +69,9 @@ func (s segment) frame() []byte {
 type skbContext struct {
 	_        [8]uint32 // len .. vlan_proto
 	Priority uint32
-	_        [39]uint32 // ingress_ifindex .. hwtstamp
+	_        [29]uint32 // ingress_ifindex .. flow_keys
+	Tstamp   uint64
+	_        [8]uint32 // wire_len .. hwtstamp
 }
 
 func netipPort(a netip.Addr, p uint16) netip.AddrPort { return netip.AddrPortFrom(a, p) }

@@ -20,14 +20,25 @@ const (
 	// ShaperHTB sets skb->priority to the entity's HTB class; ingress
 	// segments are redirected to the IFB device that carries the tree.
 	ShaperHTB Shaper = 1
+	// ShaperEDT stamps departure times from per-entity rates and virtual
+	// clocks; the fq qdisc releases them (ingress through an IFB with fq).
+	ShaperEDT Shaper = 2
+	// ShaperPolice drops what exceeds a per-entity token bucket.
+	ShaperPolice Shaper = 3
 )
 
 // Settings are the live knobs the agent writes.
 type Settings struct {
 	Shaper           Shaper
-	IFBIndex         int           // ingress redirect target for ShaperHTB
+	IFBIndex         int           // ingress redirect target for ShaperHTB and ShaperEDT
 	StaleAfter       time.Duration // heartbeat age beyond which nothing is held back
 	SamplesPerSecond int           // per-connection sample budget
+	// Horizon (edt): a segment that would wait longer is dropped.
+	Horizon time.Duration
+	// ECNThreshold (edt): an ECN-capable segment that waits longer is marked CE.
+	ECNThreshold time.Duration
+	// PoliceBurst (police): the token bucket's depth in bytes.
+	PoliceBurst uint64
 }
 
 // SetSettings writes the live settings, keeping the last heartbeat.
@@ -40,8 +51,35 @@ func (d *Datapath) SetSettings(s Settings) error {
 	cur.IfbIfindex = uint32(s.IFBIndex)
 	cur.StaleAfterNs = uint64(s.StaleAfter.Nanoseconds())
 	cur.SamplesPerSec = uint32(s.SamplesPerSecond)
+	cur.HorizonNs = uint64(s.Horizon.Nanoseconds())
+	cur.EcnNs = uint64(s.ECNThreshold.Nanoseconds())
+	cur.PoliceBurst = s.PoliceBurst
 	if err := d.objs.Settings.Put(uint32(0), cur); err != nil {
 		return fmt.Errorf("write settings: %w", err)
+	}
+	return nil
+}
+
+// EntityRate is an entity's rate for the BPF shapers.
+type EntityRate struct {
+	Entity         uint32
+	BytesPerSecond uint64 // payload bytes/s; 0 = not shaped
+}
+
+// SetEntityRates writes many entities' rates for the BPF shapers (edt,
+// police) in one batch. Their virtual clocks and buckets are untouched.
+func (d *Datapath) SetEntityRates(dir Direction, rates []EntityRate) error {
+	if len(rates) == 0 {
+		return nil
+	}
+	keys := make([]uint32, len(rates))
+	values := make([]sluiceEntityRate, len(rates))
+	for i, r := range rates {
+		keys[i] = uint32(int(dir)*d.opts.MaxEntities) + r.Entity
+		values[i] = sluiceEntityRate{BytesPerSec: r.BytesPerSecond}
+	}
+	if _, err := d.objs.Rates.BatchUpdate(keys, values, nil); err != nil {
+		return fmt.Errorf("set %d entity rates: %w", len(rates), err)
 	}
 	return nil
 }

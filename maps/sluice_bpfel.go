@@ -34,6 +34,14 @@ type sluiceDatapathSettings struct {
 	IfbIfindex    uint32
 	SamplesPerSec uint32
 	Pad           uint32
+	HorizonNs     uint64
+	EcnNs         uint64
+	PoliceBurst   uint64
+}
+
+type sluiceEdtClock struct {
+	_      structs.HostLayout
+	NextNs uint64
 }
 
 type sluiceEntityCounters struct {
@@ -51,10 +59,26 @@ type sluiceEntityName struct {
 	Name [254]uint8
 }
 
+type sluiceEntityRate struct {
+	_           structs.HostLayout
+	BytesPerSec uint64
+}
+
 type sluiceExemptKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Addr      [16]uint8
+}
+
+type sluicePoliceBucket struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+	Pad    uint32
+	Tokens uint64
+	LastNs uint64
 }
 
 type sluiceSample struct {
@@ -104,12 +128,15 @@ type sluiceTrack struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	sluiceMapBuckets              = "buckets"
 	sluiceMapClasses              = "classes"
+	sluiceMapClocks               = "clocks"
 	sluiceMapConns                = "conns"
 	sluiceMapCounters             = "counters"
 	sluiceMapEntityNames          = "entity_names"
 	sluiceMapExempt               = "exempt"
 	sluiceMapListeners            = "listeners"
+	sluiceMapRates                = "rates"
 	sluiceMapSamples              = "samples"
 	sluiceMapSettings             = "settings"
 	sluiceMapStats                = "stats"
@@ -175,12 +202,15 @@ type sluiceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceMapSpecs struct {
+	Buckets     *ebpf.MapSpec `ebpf:"buckets"`
 	Classes     *ebpf.MapSpec `ebpf:"classes"`
+	Clocks      *ebpf.MapSpec `ebpf:"clocks"`
 	Conns       *ebpf.MapSpec `ebpf:"conns"`
 	Counters    *ebpf.MapSpec `ebpf:"counters"`
 	EntityNames *ebpf.MapSpec `ebpf:"entity_names"`
 	Exempt      *ebpf.MapSpec `ebpf:"exempt"`
 	Listeners   *ebpf.MapSpec `ebpf:"listeners"`
+	Rates       *ebpf.MapSpec `ebpf:"rates"`
 	Samples     *ebpf.MapSpec `ebpf:"samples"`
 	Settings    *ebpf.MapSpec `ebpf:"settings"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
@@ -220,12 +250,15 @@ func (o *sluiceObjects) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceMaps struct {
+	Buckets     *ebpf.Map `ebpf:"buckets"`
 	Classes     *ebpf.Map `ebpf:"classes"`
+	Clocks      *ebpf.Map `ebpf:"clocks"`
 	Conns       *ebpf.Map `ebpf:"conns"`
 	Counters    *ebpf.Map `ebpf:"counters"`
 	EntityNames *ebpf.Map `ebpf:"entity_names"`
 	Exempt      *ebpf.Map `ebpf:"exempt"`
 	Listeners   *ebpf.Map `ebpf:"listeners"`
+	Rates       *ebpf.Map `ebpf:"rates"`
 	Samples     *ebpf.Map `ebpf:"samples"`
 	Settings    *ebpf.Map `ebpf:"settings"`
 	Stats       *ebpf.Map `ebpf:"stats"`
@@ -234,12 +267,15 @@ type sluiceMaps struct {
 
 func (m *sluiceMaps) Close() error {
 	return _SluiceClose(
+		m.Buckets,
 		m.Classes,
+		m.Clocks,
 		m.Conns,
 		m.Counters,
 		m.EntityNames,
 		m.Exempt,
 		m.Listeners,
+		m.Rates,
 		m.Samples,
 		m.Settings,
 		m.Stats,

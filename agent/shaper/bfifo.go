@@ -3,7 +3,6 @@ package shaper
 import (
 	"fmt"
 
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,10 +18,7 @@ type bfifo struct {
 
 // replace creates the qdisc or updates its limit (NLM_F_CREATE|NLM_F_REPLACE).
 func (q bfifo) replace() error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
-	req.AddData(&nl.TcMsg{Family: nl.FAMILY_ALL, Ifindex: int32(q.ifindex), Handle: q.handle, Parent: q.parent})
-	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bfifo")))
-	req.AddData(nl.NewRtAttr(nl.TCA_OPTIONS, nl.Uint32Attr(q.limit)))
+	req := q.request(unix.NLM_F_CREATE | unix.NLM_F_REPLACE | unix.NLM_F_ACK)
 	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
 		return fmt.Errorf("bfifo %x: limit %d: %w", q.handle>>16, q.limit, err)
 	}

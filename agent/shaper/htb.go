@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/maps"
@@ -58,6 +59,12 @@ type HTB struct {
 	// in runs netlink work in the interface's network namespace (netlink
 	// acts in the calling thread's namespace).
 	in func(func() error) error
+	// nl keeps one netlink socket open (in that namespace) for the class
+	// changes of every cycle: a socket per request costs more than the
+	// change itself.
+	nl *netlink.Handle
+	// sock carries batched class changes (see batch).
+	sock *nl.NetlinkSocket
 }
 
 // InCurrentNamespace runs fn as is: for an agent in the host namespace.
@@ -107,7 +114,16 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 	if err := checkRootQdisc(dev, ifindex); err != nil {
 		return nil, err
 	}
-	h := &HTB{classes: classes, delay: delay, in: InCurrentNamespace}
+	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("htb: netlink: %w", err)
+	}
+	sock, err := newBatchSocket()
+	if err != nil {
+		nlh.Close()
+		return nil, fmt.Errorf("htb: netlink: %w", err)
+	}
+	h := &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock}
 	// A tree left by an earlier sluice agent (keep_attached_on_exit) is
 	// rebuilt from scratch.
 	if old, err := netlink.LinkByName(IFBName(ifindex)); err == nil {
@@ -196,6 +212,8 @@ func (h *HTB) SetRates(dir maps.Direction, rates []Rate) error {
 func (h *HTB) setRates(dir maps.Direction, rates []Rate) error {
 	t := h.trees[dir]
 	var errs []error
+	// Changes to existing classes go out in batches (see batch).
+	b := &batch{sock: h.sock}
 	for _, r := range rates {
 		if math.IsInf(r.BytesPerSecond, 1) {
 			errs = append(errs, h.remove(dir, r.Entity))
@@ -213,19 +231,23 @@ func (h *HTB) setRates(dir maps.Direction, rates []Rate) error {
 		if c.wire == wire {
 			continue
 		}
-		if err := netlink.ClassChange(t.htbClass(c.minor, wire)); err != nil {
-			errs = append(errs, fmt.Errorf("htb: set rate of entity %d: %w", r.Entity, err))
-			continue
+		if err := b.add(classChange(t.htbClass(c.minor, wire))); err != nil {
+			return err
 		}
 		c.wire = wire
 		// Keep the queue bound to the delay bound as the rate moves.
 		if q := queueBytes(wire, h.delay); q > c.queue*5/4 || q < c.queue*4/5 {
-			if err := t.leaf(c.minor, q).replace(); err != nil {
-				errs = append(errs, fmt.Errorf("htb: resize queue of entity %d: %w", r.Entity, err))
-				continue
+			if err := b.add(t.leaf(c.minor, q).request(unix.NLM_F_CREATE | unix.NLM_F_REPLACE)); err != nil {
+				return err
 			}
 			c.queue = q
 		}
+	}
+	if err := b.flush(); err != nil {
+		return err
+	}
+	if err := b.err(); err != nil {
+		errs = append(errs, fmt.Errorf("htb: change rates: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -242,7 +264,7 @@ func (h *HTB) addClass(dir maps.Direction, t *htbTree, entity uint32, wire float
 		t.next++
 	}
 	c := &htbClass{minor: minor, wire: wire, queue: queueBytes(wire, h.delay)}
-	if err := netlink.ClassReplace(t.htbClass(minor, wire)); err != nil {
+	if err := h.nl.ClassReplace(t.htbClass(minor, wire)); err != nil {
 		t.free = append(t.free, minor)
 		return nil, fmt.Errorf("htb: add class for entity %d: %w", entity, err)
 	}
@@ -294,7 +316,7 @@ func (h *HTB) remove(dir maps.Direction, entity uint32) error {
 		return err
 	}
 	delete(t.entity, entity)
-	if err := netlink.ClassDel(t.htbClass(c.minor, c.wire)); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := h.nl.ClassDel(t.htbClass(c.minor, c.wire)); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("htb: remove class of entity %d: %w", entity, err)
 	}
 	t.free = append(t.free, c.minor)
@@ -310,7 +332,7 @@ func (h *HTB) Held(dir maps.Direction) (out []Held, err error) {
 
 func (h *HTB) held(dir maps.Direction) ([]Held, error) {
 	t := h.trees[dir]
-	list, err := netlink.ClassList(t.link, netlink.MakeHandle(rootMajor, 0))
+	list, err := h.nl.ClassList(t.link, netlink.MakeHandle(rootMajor, 0))
 	if err != nil {
 		return nil, fmt.Errorf("htb: read class statistics: %w", err)
 	}
@@ -370,5 +392,13 @@ func (h *HTB) close() error {
 		h.ifb = nil
 	}
 	h.trees = [2]*htbTree{}
+	if h.nl != nil {
+		h.nl.Close()
+		h.nl = nil
+	}
+	if h.sock != nil {
+		h.sock.Close()
+		h.sock = nil
+	}
 	return errors.Join(errs...)
 }

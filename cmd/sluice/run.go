@@ -120,29 +120,48 @@ func (r *runner) setup(ctx context.Context) error {
 	return nil
 }
 
-// chooseShaper picks the backend: shadow mode holds nothing back; edt
-// needs fq, which this build does not drive yet, so auto picks htb.
+// chooseShaper picks the backend: shadow mode holds nothing back; auto
+// prefers edt where the fq qdisc exists (the state of the art: no queue in
+// sluice's path, ECN before drops) and otherwise htb, which works on every
+// kernel; police is a last-resort hard cap.
 func (r *runner) chooseShaper() error {
-	switch {
-	case r.cfg.Mode == config.ModeShadow || r.cfg.Shaper == "shadow":
+	if r.cfg.Mode == config.ModeShadow || r.cfg.Shaper == "shadow" {
 		r.shaper, r.reason = shaper.Shadow{}, "mode shadow: count and compute, hold nothing back"
 		return nil
-	case r.cfg.Shaper == "edt" || r.cfg.Shaper == "police":
-		return fmt.Errorf("shaper: %q is not available in this build; use htb (or auto)", r.cfg.Shaper)
+	}
+	if r.cfg.Shaper == "police" {
+		r.shaper, r.reason = shaper.NewPolice(r.dp), "configured (a hard cap: greedy TCP retransmits under it)"
+		return nil
 	}
 	if len(r.atts) != 1 {
-		return fmt.Errorf("interfaces: the htb shaper drives one interface, %d are configured", len(r.atts))
+		return fmt.Errorf("interfaces: the %s shaper drives one interface, %d are configured", r.cfg.Shaper, len(r.atts))
+	}
+	idx := r.atts[0].Index
+	fqErr := shaper.ProbeFQ(nil)
+	switch {
+	case r.cfg.Shaper == "edt" && fqErr != nil:
+		return fmt.Errorf("shaper: edt needs the fq qdisc: %v; use htb or auto", fqErr)
+	case r.cfg.Shaper == "edt" || (r.cfg.Shaper == "auto" && fqErr == nil):
+		e, err := shaper.NewEDT(idx, r.dp, nil)
+		if err != nil {
+			return err
+		}
+		r.shaper, r.ifb, r.reason = e, e.IFBIndex(), "the fq qdisc is available: earliest-departure-time pacing"
+		if r.cfg.Shaper == "edt" {
+			r.reason = "configured"
+		}
+		return nil
 	}
 	// Class ids pinned by an earlier agent mean nothing to a new tree.
 	if err := r.dp.ClearClasses(); err != nil {
 		return err
 	}
-	h, err := shaper.NewHTB(r.atts[0].Index, r.dp, r.cfg.MaxQueueDelay, nil)
+	h, err := shaper.NewHTB(idx, r.dp, r.cfg.MaxQueueDelay, nil)
 	if err != nil {
 		return err
 	}
 	r.shaper, r.ifb = h, h.IFBIndex()
-	r.reason = "htb works on every kernel; edt (needs the fq qdisc) is not driven by this build"
+	r.reason = fmt.Sprintf("edt needs the fq qdisc (%v); htb works on every kernel", fqErr)
 	if r.cfg.Shaper == "htb" {
 		r.reason = "configured"
 	}

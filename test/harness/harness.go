@@ -39,7 +39,8 @@ type World struct {
 	Kafka   *kfake.Cluster
 	bpffs   string
 	mu      sync.Mutex
-	procs   []*exec.Cmd
+	procs   []*exec.Cmd // clients
+	agents  []*Agent
 }
 
 // Options shape the world.
@@ -105,9 +106,12 @@ func (w *World) Bootstrap() string { return net.JoinHostPort(w.Pair.BrokerIP.Str
 // Close stops every process and removes everything the world created.
 func (w *World) Close() error {
 	w.mu.Lock()
-	procs := w.procs
-	w.procs = nil
+	procs, agents := w.procs, w.agents
+	w.procs, w.agents = nil, nil
 	w.mu.Unlock()
+	for _, a := range agents {
+		a.Stop() // its log says why if it failed
+	}
 	for _, p := range procs {
 		if p.ProcessState == nil {
 			p.Process.Signal(syscall.SIGTERM)
@@ -143,6 +147,12 @@ func (w *World) Close() error {
 func (w *World) track(cmd *exec.Cmd) {
 	w.mu.Lock()
 	w.procs = append(w.procs, cmd)
+	w.mu.Unlock()
+}
+
+func (w *World) trackAgent(a *Agent) {
+	w.mu.Lock()
+	w.agents = append(w.agents, a)
 	w.mu.Unlock()
 }
 
@@ -198,10 +208,13 @@ log_level: debug
 	return path
 }
 
-// Agent is a running `sluice run`.
+// Agent is a running `sluice run`. One goroutine waits for it; Stop and
+// Kill wait on that, never on the process again.
 type Agent struct {
-	Cmd *exec.Cmd
-	Log string
+	Cmd  *exec.Cmd
+	Log  string
+	done chan struct{}
+	err  error
 }
 
 // StartAgent runs the agent in the broker namespace and waits until it is
@@ -218,17 +231,16 @@ func (w *World) StartAgent(config string) (*Agent, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	w.track(cmd)
-	a := &Agent{Cmd: cmd, Log: logf.Name()}
-	exited := make(chan error, 1)
-	go func() { _, err := cmd.Process.Wait(); exited <- err }()
+	a := &Agent{Cmd: cmd, Log: logf.Name(), done: make(chan struct{})}
+	go func() { a.err = cmd.Wait(); close(a.done) }()
+	w.trackAgent(a)
 	deadline := time.After(30 * time.Second)
 	for {
 		if _, err := os.Stat(ready); err == nil {
 			return a, nil
 		}
 		select {
-		case <-exited:
+		case <-a.done:
 			data, _ := os.ReadFile(a.Log)
 			return nil, fmt.Errorf("agent exited before it was ready:\n%s", data)
 		case <-deadline:
@@ -241,19 +253,23 @@ func (w *World) StartAgent(config string) (*Agent, error) {
 
 // Stop sends SIGTERM and waits; the agent detaches (or keeps its pins).
 func (a *Agent) Stop() error {
-	a.Cmd.Process.Signal(syscall.SIGTERM)
-	err := a.Cmd.Wait()
-	if err != nil && !errors.Is(err, os.ErrProcessDone) {
+	select {
+	case <-a.done:
+	default:
+		a.Cmd.Process.Signal(syscall.SIGTERM)
+		<-a.done
+	}
+	if a.err != nil {
 		data, _ := os.ReadFile(a.Log)
-		return fmt.Errorf("agent exit: %v\n%s", err, data)
+		return fmt.Errorf("agent exit: %v\n%s", a.err, data)
 	}
 	return nil
 }
 
-// Kill sends SIGKILL.
+// Kill sends SIGKILL and waits.
 func (a *Agent) Kill() {
 	a.Cmd.Process.Kill()
-	a.Cmd.Wait()
+	<-a.done
 }
 
 // Status asks the agent for its last snapshot.

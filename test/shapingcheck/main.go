@@ -330,6 +330,36 @@ type iperfResult struct {
 		} `json:"sum_received"`
 	} `json:"end"`
 	Error string `json:"error"`
+	// ServerOutput is the server's own report (--get-server-output): the
+	// receiver's per-second view when the client sends (ingress).
+	ServerOutput *struct {
+		Intervals []struct {
+			Sum struct {
+				Bytes   float64 `json:"bytes"`
+				Seconds float64 `json:"seconds"`
+			} `json:"sum"`
+		} `json:"intervals"`
+	} `json:"server_output_json"`
+}
+
+// perSecond is the receiver's goodput per interval: the client's intervals
+// when the broker sends (-R), the server's when the client sends.
+func (r iperfResult) perSecond(reverse bool) []float64 {
+	var out []float64
+	if !reverse && r.ServerOutput != nil {
+		for _, iv := range r.ServerOutput.Intervals {
+			if iv.Sum.Seconds > 0 {
+				out = append(out, iv.Sum.Bytes/iv.Sum.Seconds)
+			}
+		}
+		return out
+	}
+	for _, iv := range r.Intervals {
+		if iv.Sum.Seconds > 0 {
+			out = append(out, iv.Sum.Bytes/iv.Sum.Seconds)
+		}
+	}
+	return out
 }
 
 func (r iperfResult) goodput() float64 {
@@ -369,7 +399,7 @@ func (r iperfResult) retransmitRatio() float64 {
 
 // iperf runs one client in the client namespace; reverse makes the broker
 // send (egress, fetch).
-func (e *env) iperf(ctx context.Context, port, flows, seconds, omit int, reverse bool, cport int) (iperfResult, error) {
+func (e *env) iperf(ctx context.Context, port, flows, seconds, omit int, reverse bool, cport int, extra ...string) (iperfResult, error) {
 	args := []string{"netns", "exec", e.pair.Client.Name, "iperf3", "-J", "-c", e.pair.BrokerIP.String(), "-p", fmt.Sprint(port),
 		"-t", fmt.Sprint(seconds), "-O", fmt.Sprint(omit), "-P", fmt.Sprint(flows), "-i", "1"}
 	if reverse {
@@ -378,6 +408,7 @@ func (e *env) iperf(ctx context.Context, port, flows, seconds, omit int, reverse
 	if cport != 0 {
 		args = append(args, "--cport", fmt.Sprint(cport))
 	}
+	args = append(args, extra...)
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds+omit+20)*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "ip", args...).Output()
@@ -513,19 +544,14 @@ func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, erro
 		}
 	}()
 	start <- time.Now()
-	r, err := e.iperf(ctx, governed, 1, phase*len(rates), 0, dir == maps.Fetch, 0)
+	r, err := e.iperf(ctx, governed, 1, phase*len(rates), 0, dir == maps.Fetch, 0, "--get-server-output")
 	if err != nil {
 		return Case{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if changeErr != nil {
 		return Case{}, changeErr
 	}
-	per := make([]float64, len(r.Intervals))
-	for i, iv := range r.Intervals {
-		if iv.Sum.Seconds > 0 {
-			per[i] = iv.Sum.Bytes / iv.Sum.Seconds
-		}
-	}
+	per := r.perSecond(dir == maps.Fetch)
 	c := Case{Name: name, RateBps: rates[len(rates)-1], GoodputBps: r.goodput(), RetransmitRatio: r.retransmitRatio(), Gated: true, Pass: true}
 	var checks []map[string]any
 	for i := 1; i < len(rates); i++ {

@@ -1,0 +1,226 @@
+package shaper
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sluice-dev/sluice/maps"
+	"github.com/sluice-dev/sluice/test/netns"
+)
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("shaper tests build namespaces, qdiscs and IFB devices: they need root (CI runs make test as root)")
+	}
+	rlimit.RemoveMemlock()
+}
+
+type classes struct{ set map[[2]uint32]uint32 }
+
+func (c *classes) SetClass(dir maps.Direction, entity, classID uint32) error {
+	if c.set == nil {
+		c.set = map[[2]uint32]uint32{}
+	}
+	c.set[[2]uint32{uint32(dir), entity}] = classID
+	return nil
+}
+
+func tcState(t testing.TB, ns *netns.NS, dev string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns.Name, "tc", "qdisc", "show", "dev", dev).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tc: %v %s", err, out)
+	}
+	links, _ := exec.Command("ip", "netns", "exec", ns.Name, "ip", "-o", "link").CombinedOutput()
+	var names []string
+	for _, l := range strings.Split(string(links), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			names = append(names, f[1])
+		}
+	}
+	return string(out) + "links: " + strings.Join(names, " ")
+}
+
+// The HTB shaper's trees come and go without a trace: tc shows the device
+// as before and the IFB is gone.
+func TestHTBCloseRestoresDevice(t *testing.T) {
+	requireRoot(t)
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	cw := &classes{}
+	h, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 20e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SetRates(maps.Produce, []Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
+		t.Fatal(err)
+	}
+	during := tcState(t, pair.Broker, pair.BrokerDev)
+	if !strings.Contains(during, "htb") || !strings.Contains(during, IFBName(idx)) {
+		t.Errorf("trees not visible:\n%s", during)
+	}
+	if cw.set[[2]uint32{uint32(maps.Fetch), 5}] == 0 || cw.set[[2]uint32{uint32(maps.Produce), 5}] == 0 {
+		t.Errorf("classes not written to the data path: %v", cw.set)
+	}
+	// Rates move without recreating classes; unlimited removes the class.
+	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 10e6}, {Entity: 6, BytesPerSecond: inf}}); err != nil {
+		t.Fatal(err)
+	}
+	if cw.set[[2]uint32{uint32(maps.Fetch), 6}] != 0 {
+		t.Error("an unlimited entity kept its class")
+	}
+	// The kernel holds the new rate (changes go out in batches).
+	var got uint64
+	pair.Broker.Do(func() error {
+		link, _ := netlink.LinkByIndex(idx)
+		list, err := netlink.ClassList(link, netlink.MakeHandle(1, 0))
+		for _, c := range list {
+			if hc, ok := c.(*netlink.HtbClass); ok && hc.Handle == cw.set[[2]uint32{uint32(maps.Fetch), 5}] {
+				got = hc.Rate
+			}
+		}
+		return err
+	})
+	if want := uint64(wireRate(10e6)); got < want-8 || got > want+8 {
+		t.Errorf("class rate in the kernel %d B/s, want %d (10 MB/s of payload in wire bytes)", got, want)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+		t.Errorf("device not restored.\nbefore: %s\nafter:  %s", before, after)
+	}
+	for k, v := range cw.set {
+		if v != 0 {
+			t.Errorf("class %v left set to %x", k, v)
+		}
+	}
+}
+
+// A root qdisc someone else configured is never replaced.
+func TestHTBRefusesForeignRootQdisc(t *testing.T) {
+	requireRoot(t)
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	if out, err := exec.Command("ip", "netns", "exec", pair.Broker.Name, "tc", "qdisc", "add", "dev", pair.BrokerDev, "root", "handle", "7:", "tbf",
+		"rate", "1gbit", "burst", "64kb", "latency", "50ms").CombinedOutput(); err != nil {
+		t.Fatalf("add tbf: %v %s", err, out)
+	}
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	if _, err := NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do); !errors.Is(err, ErrForeignRootQdisc) {
+		t.Fatalf("NewHTB over a foreign tbf: %v, want ErrForeignRootQdisc", err)
+	}
+	if _, err := NewEDT(idx, nopRates{}, pair.Broker.Do); err == nil {
+		t.Fatal("NewEDT over a foreign tbf succeeded")
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+		t.Errorf("a refused shaper changed the device.\nbefore: %s\nafter:  %s", before, after)
+	}
+}
+
+type nopRates struct{}
+
+func (nopRates) SetEntityRates(maps.Direction, []maps.EntityRate) error { return nil }
+
+// The fq probe and the edt backend agree: where fq installs, edt builds its
+// qdiscs and removes them again; where it does not (these test machines),
+// edt is refused with ErrNoFQ and nothing is left behind.
+func TestFQProbeAndEDTFallback(t *testing.T) {
+	requireRoot(t)
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	probeErr := ProbeFQ(pair.Broker.Do)
+	e, err := NewEDT(idx, nopRates{}, pair.Broker.Do)
+	if probeErr != nil {
+		t.Logf("fq unavailable here (%v): auto picks htb", probeErr)
+		if !errors.Is(err, ErrNoFQ) {
+			t.Errorf("edt without fq: %v, want ErrNoFQ", err)
+		}
+	} else {
+		if err != nil {
+			t.Fatalf("fq probes fine but edt fails: %v", err)
+		}
+		if e.IFBIndex() == 0 {
+			t.Error("edt without an ingress IFB")
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+		t.Errorf("probe or edt left traces.\nbefore: %s\nafter:  %s", before, after)
+	}
+}
+
+var inf = math.Inf(1)
+
+// BenchmarkSetRates applies 10,000 rate changes at once: htb (netlink, one
+// class change per entity; goal ≤ 200 ms) and the BPF backends (one batch
+// map write; goal ≤ 5 ms).
+func BenchmarkSetRates(b *testing.B) {
+	requireRoot(b)
+	const n = 10000
+	rates := func(round int) []Rate {
+		out := make([]Rate, n)
+		for i := range out {
+			out[i] = Rate{Entity: uint32(i + 2), BytesPerSecond: float64(1e6 + 1e5*((i+round)%7))}
+		}
+		return out
+	}
+	b.Run(fmt.Sprintf("htb/changes=%d", n), func(b *testing.B) {
+		pair, err := netns.CreatePair()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pair.Delete()
+		idx, _ := pair.Broker.Index(pair.BrokerDev)
+		h, err := NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer h.Close()
+		if err := h.SetRates(maps.Fetch, rates(0)); err != nil { // classes exist: what follows are changes
+			b.Fatal(err)
+		}
+		round := 1
+		for b.Loop() {
+			if err := h.SetRates(maps.Fetch, rates(round)); err != nil {
+				b.Fatal(err)
+			}
+			round++
+		}
+	})
+	b.Run(fmt.Sprintf("edt+police/changes=%d", n), func(b *testing.B) {
+		opts := maps.DefaultOptions()
+		opts.MaxEntities = n + 2
+		opts.MaxConnections = 1024
+		d, err := maps.Load(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Close()
+		p := NewPolice(d)
+		round := 1
+		for b.Loop() {
+			if err := p.SetRates(maps.Fetch, rates(round)); err != nil {
+				b.Fatal(err)
+			}
+			round++
+		}
+	})
+}
