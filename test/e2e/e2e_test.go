@@ -12,15 +12,18 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/test/harness"
+	"github.com/sluice-dev/sluice/test/netns"
 )
 
 var resultsFile = flag.String("results", "../../e2e-results.json", "where to write the scenario results")
@@ -56,9 +59,32 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	// Nothing may be left behind, also when a scenario failed.
+	if left := leftovers(); left != "" {
+		println("e2e: left behind:\n" + left)
+		code = 1
+	}
 	data, _ := json.MarshalIndent(map[string]any{"scenarios": results}, "", "  ")
 	os.WriteFile(*resultsFile, append(data, '\n'), 0o644)
 	os.Exit(code)
+}
+
+// leftovers lists namespaces, devices and processes the scenarios created
+// that still exist.
+func leftovers() string {
+	var out []string
+	if ns, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(ns), netns.Prefix) {
+		out = append(out, "namespaces: "+string(ns))
+	}
+	if links, _ := exec.Command("ip", "-o", "link").Output(); strings.Contains(string(links), "slifb") || strings.Contains(string(links), "slb") {
+		out = append(out, "devices: "+string(links))
+	}
+	for _, name := range []string{"loadgen", "sluice"} {
+		if pids, _ := exec.Command("pgrep", "-x", name).Output(); len(strings.TrimSpace(string(pids))) > 0 {
+			out = append(out, name+" processes: "+string(pids))
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func record(t *testing.T, r Result) {
@@ -144,6 +170,37 @@ const (
 
 func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
 
+// exactlyOnce stops the producers (they flush what is in flight), stops
+// the agent, then reads the whole topic: every acknowledged record must be
+// there exactly once, per producer (count and checksum of the values).
+func exactlyOnce(t *testing.T, w *harness.World, a *harness.Agent, topic string, partitions int, producers ...*harness.Client) (map[string]any, bool) {
+	t.Helper()
+	want := map[string]harness.Tally{}
+	for _, p := range producers {
+		p.Stop()
+		f := p.Final()
+		if f == nil {
+			return map[string]any{"error": p.Name + " reported no final tally"}, false
+		}
+		k := p.ClientID
+		want[k] = harness.Tally{Count: want[k].Count + f.Count, Checksum: want[k].Checksum + f.Checksum}
+	}
+	if a != nil {
+		if err := a.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := w.Verify(topic, partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := len(got) == len(want)
+	for k, v := range want {
+		ok = ok && got[k] == v && v.Count > 0
+	}
+	return map[string]any{"acknowledged": want, "consumed": got}, ok
+}
+
 func noErrors(clients ...*harness.Client) (int64, bool) {
 	var n int64
 	for _, c := range clients {
@@ -154,21 +211,26 @@ func noErrors(clients ...*harness.Client) (int64, bool) {
 
 // ① A hot spot on an idle broker gets the idle bandwidth: one unconfigured
 // producer, then separately one unconfigured consumer, each ≥ 90 % of C.
+// The producer's records are all consumed exactly once afterwards.
 func TestScenarioHotSpot(t *testing.T) {
-	w := world(t, harness.Options{Topics: []string{"orders"}})
-	a := start(t, w, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
-	defer a.Stop()
-	prod := client(t, w, harness.ClientSpec{Name: "hot-producer", Lib: "franz", Mode: "produce", ClientID: "hot-producer", Topic: "orders"})
+	pw := world(t, harness.Options{Topics: []string{"orders"}, Log: true})
+	a := start(t, pw, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
+	prod := client(t, pw, harness.ClientSpec{Name: "hot-producer", Lib: "franz", Mode: "produce", ClientID: "hot-producer", Topic: "orders"})
 	p := measure(prod)[0]
-	prod.Stop()
-	cons := client(t, w, harness.ClientSpec{Name: "hot-consumer", Lib: "franz", Mode: "consume", ClientID: "hot-consumer", Topic: "orders"})
+	once, onceOK := exactlyOnce(t, pw, a, "orders", 1, prod)
+
+	cw := world(t, harness.Options{Topics: []string{"orders"}})
+	b := start(t, cw, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
+	defer b.Stop()
+	cons := client(t, cw, harness.ClientSpec{Name: "hot-consumer", Lib: "franz", Mode: "consume", ClientID: "hot-consumer", Topic: "orders"})
 	c := measure(cons)[0]
 	errs, ok := noErrors(prod, cons)
 	record(t, Result{
 		Name:     "hot-spot",
-		Pass:     p >= 0.9*C && c >= 0.9*C && ok,
-		Measured: map[string]any{"producer_bps": p, "consumer_bps": c, "client_errors": errs},
-		Expected: map[string]any{"C_bps": C, "producer_min_bps": 0.9 * C, "consumer_min_bps": 0.9 * C, "client_errors": 0},
+		Pass:     p >= 0.9*C && c >= 0.9*C && ok && onceOK,
+		Measured: map[string]any{"producer_bps": p, "consumer_bps": c, "client_errors": errs, "exactly_once": once},
+		Expected: map[string]any{"C_bps": C, "producer_min_bps": 0.9 * C, "consumer_min_bps": 0.9 * C, "client_errors": 0,
+			"exactly_once": "every acknowledged record consumed once (count and checksum)"},
 	})
 }
 
@@ -177,11 +239,10 @@ func TestScenarioHotSpot(t *testing.T) {
 // confirmation cycles and cleared within confirmation + 2 s after one
 // producer stops.
 func TestScenarioOvercommit(t *testing.T) {
-	w := world(t, harness.Options{Topics: []string{"orders"}, Partitions: 2})
+	w := world(t, harness.Options{Topics: []string{"orders"}, Partitions: 2, Log: true})
 	res := 0.6 * C
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", MemoryCycles: 2, Extra: "entities:\n  topic-partitions:\n" +
 		"    orders-0: {producer_byte_reservation: " + itoa(res) + "}\n    orders-1: {producer_byte_reservation: " + itoa(res) + "}\n"})
-	defer a.Stop()
 	p0 := client(t, w, harness.ClientSpec{Name: "tp0-franz", Lib: "franz", Mode: "produce", ClientID: "tp0-producer", Topic: "orders", Partition: 0})
 	p1 := client(t, w, harness.ClientSpec{Name: "tp1-sarama", Lib: "sarama", Mode: "produce", ClientID: "tp1-producer", Topic: "orders", Partition: 1})
 	rates := measure(p0, p1)
@@ -199,13 +260,15 @@ func TestScenarioOvercommit(t *testing.T) {
 	// the activity memory (2 cycles).
 	clearedInTime := err == nil && cleared <= 2+3+2+1
 	errs, ok := noErrors(p0, p1)
+	once, onceOK := exactlyOnce(t, w, a, "orders", 2, p0, p1)
 	record(t, Result{
 		Name: "overcommit",
-		Pass: within(rates[0], C/2, 0.10) && within(rates[1], C/2, 0.10) && raised && clearedInTime && ok,
+		Pass: within(rates[0], C/2, 0.10) && within(rates[1], C/2, 0.10) && raised && clearedInTime && ok && onceOK,
 		Measured: map[string]any{"tp0_bps": rates[0], "tp1_bps": rates[1], "overcommit_raised": raised, "scale": scale,
-			"cleared_after_s": cleared, "client_errors": errs},
+			"cleared_after_s": cleared, "client_errors": errs, "exactly_once": once},
 		Expected: map[string]any{"each_bps": C / 2, "tolerance": 0.10, "overcommit_raised": true, "scale": C / (2 * res),
-			"cleared_within_s": "memory 2 + confirmation 3 + 2 (+1 s of polling)", "client_errors": 0},
+			"cleared_within_s": "memory 2 + confirmation 3 + 2 (+1 s of polling)", "client_errors": 0,
+			"exactly_once": "every acknowledged record consumed once (count and checksum)"},
 	})
 }
 
@@ -214,11 +277,12 @@ func TestScenarioOvercommit(t *testing.T) {
 // wants 30 MB/s (tens of MB/s, so the 2-core machine is not the
 // bottleneck), six times what enforce mode would allow it on this pool.
 func TestScenarioShadow(t *testing.T) {
-	w := world(t, harness.Options{Topics: []string{"orders"}})
+	w := world(t, harness.Options{Topics: []string{"orders"}, Log: true})
 	const wants = 30e6
 	cfg := w.WriteConfig("shadow", harness.Config{ProduceCapacity: "5MB", Mode: "shadow"})
 	var with, without []float64
 	var held float64
+	var producers []*harness.Client
 	for i := 0; i < 3; i++ {
 		for _, shadow := range []bool{i%2 == 0, i%2 != 0} {
 			var a *harness.Agent
@@ -231,6 +295,7 @@ func TestScenarioShadow(t *testing.T) {
 			c := client(t, w, harness.ClientSpec{Name: "shadow-producer", Lib: "franz", Mode: "produce", ClientID: "shadow-producer", Topic: "orders", Rate: wants})
 			r := measure(c)[0]
 			c.Stop()
+			producers = append(producers, c)
 			if shadow {
 				if s, err := w.Status(); err == nil {
 					for _, e := range s.Directions[0].Entities {
@@ -245,11 +310,15 @@ func TestScenarioShadow(t *testing.T) {
 		}
 	}
 	mw, mo := median(with), median(without)
+	errs, ok := noErrors(producers...)
+	once, onceOK := exactlyOnce(t, w, nil, "orders", 1, producers...)
 	record(t, Result{
-		Name:     "shadow",
-		Pass:     within(mw, mo, 0.05) && within(mw, wants, 0.05) && held == 0,
-		Measured: map[string]any{"median_shadow_bps": mw, "median_without_bps": mo, "ratio": mw / mo, "shadow_runs": with, "without_runs": without, "held_back": held},
-		Expected: map[string]any{"ratio": "1 ± 0.05", "held_back": 0, "wanted_bps": wants, "capacity_configured_bps": 5e6},
+		Name: "shadow",
+		Pass: within(mw, mo, 0.05) && within(mw, wants, 0.05) && held == 0 && ok && onceOK,
+		Measured: map[string]any{"median_shadow_bps": mw, "median_without_bps": mo, "ratio": mw / mo, "shadow_runs": with, "without_runs": without,
+			"held_back": held, "client_errors": errs, "exactly_once": once},
+		Expected: map[string]any{"ratio": "1 ± 0.05", "held_back": 0, "wanted_bps": wants, "capacity_configured_bps": 5e6, "client_errors": 0,
+			"exactly_once": "every acknowledged record consumed once (count and checksum)"},
 	})
 }
 
@@ -281,9 +350,14 @@ func TestScenarioWeightedFairness(t *testing.T) {
 		Name:     "weighted-fairness",
 		Pass:     pass && ok,
 		Measured: map[string]any{"w5_franz_bps": rates[0], "w3_sarama_bps": rates[1], "w2_kafkago_bps": rates[2], "client_errors": errs},
-		Expected: map[string]any{"w5_bps": 0.5 * C, "w3_bps": 0.3 * C, "w2_bps": 0.2 * C, "tolerance": 0.10, "client_errors": 0},
+		Expected: map[string]any{"w5_bps": 0.5 * C, "w3_bps": 0.3 * C, "w2_bps": 0.2 * C, "tolerance": 0.10, "client_errors": 0,
+			"exactly_once": consumersOnly},
 	})
 }
+
+// consumersOnly explains the exactly-once check of consumer-only scenarios:
+// nothing is produced; the broker answers fetches with synthetic batches.
+const consumersOnly = "n/a: consumers only, reading synthetic batches; nothing is produced"
 
 func median(v []float64) float64 {
 	if len(v) == 0 {
@@ -343,7 +417,7 @@ func TestScenarioContentionReclaim(t *testing.T) {
 			"after_window": "3-8 s after the rise", "measured_at": "NIC (data path counters)", "client_errors": errs},
 		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": "0.1 ± 15 %",
 			"core_after_min_bps": 0.95 * res, "core_after_bps": wantCore, "normal_after_bps": wantNormal, "backfill_after_bps": wantBackfill,
-			"tolerance": 0.15, "client_errors": 0},
+			"tolerance": 0.15, "client_errors": 0, "exactly_once": consumersOnly},
 	})
 }
 
@@ -375,7 +449,8 @@ func TestScenarioRandomGroupNames(t *testing.T) {
 		Name:     "random-group-names",
 		Pass:     within(together, limit, 0.10) && rates[3] >= 0.9*wantStable && ok,
 		Measured: map[string]any{"random_consumers_together_bps": together, "random_each_bps": rates[:3], "stable_bps": rates[3], "client_errors": errs},
-		Expected: map[string]any{"random_together_bps": limit, "tolerance": 0.10, "stable_min_bps": 0.9 * wantStable, "client_errors": 0},
+		Expected: map[string]any{"random_together_bps": limit, "tolerance": 0.10, "stable_min_bps": 0.9 * wantStable, "client_errors": 0,
+			"exactly_once": consumersOnly},
 	})
 }
 

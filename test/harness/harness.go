@@ -48,6 +48,10 @@ type Options struct {
 	// Partitions per topic; topics are seeded at start.
 	Topics     []string
 	Partitions int32
+	// Log keeps what producers send, so that a scenario can check every
+	// record was consumed exactly once; otherwise produce is discarded and
+	// fetches answer with synthetic batches, which keeps memory flat.
+	Log bool
 }
 
 // Build compiles sluice and loadgen from the repository root into dir.
@@ -88,11 +92,14 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 	if o.Partitions == 0 {
 		o.Partitions = 1
 	}
-	w.Kafka, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(o.Partitions, o.Topics...), kfake.BlackholeProduce(),
-		kfake.SyntheticFetch(kfake.SyntheticBatch{RecordBytes: 16 << 10, Records: 8, RandomFrac: 1}),
+	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(o.Partitions, o.Topics...),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			return pair.Broker.Listen(net.JoinHostPort(pair.BrokerIP.String(), "9092"))
-		}))
+		})}
+	if !o.Log {
+		kopts = append(kopts, kfake.BlackholeProduce(), kfake.SyntheticFetch(kfake.SyntheticBatch{RecordBytes: 16 << 10, Records: 8, RandomFrac: 1}))
+	}
+	w.Kafka, err = kfake.NewCluster(kopts...)
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -292,13 +299,24 @@ func (w *World) WaitFor(timeout time.Duration, cond func(*agent.Snapshot) bool) 
 
 // Client is a running loadgen with its byte meter.
 type Client struct {
-	Name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
+	Name     string
+	ClientID string
+	cmd      *exec.Cmd
+	mu       sync.Mutex
 	// marks are (time, bytes moved so far) every 100 ms.
 	marks  []mark
 	errors int64
 	done   chan struct{}
+	// final is what a producer reports when it stops: the records the
+	// broker acknowledged and the sum of their CRC-32s.
+	final    *Tally
+	stopOnce sync.Once
+}
+
+// Tally counts records and sums their values' CRC-32s.
+type Tally struct {
+	Count    uint64 `json:"count"`
+	Checksum uint64 `json:"checksum"`
 }
 
 type mark struct {
@@ -332,13 +350,23 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 		return nil, err
 	}
 	w.track(cmd)
-	c := &Client{Name: s.Name, cmd: cmd, done: make(chan struct{})}
+	c := &Client{Name: s.Name, ClientID: s.ClientID, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var line struct{ Ms, Bytes, Errors int64 }
+			var line struct {
+				Ms, Bytes, Errors int64
+				Final             bool
+				Count, Checksum   uint64
+			}
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			if line.Final {
+				c.mu.Lock()
+				c.final = &Tally{Count: line.Count, Checksum: line.Checksum}
+				c.mu.Unlock()
 				continue
 			}
 			c.mu.Lock()
@@ -350,11 +378,38 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 	return c, nil
 }
 
-// Stop ends the client.
+// Stop ends the client (a producer flushes first) and waits; calling it
+// again does nothing.
 func (c *Client) Stop() {
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	c.cmd.Wait()
-	<-c.done
+	c.stopOnce.Do(func() {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		c.cmd.Wait()
+		<-c.done
+	})
+}
+
+// Final is a stopped producer's acknowledged tally (nil before it stops).
+func (c *Client) Final() *Tally {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.final
+}
+
+// Verify reads the whole topic from the client namespace and tallies the
+// records per key (the producing client-id).
+func (w *World) Verify(topic string, partitions int) (map[string]Tally, error) {
+	out, err := exec.Command("ip", "netns", "exec", w.Pair.Client.Name, w.Loadgen, "-mode", "verify", "-topic", topic,
+		"-partitions", fmt.Sprint(partitions), "-bootstrap", w.Bootstrap()).Output()
+	if err != nil {
+		return nil, fmt.Errorf("verify %s: %v", topic, err)
+	}
+	var res struct {
+		Verify map[string]Tally `json:"verify"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("verify %s: %v: %s", topic, err, out)
+	}
+	return res.Verify, nil
 }
 
 // Errors is the number of failed produce requests the client saw.

@@ -10,9 +10,11 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"log"
 	"os"
 	"os/signal"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -45,6 +48,7 @@ func main() {
 	flag.IntVar(&o.valueBytes, "value-bytes", 16<<10, "record value size when producing")
 	flag.Float64Var(&o.rate, "rate", 0, "bytes/s to aim for (0: greedy)")
 	flag.DurationVar(&duration, "duration", 5*time.Minute, "stop after this long")
+	partitions := flag.Int("partitions", 1, "verify: partitions of the topic")
 	flag.Parse()
 	if o.group == "" {
 		o.group = o.clientID
@@ -54,6 +58,12 @@ func main() {
 	ctx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 
+	if o.mode == "verify" {
+		if err := verify(o, *partitions); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	var moved, errs atomic.Int64
 	go report(ctx, &moved, &errs)
 	var err error
@@ -76,6 +86,78 @@ func main() {
 	if err != nil && ctx.Err() == nil {
 		log.Fatal(err)
 	}
+	if o.mode == "produce" {
+		json.NewEncoder(os.Stdout).Encode(map[string]any{"final": true, "count": acked.count.Load(), "checksum": acked.sum.Load()})
+	}
+}
+
+// acked sums what the broker acknowledged: the count and the sum of the
+// values' CRC-32s, for the exactly-once check (loadgen -mode verify).
+var acked struct{ count, sum atomic.Uint64 }
+
+func ack(v []byte) {
+	acked.count.Add(1)
+	acked.sum.Add(uint64(crc32.ChecksumIEEE(v)))
+}
+
+// numbered returns a fresh value carrying a sequence number, so that every
+// record differs and the checksum sees duplicates and losses.
+func numbered(template []byte, seq uint64) []byte {
+	v := append([]byte(nil), template...)
+	binary.BigEndian.PutUint64(v, seq)
+	return v
+}
+
+// verify reads every partition of the topic from the start to its end
+// offset and prints, per record key (the producing client-id), the count
+// and the sum of the values' CRC-32s.
+func verify(o opts, partitions int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	parts := map[int32]kgo.Offset{}
+	for p := 0; p < partitions; p++ {
+		parts[int32(p)] = kgo.NewOffset().AtStart()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(o.bootstrap), kgo.ClientID("verifier"),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: parts}), kgo.FetchMaxBytes(16<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, o.topic)
+	if err != nil {
+		return err
+	}
+	remaining := map[int32]int64{}
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Offset > 0 {
+			remaining[e.Partition] = e.Offset
+		}
+	})
+	type tally struct {
+		Count    uint64 `json:"count"`
+		Checksum uint64 `json:"checksum"`
+	}
+	out := map[string]*tally{}
+	for len(remaining) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			return err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			t := out[string(r.Key)]
+			if t == nil {
+				t = &tally{}
+				out[string(r.Key)] = t
+			}
+			t.Count++
+			t.Checksum += uint64(crc32.ChecksumIEEE(r.Value))
+			if end, ok := remaining[r.Partition]; ok && r.Offset+1 >= end {
+				delete(remaining, r.Partition)
+			}
+		})
+	}
+	return json.NewEncoder(os.Stdout).Encode(map[string]any{"verify": out})
 }
 
 // report prints {"ms": unix millis, "bytes": moved, "errors": n} lines.
@@ -121,23 +203,28 @@ func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 		return err
 	}
 	defer cl.Close()
-	v := value(o.valueBytes)
+	template := value(o.valueBytes)
 	start := time.Now()
 	var sent int64
-	for ctx.Err() == nil {
+	// Records are produced with a context that outlives the stop signal, so
+	// what is in flight at the stop is flushed and acknowledged, not lost.
+	produceCtx := context.Background()
+	for seq := uint64(0); ctx.Err() == nil; seq++ {
 		pace(ctx, start, sent, o.rate)
+		v := numbered(template, seq)
 		sent += int64(len(v))
-		cl.Produce(ctx, &kgo.Record{Value: v, Partition: int32(o.partition)}, func(r *kgo.Record, err error) {
+		cl.Produce(produceCtx, &kgo.Record{Key: []byte(o.clientID), Value: v, Partition: int32(o.partition)}, func(r *kgo.Record, err error) {
 			if err != nil {
-				if ctx.Err() == nil {
-					errs.Add(1)
-				}
+				errs.Add(1)
 				return
 			}
+			ack(r.Value)
 			moved.Add(int64(len(r.Value)))
 		})
 	}
-	return nil
+	flushCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return cl.Flush(flushCtx)
 }
 
 func franzConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
@@ -213,14 +300,16 @@ func saramaProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error
 		return err
 	}
 	defer p.Close()
-	v := value(o.valueBytes)
+	template := value(o.valueBytes)
 	start := time.Now()
-	for ctx.Err() == nil {
+	for seq := uint64(0); ctx.Err() == nil; seq++ {
 		pace(ctx, start, moved.Load(), o.rate)
-		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: o.topic, Partition: int32(o.partition), Value: sarama.ByteEncoder(v)}); err != nil {
+		v := numbered(template, seq)
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: o.topic, Partition: int32(o.partition), Key: sarama.StringEncoder(o.clientID), Value: sarama.ByteEncoder(v)}); err != nil {
 			errs.Add(1)
 			continue
 		}
+		ack(v)
 		moved.Add(int64(len(v)))
 	}
 	return nil
@@ -231,21 +320,24 @@ func kafkagoProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) erro
 		Balancer:  kafka.BalancerFunc(func(kafka.Message, ...int) int { return o.partition }),
 		Transport: &kafka.Transport{ClientID: o.clientID}, BatchTimeout: time.Millisecond, BatchSize: 16}
 	defer w.Close()
-	v := value(o.valueBytes)
+	template := value(o.valueBytes)
 	start := time.Now()
-	for ctx.Err() == nil {
+	for seq := uint64(0); ctx.Err() == nil; {
 		pace(ctx, start, moved.Load(), o.rate)
 		msgs := make([]kafka.Message, 16)
 		for i := range msgs {
-			msgs[i] = kafka.Message{Value: v}
+			msgs[i] = kafka.Message{Key: []byte(o.clientID), Value: numbered(template, seq)}
+			seq++
 		}
-		if err := w.WriteMessages(ctx, msgs...); err != nil {
-			if ctx.Err() == nil {
-				errs.Add(1)
-			}
+		// A background context: a batch in flight at the stop completes.
+		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+			errs.Add(1)
 			continue
 		}
-		moved.Add(int64(16 * len(v)))
+		for _, m := range msgs {
+			ack(m.Value)
+		}
+		moved.Add(int64(16 * len(template)))
 	}
 	return nil
 }
