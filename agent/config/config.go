@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/sluice-dev/sluice/allocator"
 )
 
 // Mode says whether the data path holds traffic back.
@@ -141,11 +143,12 @@ const DefaultKey = "default"
 
 // Default returns the configuration with every default of DESIGN.md.
 func Default() Config {
+	loop := allocator.DefaultConfig(0) // K and the confirmation cycles are the control loop's
 	direction := Direction{
 		Capacity:                Disabled,
 		SafetyRatio:             0.9,
-		MemoryCycles:            10,
-		OvercommitConfirmCycles: 3,
+		MemoryCycles:            loop.MemoryCycles,
+		OvercommitConfirmCycles: loop.OvercommitConfirmCycles,
 		ActivityThreshold:       1024,
 	}
 	return Config{

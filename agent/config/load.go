@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,7 +119,7 @@ func (l *loader) fail(key, format string, args ...any) {
 // checkKeys reports unknown keys with the nearest valid one.
 func (l *loader) checkKeys(section string, m map[string]any) {
 	allowed := schema[section]
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		path := joinKey(section, k)
 		if !contains(allowed, k) {
 			l.fail(path, "unknown key%s", suggest(k, allowed))
@@ -305,7 +307,7 @@ func (l *loader) entities(v any) {
 		if section == "topic-partitions" {
 			dst = l.cfg.Entities.TopicPartitions
 		}
-		for _, name := range sortedKeys(entries) {
+		for _, name := range slices.Sorted(maps.Keys(entries)) {
 			path := "entities." + section + "." + name
 			if section == "topic-partitions" && name != DefaultKey {
 				if _, _, err := SplitTopicPartition(name); err != nil {
@@ -331,7 +333,7 @@ func (l *loader) quota(path string, v any) (Quota, bool) {
 		return q, false
 	}
 	good := true
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		var dst **float64
 		switch k {
 		case "producer_byte_rate":
@@ -558,15 +560,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // suggest names the closest valid key when a key looks misspelt.

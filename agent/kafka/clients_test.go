@@ -3,9 +3,10 @@ package kafka
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -68,21 +69,12 @@ func TestParseRecordedClients(t *testing.T) {
 		}
 		for _, kv := range []string{fmt.Sprintf("0:v%d", w.produce), fmt.Sprintf("1:v%d", w.fetch)} {
 			if !versions[kv] {
-				t.Errorf("%s: no request %s among %v", client, kv, keys(versions))
+				t.Errorf("%s: no request %s among %v", client, kv, slices.Sorted(maps.Keys(versions)))
 			}
 		}
 		if w.byID && len(topicIDs) != 1 {
 			t.Errorf("%s: produce and fetch name %d topic IDs, want the one of orders", client, len(topicIDs))
 		}
-		t.Logf("%s sent %v", client, keys(versions))
+		t.Logf("%s sent %v", client, slices.Sorted(maps.Keys(versions)))
 	}
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

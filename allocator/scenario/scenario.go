@@ -8,9 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -198,7 +199,7 @@ func cycles(v any, index map[string]int) ([]Cycle, error) {
 			if err != nil {
 				return nil, err
 			}
-			for _, name := range sortedKeys(usage) {
+			for _, name := range slices.Sorted(maps.Keys(usage)) {
 				p := path + ".usage." + name
 				at, known := index[name]
 				if !known {
@@ -306,7 +307,7 @@ func asList(path string, v any) ([]any, error) {
 // onlyKeys rejects unknown keys: a misspelt key must not silently fall back
 // to a default.
 func onlyKeys(path string, m map[string]any, allowed ...string) error {
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		found := false
 		for _, a := range allowed {
 			found = found || a == k
@@ -320,15 +321,6 @@ func onlyKeys(path string, m map[string]any, allowed ...string) error {
 		}
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func describe(v any) string {
