@@ -52,6 +52,20 @@ static __always_inline void v4_mapped(__u8 *dst, __be32 addr)
 	__builtin_memcpy(dst + 12, &addr, 4);
 }
 
+// listener_ports fills the key's ports when the segment's broker-side
+// (local) port is a listener: the first and cheapest test every packet meets.
+static __always_inline int listener_ports(struct tcphdr *tcp, int dir, struct parsed *p)
+{
+	__u16 local = bpf_ntohs(dir == DIR_PRODUCE ? tcp->dest : tcp->source);
+	__u32 port = local;
+	__u8 *governed = bpf_map_lookup_elem(&listeners, &port);
+	if (!governed || !*governed)
+		return 0;
+	p->key.local_port = local;
+	p->key.peer_port = bpf_ntohs(dir == DIR_PRODUCE ? tcp->source : tcp->dest);
+	return 1;
+}
+
 // parse fills p for a TCP segment on a listener port, or returns 0.
 static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *p)
 {
@@ -72,13 +86,8 @@ static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *
 		tcp = (void *)ip + l3_len;
 		if ((void *)(tcp + 1) > data_end)
 			return 0;
-		__u16 local = bpf_ntohs(dir == DIR_PRODUCE ? tcp->dest : tcp->source);
-		__u32 port = local;
-		__u8 *governed = bpf_map_lookup_elem(&listeners, &port);
-		if (!governed || !*governed)
+		if (!listener_ports(tcp, dir, p))
 			return 0;
-		p->key.local_port = local;
-		p->key.peer_port = bpf_ntohs(dir == DIR_PRODUCE ? tcp->source : tcp->dest);
 		v4_mapped(p->key.peer_addr, dir == DIR_PRODUCE ? ip->saddr : ip->daddr);
 		v4_mapped(p->key.local_addr, dir == DIR_PRODUCE ? ip->daddr : ip->saddr);
 	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
@@ -90,13 +99,8 @@ static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *
 		tcp = (void *)(ip6 + 1);
 		if ((void *)(tcp + 1) > data_end)
 			return 0;
-		__u16 local = bpf_ntohs(dir == DIR_PRODUCE ? tcp->dest : tcp->source);
-		__u32 port = local;
-		__u8 *governed = bpf_map_lookup_elem(&listeners, &port);
-		if (!governed || !*governed)
+		if (!listener_ports(tcp, dir, p))
 			return 0;
-		p->key.local_port = local;
-		p->key.peer_port = bpf_ntohs(dir == DIR_PRODUCE ? tcp->source : tcp->dest);
 		__builtin_memcpy(p->key.peer_addr, dir == DIR_PRODUCE ? &ip6->saddr : &ip6->daddr, 16);
 		__builtin_memcpy(p->key.local_addr, dir == DIR_PRODUCE ? &ip6->daddr : &ip6->saddr, 16);
 	} else {
