@@ -463,18 +463,30 @@ func (w *World) EntityBytes(dir int, kind, name string) (uint64, time.Time, erro
 	return 0, s.Time, fmt.Errorf("entity %s:%s not in the last cycle", kind, name)
 }
 
+// Ref names an entity: its kind ("client", "topic-partition") and name.
+type Ref struct{ Kind, Name string }
+
 // NICRates measures, from the data path's counters, the rate each named
 // client entity received in a direction over the given duration: the
 // bandwidth the NIC gave it, whatever the clients buffer.
 func (w *World) NICRates(dir int, over time.Duration, names ...string) ([]float64, error) {
+	refs := make([]Ref, len(names))
+	for i, n := range names {
+		refs[i] = Ref{"client", n}
+	}
+	return w.NICRatesOf(dir, over, refs...)
+}
+
+// NICRatesOf is NICRates for entities of any kind.
+func (w *World) NICRatesOf(dir int, over time.Duration, refs ...Ref) ([]float64, error) {
 	type reading struct {
 		bytes uint64
 		at    time.Time
 	}
 	read := func() ([]reading, error) {
-		out := make([]reading, len(names))
-		for i, n := range names {
-			b, at, err := w.EntityBytes(dir, "client", n)
+		out := make([]reading, len(refs))
+		for i, r := range refs {
+			b, at, err := w.EntityBytes(dir, r.Kind, r.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -491,8 +503,8 @@ func (w *World) NICRates(dir int, over time.Duration, names ...string) ([]float6
 	if err != nil {
 		return nil, err
 	}
-	rates := make([]float64, len(names))
-	for i := range names {
+	rates := make([]float64, len(refs))
+	for i := range refs {
 		if d := last[i].at.Sub(first[i].at).Seconds(); d > 0 {
 			rates[i] = float64(last[i].bytes-first[i].bytes) / d
 		}
