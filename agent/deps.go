@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -80,7 +79,6 @@ func NewLoadedDataPath(d *maps.Datapath) (*LoadedDataPath, error) {
 func (l *LoadedDataPath) ReadCounters(dst *[2][]maps.Counters) error { return l.reader.Read(dst) }
 
 var (
-	_ DataPath      = (*LoadedDataPath)(nil)
-	_ Samples       = (*maps.SampleReader)(nil)
-	_ shaper.Shaper = shaper.Shadow{}
+	_ DataPath = (*LoadedDataPath)(nil)
+	_ Samples  = (*maps.SampleReader)(nil)
 )

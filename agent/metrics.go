@@ -16,10 +16,9 @@ import (
 // and counts its own failures instead of failing the scrape. Entity labels
 // are bounded: entities exist only in the registry, at most max_entities.
 type Metrics struct {
-	Registry    *prometheus.Registry
-	cycle       prometheus.Histogram
-	reloadFails prometheus.CounterFunc
-	collector   *collector
+	Registry  *prometheus.Registry
+	cycle     prometheus.Histogram
+	collector *collector
 }
 
 const ns = "sluice"

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
-	"github.com/sluice-dev/sluice/allocator"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -260,10 +259,4 @@ func (a *Agent) learnLoop(samples Samples) error {
 			a.log.Debug("sample not learned; the connection keeps its entity", "conn", s.Conn.String(), "err", err)
 		}
 	}
-}
-
-// StandbyLimitFor is exposed for tests: the standby limit of a key.
-func (a *Agent) standbyLimit(key entity.Key, d entity.Direction) float64 {
-	p := a.policy.Params(key, d)
-	return allocator.StandbyLimit(p.Reservation, p.Limit, a.dirs[d].alloc.Config().Headroom())
 }

@@ -204,17 +204,33 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	if (!parse(skb, dir, &p))
 		return PASS;
 
+	if (dir == DIR_PRODUCE && p.syn) {
+		// A new connection: whatever an earlier one on this 4-tuple left is
+		// stale. An exempt peer is marked at once; any other connection
+		// starts unbound, its requests right after the SYN.
+		if (is_exempt(&p.key)) {
+			struct conn_entities ng = {.entity = {ENTITY_NOT_GOVERNED, ENTITY_NOT_GOVERNED}};
+			bpf_map_update_elem(&conns, &p.key, &ng, BPF_ANY);
+			stat_inc(STAT_EXEMPT);
+			return PASS;
+		}
+		bpf_map_delete_elem(&conns, &p.key);
+		struct track fresh = {.next_seq = p.seq + 1, .synced = 1};
+		bpf_map_update_elem(&tracks, &p.key, &fresh, BPF_ANY);
+		return PASS;
+	}
+
 	__u32 entity = ENTITY_UNKNOWN;
 	struct conn_entities *bound = bpf_map_lookup_elem(&conns, &p.key);
 	if (bound) {
 		entity = bound->entity[dir & 1];
-		if (entity == ENTITY_NOT_GOVERNED && bound->entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED &&
-		    !(dir == DIR_PRODUCE && p.syn))
+		if (entity == ENTITY_NOT_GOVERNED && bound->entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED)
 			return PASS; // exempt or replication: nothing to count, sample or shape
 	} else if (!p.fin_rst) {
-		// First sight of the connection: look the peer up in the exempt
-		// CIDRs once and remember the answer, so later packets skip the trie.
-		// The agent's bindings overwrite the unknown entry.
+		// First sight of a connection older than its SYN (or than the
+		// agent): look the peer up in the exempt CIDRs once and remember the
+		// answer, so later packets skip the trie. The agent's bindings
+		// overwrite the unknown entry.
 		int exempt_peer = is_exempt(&p.key);
 		__u32 e = exempt_peer ? ENTITY_NOT_GOVERNED : ENTITY_UNKNOWN;
 		struct conn_entities first = {.entity = {e, e}};
@@ -225,14 +241,6 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	}
 
 	if (dir == DIR_PRODUCE) {
-		if (p.syn) {
-			// A new connection: its requests start right after the SYN, and a
-			// binding left by an earlier connection on this 4-tuple is stale.
-			struct track fresh = {.next_seq = p.seq + 1, .synced = 1};
-			bpf_map_update_elem(&tracks, &p.key, &fresh, BPF_ANY);
-			bpf_map_delete_elem(&conns, &p.key);
-			return PASS;
-		}
 		if (p.payload_len && entity != ENTITY_NOT_GOVERNED) {
 			struct track *t = bpf_map_lookup_elem(&tracks, &p.key);
 			if (!t) {

@@ -165,6 +165,21 @@ func TestAttributionPureACKsAndControlSegmentsAreNotCounted(t *testing.T) {
 	if _, ok, _ := h.d.Binding(key); ok {
 		t.Error("a SYN left the previous connection's binding")
 	}
+	// The same for a 4-tuple a follower fetch had marked not governed.
+	h.d.BindConns([]Binding{{Conn: key, Produce: NotGoverned, Fetch: NotGoverned}})
+	h.run(Produce, toBroker(client4, broker4, 40002, 9000, flagSYN, nil))
+	if _, ok, _ := h.d.Binding(key); ok {
+		t.Error("a SYN left a stale not-governed mark")
+	}
+	// An exempt peer's SYN marks its connection at once.
+	if err := h.d.SetExempt([]netip.Prefix{netip.MustParsePrefix("198.18.9.0/24")}); err != nil {
+		t.Fatal(err)
+	}
+	exemptPeer := netip.MustParseAddr("198.18.9.9")
+	h.run(Produce, toBroker(exemptPeer, broker4, 40003, 1, flagSYN, nil))
+	if b, ok, _ := h.d.Binding(connKey(exemptPeer, broker4, 40003)); !ok || b.Produce != NotGoverned || b.Fetch != NotGoverned {
+		t.Errorf("exempt peer's SYN: binding %+v %v, want not governed", b, ok)
+	}
 }
 
 // Counters are exact over many random segments: every payload byte of a

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/test/netns"
+
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 )
@@ -16,7 +18,7 @@ import (
 //   - governed: an attributed connection's segment in the middle of a request
 //   - request-start: a segment that starts a request that is sampled
 func BenchmarkDatapath(b *testing.B) {
-	requireRoot(b)
+	netns.RequireRoot(b, "loads BPF programs")
 	payload := make([]byte, 1400)
 	req := kafkaRequests()[1] // a produce request longer than a sample
 	cases := []struct {

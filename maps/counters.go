@@ -62,15 +62,8 @@ func (r *CounterReader) Read(dst *[2][]Counters) error {
 	for {
 		n, err := r.d.objs.Counters.BatchLookup(&cursor, r.keys, r.values, nil)
 		for i := 0; i < n; i++ {
-			var sum Counters
-			for _, v := range r.values[i*r.cpus : (i+1)*r.cpus] {
-				sum.Bytes += v.Bytes
-				sum.Packets += v.Packets
-				sum.HeldBytes += v.HeldBytes
-				sum.HeldPackets += v.HeldPackets
-			}
 			key := int(r.keys[i])
-			dst[key/max][key%max] = sum
+			dst[key/max][key%max] = sumCPUs(r.values[i*r.cpus : (i+1)*r.cpus])
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil
@@ -88,6 +81,11 @@ func (d *Datapath) EntityCounters(dir Direction, entity uint32) (Counters, error
 	if err := d.objs.Counters.Lookup(key, &perCPU); err != nil {
 		return Counters{}, fmt.Errorf("read counters of entity %d: %w", entity, err)
 	}
+	return sumCPUs(perCPU), nil
+}
+
+// sumCPUs adds one entity's per-CPU counters.
+func sumCPUs(perCPU []sluiceEntityCounters) Counters {
 	var sum Counters
 	for _, v := range perCPU {
 		sum.Bytes += v.Bytes
@@ -95,7 +93,7 @@ func (d *Datapath) EntityCounters(dir Direction, entity uint32) (Counters, error
 		sum.HeldBytes += v.HeldBytes
 		sum.HeldPackets += v.HeldPackets
 	}
-	return sum, nil
+	return sum
 }
 
 // ResetCounters zeroes the counters of entities whose ids the registry

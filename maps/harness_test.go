@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/test/netns"
+
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/rlimit"
 )
 
 // TC return codes.
@@ -16,18 +17,6 @@ const (
 	actUnspec   = 0xffffffff // TC_ACT_UNSPEC (-1): pass, let later programs run
 	actRedirect = 7          // TC_ACT_REDIRECT
 )
-
-// requireRoot fails, never skips: `make test` must not pass quietly when the
-// privileged tests could not run.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test loads BPF programs and needs root (CI runs make test as root)")
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 type harness struct {
 	t testing.TB
@@ -53,7 +42,7 @@ func testOptions() Options {
 
 func newHarness(t testing.TB, opts Options) *harness {
 	t.Helper()
-	requireRoot(t)
+	netns.RequireRoot(t, "loads BPF programs")
 	d, err := Load(opts)
 	if err != nil {
 		t.Fatal(err)

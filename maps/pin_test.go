@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sluice-dev/sluice/test/netns"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +23,7 @@ func bpffs(t *testing.T) string {
 }
 
 func TestPinnedStateSurvivesReload(t *testing.T) {
-	requireRoot(t)
+	netns.RequireRoot(t, "loads BPF programs")
 	opts := testOptions()
 	opts.PinDir = filepath.Join(bpffs(t), "sluice")
 	h := newHarness(t, opts)
@@ -79,7 +81,7 @@ func TestPinnedStateSurvivesReload(t *testing.T) {
 }
 
 func TestPinDirMustBeBPFFS(t *testing.T) {
-	requireRoot(t)
+	netns.RequireRoot(t, "loads BPF programs")
 	opts := testOptions()
 	opts.PinDir = filepath.Join(t.TempDir(), "sluice")
 	if _, err := Load(opts); err == nil {

@@ -1,29 +1,17 @@
 package attach
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/test/netns"
 )
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("attaching TC programs needs root (CI runs make test as root)")
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func passProgram(t *testing.T) *ebpf.Program {
 	t.Helper()
@@ -55,7 +43,7 @@ func tcState(t *testing.T, ns *netns.NS, dev string) string {
 }
 
 func TestDetachRestoresDevice(t *testing.T) {
-	requireRoot(t)
+	netns.RequireRoot(t, "attaches TC programs")
 	for _, mode := range []Mode{TCX, Legacy} {
 		t.Run(mode.String(), func(t *testing.T) {
 			pair := netns.NewPair(t)
@@ -89,7 +77,7 @@ func TestDetachRestoresDevice(t *testing.T) {
 // A clsact qdisc and a filter that someone else put on the device survive
 // sluice attaching and detaching.
 func TestDetachKeepsForeignQdiscsAndFilters(t *testing.T) {
-	requireRoot(t)
+	netns.RequireRoot(t, "attaches TC programs")
 	pair := netns.NewPair(t)
 	prog := passProgram(t)
 	idx, _ := pair.Broker.Index(pair.BrokerDev)

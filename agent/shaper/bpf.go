@@ -129,7 +129,7 @@ func (b *BPF) SetRates(dir maps.Direction, rates []Rate) error {
 	for i, r := range rates {
 		bps := uint64(0) // unlimited: not shaped
 		if !math.IsInf(r.BytesPerSecond, 1) {
-			bps = uint64(math.Max(r.BytesPerSecond, minWireRate))
+			bps = uint64(math.Max(r.BytesPerSecond, minRate))
 		}
 		out[i] = maps.EntityRate{Entity: r.Entity, BytesPerSecond: bps}
 		b.set[dir][r.Entity] = bps != 0

@@ -39,8 +39,9 @@ const (
 	classQuantum = 64 << 10
 	// directQueue bounds HTB's unshaped direct queue (packets).
 	directQueue = 10000
-	// minWireRate keeps HTB's arithmetic sane for rates near zero.
-	minWireRate = 1024
+	// minRate is the least rate any shaper sets (bytes/s): a limit of 0
+	// would stop an entity outright and leave HTB's arithmetic undefined.
+	minRate = 1024
 )
 
 // ErrForeignRootQdisc: the device's root qdisc was configured by someone
@@ -219,7 +220,7 @@ func (h *HTB) setRates(dir maps.Direction, rates []Rate) error {
 			errs = append(errs, h.remove(dir, r.Entity))
 			continue
 		}
-		wire := math.Max(wireRate(r.BytesPerSecond), minWireRate)
+		wire := math.Max(wireRate(r.BytesPerSecond), minRate)
 		c := t.entity[r.Entity]
 		if c == nil {
 			var err error

@@ -4,26 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("shaper tests build namespaces, qdiscs and IFB devices: they need root (CI runs make test as root)")
-	}
-	rlimit.RemoveMemlock()
-}
 
 type classes struct{ set map[[2]uint32]uint32 }
 
@@ -54,7 +44,7 @@ func tcState(t testing.TB, ns *netns.NS, dev string) string {
 // The HTB shaper's trees come and go without a trace: tc shows the device
 // as before and the IFB is gone.
 func TestHTBCloseRestoresDevice(t *testing.T) {
-	requireRoot(t)
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
 	pair := netns.NewPair(t)
 	idx, _ := pair.Broker.Index(pair.BrokerDev)
 	before := tcState(t, pair.Broker, pair.BrokerDev)
@@ -113,7 +103,7 @@ func TestHTBCloseRestoresDevice(t *testing.T) {
 
 // A root qdisc someone else configured is never replaced.
 func TestHTBRefusesForeignRootQdisc(t *testing.T) {
-	requireRoot(t)
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
 	pair := netns.NewPair(t)
 	idx, _ := pair.Broker.Index(pair.BrokerDev)
 	if out, err := exec.Command("ip", "netns", "exec", pair.Broker.Name, "tc", "qdisc", "add", "dev", pair.BrokerDev, "root", "handle", "7:", "tbf",
@@ -140,7 +130,7 @@ func (nopRates) SetEntityRates(maps.Direction, []maps.EntityRate) error { return
 // qdiscs and removes them again; where it does not (these test machines),
 // edt is refused with ErrNoFQ and nothing is left behind.
 func TestFQProbeAndEDTFallback(t *testing.T) {
-	requireRoot(t)
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
 	pair := netns.NewPair(t)
 	idx, _ := pair.Broker.Index(pair.BrokerDev)
 	before := tcState(t, pair.Broker, pair.BrokerDev)
@@ -173,7 +163,7 @@ var inf = math.Inf(1)
 // class change per entity; goal ≤ 200 ms) and the BPF backends (one batch
 // map write; goal ≤ 5 ms).
 func BenchmarkSetRates(b *testing.B) {
-	requireRoot(b)
+	netns.RequireRoot(b, "builds namespaces, qdiscs and IFB devices")
 	const n = 10000
 	rates := func(round int) []Rate {
 		out := make([]Rate, n)

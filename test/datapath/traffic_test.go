@@ -7,28 +7,16 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test builds network namespaces and loads BPF programs: it needs root (CI runs make test as root)")
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // attached loads the data path and attaches it to the broker's veth.
 func attached(t testing.TB, pair *netns.Pair, mode attach.Mode) *maps.Datapath {
@@ -117,7 +105,7 @@ func TestAttributionRealTrafficCountersExact(t *testing.T) {
 }
 
 func realTraffic(t *testing.T, mode attach.Mode) {
-	requireRoot(t)
+	netns.RequireRoot(t, "builds network namespaces and loads BPF programs")
 	pair := netns.NewPair(t)
 	d := attached(t, pair, mode)
 	broker := netip.AddrPortFrom(pair.BrokerIP, 9092)

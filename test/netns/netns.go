@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"testing"
 
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -212,4 +214,17 @@ func (p *Pair) Delete() error {
 		}
 	}
 	return first
+}
+
+// RequireRoot fails the test, never skips it, when not run as root (make
+// test must not pass quietly without its privileged tests), and lifts the
+// memlock limit for BPF maps. why says what the test needs root for.
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test %s: it needs root (CI runs make test as root)", why)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
 }
