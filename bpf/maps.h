@@ -8,22 +8,32 @@
 #include "include/bpf_helpers.h"
 #include "types.h"
 
-// Connection -> entity per direction. Written by the agent (and by the
-// data path for exempt peers). LRU: a full table forgets idle connections.
+// Connection -> entity per direction (bound by the agent, or marked by
+// the data path for exempt peers) and request tracking. LRU: a full table
+// forgets idle connections.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 262144); // set by the loader
 	__type(key, struct conn_key);
-	__type(value, struct conn_entities);
+	__type(value, struct conn_state);
 } conns SEC(".maps");
 
-// Request boundary tracking per client->broker stream.
+// Bindings the agent queues for sluice_bind, which writes them into conns
+// without touching the tracking beside them.
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 262144); // set by the loader
-	__type(key, struct conn_key);
-	__type(value, struct track);
-} tracks SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BIND_BATCH);
+	__type(key, __u32);
+	__type(value, struct bind_request);
+} bind_queue SEC(".maps");
+
+// See struct coarse_clock.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct coarse_clock);
+} coarse_clocks SEC(".maps");
 
 // Broker listener ports: index = local port, value 1 = governed.
 struct {

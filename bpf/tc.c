@@ -23,6 +23,8 @@
 
 #include "include/bpf_endian.h"
 #include "include/bpf_helpers.h"
+#include "bind.h"
+#include "clock.h"
 #include "kafka.h"
 #include "maps.h"
 #include "types.h"
@@ -208,54 +210,50 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 		// A new connection: whatever an earlier one on this 4-tuple left is
 		// stale. An exempt peer is marked at once; any other connection
 		// starts unbound, its requests right after the SYN.
+		struct conn_state fresh = {};
 		if (is_exempt(&p.key)) {
-			struct conn_entities ng = {.entity = {ENTITY_NOT_GOVERNED, ENTITY_NOT_GOVERNED}};
-			bpf_map_update_elem(&conns, &p.key, &ng, BPF_ANY);
+			fresh.bound.entity[0] = fresh.bound.entity[1] = ENTITY_NOT_GOVERNED;
+			bpf_map_update_elem(&conns, &p.key, &fresh, BPF_ANY);
 			stat_inc(STAT_EXEMPT);
 			return PASS;
 		}
-		bpf_map_delete_elem(&conns, &p.key);
-		struct track fresh = {.next_seq = p.seq + 1, .synced = 1};
-		bpf_map_update_elem(&tracks, &p.key, &fresh, BPF_ANY);
+		fresh.track.next_seq = p.seq + 1;
+		fresh.track.synced = 1;
+		bpf_map_update_elem(&conns, &p.key, &fresh, BPF_ANY);
 		return PASS;
 	}
 
-	__u32 entity = ENTITY_UNKNOWN;
-	struct conn_entities *bound = bpf_map_lookup_elem(&conns, &p.key);
-	if (bound) {
-		entity = bound->entity[dir & 1];
-		if (entity == ENTITY_NOT_GOVERNED && bound->entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED)
-			return PASS; // exempt or replication: nothing to count, sample or shape
-	} else if (!p.fin_rst) {
+	struct conn_state *st = bpf_map_lookup_elem(&conns, &p.key);
+	if (!st && !p.fin_rst) {
 		// First sight of a connection older than its SYN (or than the
 		// agent): look the peer up in the exempt CIDRs once and remember the
-		// answer, so later packets skip the trie. The agent's bindings
-		// overwrite the unknown entry.
-		int exempt_peer = is_exempt(&p.key);
-		__u32 e = exempt_peer ? ENTITY_NOT_GOVERNED : ENTITY_UNKNOWN;
-		struct conn_entities first = {.entity = {e, e}};
-		if (bpf_map_update_elem(&conns, &p.key, &first, BPF_NOEXIST) == 0 && exempt_peer)
-			stat_inc(STAT_EXEMPT);
-		if (exempt_peer)
+		// answer, so later packets skip the trie. The agent binds the
+		// unknown ones once it learns their entity.
+		struct conn_state first = {};
+		if (is_exempt(&p.key)) {
+			first.bound.entity[0] = first.bound.entity[1] = ENTITY_NOT_GOVERNED;
+			if (bpf_map_update_elem(&conns, &p.key, &first, BPF_NOEXIST) == 0)
+				stat_inc(STAT_EXEMPT);
 			return PASS;
+		}
+		bpf_map_update_elem(&conns, &p.key, &first, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&conns, &p.key);
 	}
 
-	if (dir == DIR_PRODUCE) {
-		if (p.payload_len && entity != ENTITY_NOT_GOVERNED) {
-			struct track *t = bpf_map_lookup_elem(&tracks, &p.key);
-			if (!t) {
-				struct track fresh = {};
-				bpf_map_update_elem(&tracks, &p.key, &fresh, BPF_NOEXIST);
-				t = bpf_map_lookup_elem(&tracks, &p.key);
-			}
-			if (t) {
-				struct track saved;
-				if (bench_rewind)
-					__builtin_memcpy(&saved, t, sizeof(saved));
-				track_request_starts(skb, &p.key, t, p.seq, p.payload_off, p.payload_len);
-				if (bench_rewind)
-					__builtin_memcpy(t, &saved, sizeof(saved));
-			}
+	__u32 entity = ENTITY_UNKNOWN;
+	if (st) {
+		struct conn_entities bound = st->bound; // one load: both directions agree
+		entity = bound.entity[dir & 1];
+		if (entity == ENTITY_NOT_GOVERNED && bound.entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED)
+			return PASS; // exempt or replication: nothing to count, sample or shape
+		if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED) {
+			struct track *t = &st->track;
+			struct track saved;
+			if (bench_rewind)
+				__builtin_memcpy(&saved, t, sizeof(saved));
+			track_request_starts(skb, &p.key, t, p.seq, p.payload_off, p.payload_len);
+			if (bench_rewind)
+				__builtin_memcpy(t, &saved, sizeof(saved));
 		}
 	}
 
@@ -277,7 +275,7 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	if (!cfg || cfg->shaper == SHAPER_NONE)
 		return PASS;
 	// Fail open: a dead agent never throttles a broker.
-	if ((__s64)(bpf_ktime_get_coarse_ns() - cfg->heartbeat_ns) > (__s64)cfg->stale_after_ns) {
+	if ((__s64)(coarse_now() - cfg->heartbeat_ns) > (__s64)cfg->stale_after_ns) {
 		stat_inc(STAT_FAIL_OPEN);
 		return PASS;
 	}

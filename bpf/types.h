@@ -30,13 +30,14 @@ struct conn_key {
 
 // Written by the agent: the entity of each direction of a connection.
 // ENTITY_NOT_GOVERNED in both marks a connection passed untouched (the
-// data path also writes that for exempt peers).
+// data path also writes that for exempt peers). 8-aligned so that both
+// directions are read and written in one access: never a mix of old and new.
 struct conn_entities {
 	__u32 entity[2];
-};
+} __attribute__((aligned(8)));
 
 // Kafka request boundary tracking on one client->broker stream, owned by
-// the data path (a separate map, so agent writes never clobber it).
+// the data path: the agent's bindings write only the entities beside it.
 struct track {
 	__u32 next_seq;     // TCP sequence number where the next request starts
 	__u32 size_partial; // bytes of a size field cut by a segment end
@@ -50,6 +51,35 @@ struct track {
 	__u8 synced;        // next_seq is trusted
 	__u8 size_have;     // bytes of size_partial collected (0..3)
 	__u8 pad[6];
+};
+
+// The connection table's value. Attribution and request tracking share one
+// entry so that a segment costs one hash lookup (the dearest step of the
+// data path).
+struct conn_state {
+	struct conn_entities bound; // written by the agent through sluice_bind
+	struct track track;         // written by the data path
+};
+
+// One binding the agent queues for sluice_bind.
+struct bind_request {
+	struct conn_key key;
+	__u32 pad;
+	struct conn_entities bound;
+};
+
+// How many bindings sluice_bind applies per run (the bind_queue's size).
+#define BIND_BATCH 1024
+
+// sluice_bind's context: how many queued bindings to apply.
+struct bind_args {
+	__u32 count;
+};
+
+// Per CPU: CLOCK_MONOTONIC_COARSE as of the jiffy this CPU last read it.
+struct coarse_clock {
+	__u64 jiffies;
+	__u64 now_ns;
 };
 
 // Per entity and direction, per CPU (summed by user space).

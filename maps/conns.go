@@ -41,26 +41,31 @@ type Binding struct {
 	Fetch   uint32
 }
 
-// BindConns writes the entities of many connections in one batch. The data
-// path sees each connection's old or new entities, never a mix.
+// BindConns writes the entities of many connections. It queues them in
+// batches for the kernel's sluice_bind, which writes only the entities of
+// each entry: a map update from here would also reset the request tracking
+// that shares the entry. The data path sees each connection's old or new
+// entities, never a mix.
 func (d *Datapath) BindConns(bindings []Binding) error {
-	if len(bindings) == 0 {
-		return nil
-	}
-	keys := make([]sluiceConnKey, len(bindings))
-	values := make([]sluiceConnEntities, len(bindings))
-	for i, b := range bindings {
-		keys[i] = b.Conn.raw()
-		values[i] = sluiceConnEntities{Entity: [2]uint32{b.Produce, b.Fetch}}
-	}
-	if _, err := d.objs.Conns.BatchUpdate(keys, values, nil); err != nil {
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return fmt.Errorf("bind %d connections: %w", len(bindings), err)
+	batchSize := int(d.objs.BindQueue.MaxEntries()) // BIND_BATCH
+	for len(bindings) > 0 {
+		batch := bindings[:min(len(bindings), batchSize)]
+		bindings = bindings[len(batch):]
+		indexes := make([]uint32, len(batch))
+		requests := make([]sluiceBindRequest, len(batch))
+		for i, b := range batch {
+			indexes[i] = uint32(i)
+			requests[i] = sluiceBindRequest{Key: b.Conn.raw(), Bound: sluiceConnEntities{Entity: [2]uint32{b.Produce, b.Fetch}}}
 		}
-		for i := range keys { // kernels without batch ops on LRU hashes
-			if err := d.objs.Conns.Put(keys[i], values[i]); err != nil {
-				return fmt.Errorf("bind %s: %w", bindings[i].Conn, err)
-			}
+		if _, err := d.objs.BindQueue.BatchUpdate(indexes, requests, nil); err != nil {
+			return fmt.Errorf("queue %d bindings: %w", len(batch), err)
+		}
+		applied, err := d.objs.SluiceBind.Run(&ebpf.RunOptions{Context: sluiceBindArgs{Count: uint32(len(batch))}})
+		if err != nil {
+			return fmt.Errorf("bind %d connections: %w", len(batch), err)
+		}
+		if int(applied) != len(batch) {
+			return fmt.Errorf("bind %d connections: only %d applied (connection table full?)", len(batch), applied)
 		}
 	}
 	return nil
@@ -77,27 +82,39 @@ func (d *Datapath) UnbindConn(k ConnKey) error {
 
 // Binding returns a connection's entities, if bound.
 func (d *Datapath) Binding(k ConnKey) (Binding, bool, error) {
-	var v sluiceConnEntities
+	var v sluiceConnState
 	if err := d.objs.Conns.Lookup(k.raw(), &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Binding{}, false, nil
 		}
 		return Binding{}, false, fmt.Errorf("look up %s: %w", k, err)
 	}
-	return Binding{Conn: k, Produce: v.Entity[0], Fetch: v.Entity[1]}, true, nil
+	if !v.bound() {
+		return Binding{}, false, nil
+	}
+	return Binding{Conn: k, Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]}, true, nil
 }
 
 // EachBinding calls fn for every bound connection (exempt ones included,
 // with NotGoverned in both directions). The table may change meanwhile.
 func (d *Datapath) EachBinding(fn func(Binding)) error {
 	var k sluiceConnKey
-	var v sluiceConnEntities
+	var v sluiceConnState
 	it := d.objs.Conns.Iterate()
 	for it.Next(&k, &v) {
-		fn(Binding{Conn: fromRaw(k), Produce: v.Entity[0], Fetch: v.Entity[1]})
+		if !v.bound() {
+			continue
+		}
+		fn(Binding{Conn: fromRaw(k), Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]})
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("iterate connections: %w", err)
 	}
 	return nil
+}
+
+// bound tells an entry the agent bound (or the data path marked exempt)
+// from one the data path only tracks: entity 0 is each direction's unknown.
+func (s sluiceConnState) bound() bool {
+	return s.Bound.Entity != [2]uint32{EntityUnknown, EntityUnknown}
 }

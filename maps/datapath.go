@@ -35,7 +35,7 @@ type Options struct {
 	// MaxEntities is the number of entity ids per direction the counters and
 	// classes maps hold (unknown and overflow included).
 	MaxEntities int
-	// MaxConnections sizes the connection and tracking tables (LRU).
+	// MaxConnections sizes the connection table (LRU).
 	MaxConnections int
 	// SampleBytes is how many bytes of a request's start a sample carries (≤ SampleMax).
 	SampleBytes int
@@ -107,7 +107,6 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 		return nil, fmt.Errorf("read embedded data path: %w", err)
 	}
 	spec.Maps["conns"].MaxEntries = uint32(opts.MaxConnections)
-	spec.Maps["tracks"].MaxEntries = uint32(opts.MaxConnections)
 	spec.Maps["counters"].MaxEntries = uint32(2 * opts.MaxEntities)
 	spec.Maps["classes"].MaxEntries = uint32(2 * opts.MaxEntities)
 	spec.Maps["samples"].MaxEntries = uint32(opts.RingBufferBytes)
@@ -131,7 +130,7 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 
 // pinnedMaps survive an agent restart: connection attribution, tracking,
 // counters, classes and settings, so a restart resets no flow.
-var pinnedMaps = []string{"conns", "tracks", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names", "rates", "clocks", "buckets"}
+var pinnedMaps = []string{"conns", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names", "rates", "clocks", "buckets"}
 
 // Load loads the data path. With opts.PinDir it pins (or re-adopts) the
 // maps there: created atomically (a temporary directory renamed into

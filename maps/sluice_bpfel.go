@@ -13,6 +13,24 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type sluiceBindArgs struct {
+	_     structs.HostLayout
+	Count uint32
+}
+
+type sluiceBindRequest struct {
+	_     structs.HostLayout
+	Key   sluiceConnKey
+	Pad   uint32
+	Bound sluiceConnEntities
+}
+
+type sluiceCoarseClock struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	NowNs   uint64
+}
+
 type sluiceConnEntities struct {
 	_      structs.HostLayout
 	Entity [2]uint32
@@ -24,6 +42,12 @@ type sluiceConnKey struct {
 	LocalAddr [16]uint8
 	PeerPort  uint16
 	LocalPort uint16
+}
+
+type sluiceConnState struct {
+	_     structs.HostLayout
+	Bound sluiceConnEntities
+	Track sluiceTrack
 }
 
 type sluiceDatapathSettings struct {
@@ -128,9 +152,11 @@ type sluiceTrack struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	sluiceMapBindQueue            = "bind_queue"
 	sluiceMapBuckets              = "buckets"
 	sluiceMapClasses              = "classes"
 	sluiceMapClocks               = "clocks"
+	sluiceMapCoarseClocks         = "coarse_clocks"
 	sluiceMapConns                = "conns"
 	sluiceMapCounters             = "counters"
 	sluiceMapEntityNames          = "entity_names"
@@ -140,7 +166,7 @@ const (
 	sluiceMapSamples              = "samples"
 	sluiceMapSettings             = "settings"
 	sluiceMapStats                = "stats"
-	sluiceMapTracks               = "tracks"
+	sluiceProgSluiceBind          = "sluice_bind"
 	sluiceProgSluiceEgress        = "sluice_egress"
 	sluiceProgSluiceIngress       = "sluice_ingress"
 	sluiceVarBenchRewind          = "bench_rewind"
@@ -194,6 +220,7 @@ type sluiceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceProgramSpecs struct {
+	SluiceBind    *ebpf.ProgramSpec `ebpf:"sluice_bind"`
 	SluiceEgress  *ebpf.ProgramSpec `ebpf:"sluice_egress"`
 	SluiceIngress *ebpf.ProgramSpec `ebpf:"sluice_ingress"`
 }
@@ -202,19 +229,20 @@ type sluiceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceMapSpecs struct {
-	Buckets     *ebpf.MapSpec `ebpf:"buckets"`
-	Classes     *ebpf.MapSpec `ebpf:"classes"`
-	Clocks      *ebpf.MapSpec `ebpf:"clocks"`
-	Conns       *ebpf.MapSpec `ebpf:"conns"`
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	EntityNames *ebpf.MapSpec `ebpf:"entity_names"`
-	Exempt      *ebpf.MapSpec `ebpf:"exempt"`
-	Listeners   *ebpf.MapSpec `ebpf:"listeners"`
-	Rates       *ebpf.MapSpec `ebpf:"rates"`
-	Samples     *ebpf.MapSpec `ebpf:"samples"`
-	Settings    *ebpf.MapSpec `ebpf:"settings"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
-	Tracks      *ebpf.MapSpec `ebpf:"tracks"`
+	BindQueue    *ebpf.MapSpec `ebpf:"bind_queue"`
+	Buckets      *ebpf.MapSpec `ebpf:"buckets"`
+	Classes      *ebpf.MapSpec `ebpf:"classes"`
+	Clocks       *ebpf.MapSpec `ebpf:"clocks"`
+	CoarseClocks *ebpf.MapSpec `ebpf:"coarse_clocks"`
+	Conns        *ebpf.MapSpec `ebpf:"conns"`
+	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	EntityNames  *ebpf.MapSpec `ebpf:"entity_names"`
+	Exempt       *ebpf.MapSpec `ebpf:"exempt"`
+	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
+	Rates        *ebpf.MapSpec `ebpf:"rates"`
+	Samples      *ebpf.MapSpec `ebpf:"samples"`
+	Settings     *ebpf.MapSpec `ebpf:"settings"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // sluiceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -250,26 +278,29 @@ func (o *sluiceObjects) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceMaps struct {
-	Buckets     *ebpf.Map `ebpf:"buckets"`
-	Classes     *ebpf.Map `ebpf:"classes"`
-	Clocks      *ebpf.Map `ebpf:"clocks"`
-	Conns       *ebpf.Map `ebpf:"conns"`
-	Counters    *ebpf.Map `ebpf:"counters"`
-	EntityNames *ebpf.Map `ebpf:"entity_names"`
-	Exempt      *ebpf.Map `ebpf:"exempt"`
-	Listeners   *ebpf.Map `ebpf:"listeners"`
-	Rates       *ebpf.Map `ebpf:"rates"`
-	Samples     *ebpf.Map `ebpf:"samples"`
-	Settings    *ebpf.Map `ebpf:"settings"`
-	Stats       *ebpf.Map `ebpf:"stats"`
-	Tracks      *ebpf.Map `ebpf:"tracks"`
+	BindQueue    *ebpf.Map `ebpf:"bind_queue"`
+	Buckets      *ebpf.Map `ebpf:"buckets"`
+	Classes      *ebpf.Map `ebpf:"classes"`
+	Clocks       *ebpf.Map `ebpf:"clocks"`
+	CoarseClocks *ebpf.Map `ebpf:"coarse_clocks"`
+	Conns        *ebpf.Map `ebpf:"conns"`
+	Counters     *ebpf.Map `ebpf:"counters"`
+	EntityNames  *ebpf.Map `ebpf:"entity_names"`
+	Exempt       *ebpf.Map `ebpf:"exempt"`
+	Listeners    *ebpf.Map `ebpf:"listeners"`
+	Rates        *ebpf.Map `ebpf:"rates"`
+	Samples      *ebpf.Map `ebpf:"samples"`
+	Settings     *ebpf.Map `ebpf:"settings"`
+	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *sluiceMaps) Close() error {
 	return _SluiceClose(
+		m.BindQueue,
 		m.Buckets,
 		m.Classes,
 		m.Clocks,
+		m.CoarseClocks,
 		m.Conns,
 		m.Counters,
 		m.EntityNames,
@@ -279,7 +310,6 @@ func (m *sluiceMaps) Close() error {
 		m.Samples,
 		m.Settings,
 		m.Stats,
-		m.Tracks,
 	)
 }
 
@@ -300,12 +330,14 @@ type sluiceVariables struct {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluicePrograms struct {
+	SluiceBind    *ebpf.Program `ebpf:"sluice_bind"`
 	SluiceEgress  *ebpf.Program `ebpf:"sluice_egress"`
 	SluiceIngress *ebpf.Program `ebpf:"sluice_ingress"`
 }
 
 func (p *sluicePrograms) Close() error {
 	return _SluiceClose(
+		p.SluiceBind,
 		p.SluiceEgress,
 		p.SluiceIngress,
 	)
