@@ -18,26 +18,44 @@ struct bind_progress {
 	__u32 applied;
 };
 
+// bind_into writes one binding into a connection table.
+static __always_inline int bind_into(void *conns, const void *key, struct conn_entities bound)
+{
+	struct conn_state *st = bpf_map_lookup_elem(conns, key);
+	if (!st) {
+		// Not seen yet: the connection starts unsynchronised; its tracking
+		// locks on at the next segment that starts with a request.
+		struct conn_state fresh = {.bound = bound};
+		if (bpf_map_update_elem(conns, key, &fresh, BPF_NOEXIST) == 0)
+			return 1;
+		st = bpf_map_lookup_elem(conns, key); // a segment inserted it meanwhile
+		if (!st)
+			return 0;
+	}
+	st->bound = bound;
+	return 1;
+}
+
 static long bind_one(__u32 i, struct bind_progress *progress)
 {
 	struct bind_request *req = bpf_map_lookup_elem(&bind_queue, &i);
 	if (!req)
 		return 1;
-	struct conn_state *st = bpf_map_lookup_elem(&conns, &req->key);
-	if (!st) {
-		// Not seen yet: the connection starts unsynchronised; its tracking
-		// locks on at the next segment that starts with a request.
-		struct conn_state fresh = {.bound = req->bound};
-		if (bpf_map_update_elem(&conns, &req->key, &fresh, BPF_NOEXIST) == 0) {
-			progress->applied++;
-			return 0;
-		}
-		st = bpf_map_lookup_elem(&conns, &req->key); // a segment inserted it meanwhile
-		if (!st)
-			return 0;
+	const __u8 *peer = req->key.peer_addr;
+	int v4 = peer[10] == 0xff && peer[11] == 0xff;
+	for (int b = 0; b < 10; b++)
+		v4 = v4 && peer[b] == 0;
+	if (v4) {
+		struct conn_key4 k4 = {
+			.peer_port = req->key.peer_port,
+			.local_port = req->key.local_port,
+		};
+		__builtin_memcpy(&k4.peer_addr, req->key.peer_addr + 12, 4);
+		__builtin_memcpy(&k4.local_addr, req->key.local_addr + 12, 4);
+		progress->applied += bind_into(&conns4, &k4, req->bound);
+	} else {
+		progress->applied += bind_into(&conns6, &req->key, req->bound);
 	}
-	st->bound = req->bound;
-	progress->applied++;
 	return 0;
 }
 

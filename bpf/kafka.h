@@ -20,6 +20,7 @@
 #include "include/bpf_endian.h"
 #include "clock.h"
 #include "maps.h"
+#include "packet.h"
 
 // socket.request.max.bytes defaults to 100 MiB; nothing larger is a request.
 #define MAX_REQUEST_SIZE (100u << 20)
@@ -74,7 +75,7 @@ static __always_inline __u32 min_u32(__u32 a, __u32 b)
 
 // emit sends payload bytes [off, off+n) as one fragment of the request
 // starting at req_seq. It returns the bytes sent, or 0.
-static __always_inline __u32 emit(struct __sk_buff *skb, const struct conn_key *key, __u32 poff,
+static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *seg, __u32 poff,
 				  __u32 off, __u32 n, __u32 req_seq, __u32 frag_off, __u32 req_len,
 				  __u64 now)
 {
@@ -96,7 +97,7 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct conn_key *
 		bpf_ringbuf_discard(s, 0);
 		return 0;
 	}
-	__builtin_memcpy(&s->key, key, sizeof(*key));
+	conn_key_of(seg, &s->key);
 	s->req_seq = req_seq;
 	s->frag_off = frag_off;
 	s->req_len = req_len;
@@ -161,10 +162,11 @@ static __always_inline int plausible_header(struct __sk_buff *skb, __u32 poff, _
 }
 
 // track_request_starts follows request boundaries through one ingress
-// segment with payload [seq, seq+plen) at offset poff of the skb.
-static __always_inline void track_request_starts(struct __sk_buff *skb, const struct conn_key *key,
-						 struct track *t, __u32 seq, __u32 poff, __u32 plen)
+// segment (payload [seq, seq+plen) at offset poff of the skb).
+static __always_inline void track_request_starts(struct __sk_buff *skb, const struct parsed *seg,
+						 struct track *t)
 {
+	__u32 seq = seg->seq, poff = seg->payload_off, plen = seg->payload_len;
 	__u32 end = seq + plen;
 	__u64 now = 0;
 
@@ -215,7 +217,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
 			if (!now)
 				now = coarse_now();
-			__u32 sent = emit(skb, key, poff, t->sample_next - seq, n, t->sample_seq,
+			__u32 sent = emit(skb, seg, poff, t->sample_next - seq, n, t->sample_seq,
 					  t->sample_next - t->sample_seq, t->req_len, now);
 			t->sample_next = sent ? t->sample_next + sent : t->sample_end;
 		} else if (seq_before(t->sample_next, seq)) {
@@ -233,7 +235,9 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		stat_inc(STAT_RESYNCS);
 	}
 
-	// 4. Every request that starts in this segment.
+	// 4. Every request that starts in this segment. Not unrolled: sixteen
+	// copies would make the program too big for the instruction cache.
+#pragma clang loop unroll(disable)
 	for (int i = 0; i < MAX_REQUESTS_PER_SEGMENT; i++) {
 		if (t->size_have || seq_before(t->next_seq, seq) || !seq_before(t->next_seq, end))
 			break;
@@ -256,7 +260,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 					t->size_partial = t->size_partial << 8 | b[j];
 			t->size_have = avail;
 			if (sample) {
-				__u32 sent = emit(skb, key, poff, off, avail, t->next_seq, 0, 0, now);
+				__u32 sent = emit(skb, seg, poff, off, avail, t->next_seq, 0, 0, now);
 				t->sample_seq = t->next_seq;
 				t->req_len = 0;
 				t->sample_next = t->next_seq + sent;
@@ -275,7 +279,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		}
 		if (sample) {
 			__u32 want = min_u32(sample_bytes, 4 + size);
-			__u32 sent = emit(skb, key, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size, now);
+			__u32 sent = emit(skb, seg, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size, now);
 			if (sent && sent < want) {
 				t->sample_seq = t->next_seq;
 				t->req_len = 4 + size;

@@ -11,15 +11,23 @@
 // Connection -> entity per direction (bound by the agent, or marked by
 // the data path for exempt peers) and request tracking. LRU: a full table
 // forgets idle connections.
+// One table per address family: IPv4 keys are a third the size.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144); // set by the loader
+	__type(key, struct conn_key4);
+	__type(value, struct conn_state);
+} conns4 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 262144); // set by the loader
 	__type(key, struct conn_key);
 	__type(value, struct conn_state);
-} conns SEC(".maps");
+} conns6 SEC(".maps");
 
-// Bindings the agent queues for sluice_bind, which writes them into conns
-// without touching the tracking beside them.
+// Bindings the agent queues for sluice_bind, which writes them into the
+// connection tables without touching the tracking beside them.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, BIND_BATCH);

@@ -14,19 +14,14 @@
 // all CPUs.
 
 #include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/in.h>
-#include <linux/ip.h>
-#include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
-#include <linux/tcp.h>
 
-#include "include/bpf_endian.h"
 #include "include/bpf_helpers.h"
 #include "bind.h"
 #include "clock.h"
 #include "kafka.h"
 #include "maps.h"
+#include "packet.h"
 #include "types.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -38,92 +33,14 @@ volatile const __u32 max_entities = 65538;
 // (TCX_NEXT); TC_ACT_OK would end the chain for everyone.
 #define PASS TC_ACT_UNSPEC
 
-struct parsed {
-	struct conn_key key;
-	__u32 seq;
-	__u32 payload_off; // from skb start
-	__u32 payload_len;
-	__u8 syn, fin_rst;
-};
-
-static __always_inline void v4_mapped(__u8 *dst, __be32 addr)
-{
-	__builtin_memset(dst, 0, 10);
-	dst[10] = 0xff;
-	dst[11] = 0xff;
-	__builtin_memcpy(dst + 12, &addr, 4);
-}
-
-// listener_ports fills the key's ports when the segment's broker-side
-// (local) port is a listener: the first and cheapest test every packet meets.
-static __always_inline int listener_ports(struct tcphdr *tcp, int dir, struct parsed *p)
-{
-	__u16 local = bpf_ntohs(dir == DIR_PRODUCE ? tcp->dest : tcp->source);
-	__u32 port = local;
-	__u8 *governed = bpf_map_lookup_elem(&listeners, &port);
-	if (!governed || !*governed)
-		return 0;
-	p->key.local_port = local;
-	p->key.peer_port = bpf_ntohs(dir == DIR_PRODUCE ? tcp->source : tcp->dest);
-	return 1;
-}
-
-// parse fills p for a TCP segment on a listener port, or returns 0.
-static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *p)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
-		return 0;
-	struct tcphdr *tcp;
-	__u32 l3_len;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-		if ((void *)(ip + 1) > data_end || ip->protocol != IPPROTO_TCP)
-			return 0;
-		l3_len = ip->ihl * 4;
-		if (l3_len < sizeof(*ip))
-			return 0;
-		tcp = (void *)ip + l3_len;
-		if ((void *)(tcp + 1) > data_end)
-			return 0;
-		if (!listener_ports(tcp, dir, p))
-			return 0;
-		v4_mapped(p->key.peer_addr, dir == DIR_PRODUCE ? ip->saddr : ip->daddr);
-		v4_mapped(p->key.local_addr, dir == DIR_PRODUCE ? ip->daddr : ip->saddr);
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-		// Extension headers before TCP are not followed (rare on Kafka traffic).
-		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_TCP)
-			return 0;
-		l3_len = sizeof(*ip6);
-		tcp = (void *)(ip6 + 1);
-		if ((void *)(tcp + 1) > data_end)
-			return 0;
-		if (!listener_ports(tcp, dir, p))
-			return 0;
-		__builtin_memcpy(p->key.peer_addr, dir == DIR_PRODUCE ? &ip6->saddr : &ip6->daddr, 16);
-		__builtin_memcpy(p->key.local_addr, dir == DIR_PRODUCE ? &ip6->daddr : &ip6->saddr, 16);
-	} else {
-		return 0;
-	}
-	__u32 headers = sizeof(*eth) + l3_len + tcp->doff * 4;
-	if (skb->len < headers)
-		return 0;
-	p->payload_off = headers;
-	p->payload_len = skb->len - headers;
-	p->seq = bpf_ntohl(tcp->seq);
-	p->syn = tcp->syn && !tcp->ack;
-	p->fin_rst = tcp->fin || tcp->rst;
-	return 1;
-}
-
-// is_exempt looks the peer up in the exempt CIDRs.
-static __always_inline int is_exempt(const struct conn_key *key)
+// is_exempt looks the segment's peer up in the exempt CIDRs.
+static __always_inline int is_exempt(const struct parsed *p)
 {
 	struct exempt_key k = {.prefixlen = 128};
-	__builtin_memcpy(k.addr, key->peer_addr, 16);
+	if (p->v6)
+		__builtin_memcpy(k.addr, p->key.peer_addr, 16);
+	else
+		v4_mapped(k.addr, p->key4.peer_addr);
 	return bpf_map_lookup_elem(&exempt, &k) != NULL;
 }
 
@@ -198,75 +115,19 @@ static __always_inline int police(__u32 slot, __u32 len, struct datapath_setting
 	return TC_ACT_SHOT;
 }
 
-static __always_inline int handle(struct __sk_buff *skb, int dir)
+// account counts a segment of the entity and hands it to the shaper.
+static __always_inline int account(struct __sk_buff *skb, int dir, const struct parsed *p, __u32 entity)
 {
-	// Not zeroed: parse writes every field (the key has no padding), and
-	// ungoverned packets should not pay for clearing it.
-	struct parsed p;
-	if (!parse(skb, dir, &p))
-		return PASS;
-
-	if (dir == DIR_PRODUCE && p.syn) {
-		// A new connection: whatever an earlier one on this 4-tuple left is
-		// stale. An exempt peer is marked at once; any other connection
-		// starts unbound, its requests right after the SYN.
-		struct conn_state fresh = {};
-		if (is_exempt(&p.key)) {
-			fresh.bound.entity[0] = fresh.bound.entity[1] = ENTITY_NOT_GOVERNED;
-			bpf_map_update_elem(&conns, &p.key, &fresh, BPF_ANY);
-			stat_inc(STAT_EXEMPT);
-			return PASS;
-		}
-		fresh.track.next_seq = p.seq + 1;
-		fresh.track.synced = 1;
-		bpf_map_update_elem(&conns, &p.key, &fresh, BPF_ANY);
-		return PASS;
-	}
-
-	struct conn_state *st = bpf_map_lookup_elem(&conns, &p.key);
-	if (!st && !p.fin_rst) {
-		// First sight of a connection older than its SYN (or than the
-		// agent): look the peer up in the exempt CIDRs once and remember the
-		// answer, so later packets skip the trie. The agent binds the
-		// unknown ones once it learns their entity.
-		struct conn_state first = {};
-		if (is_exempt(&p.key)) {
-			first.bound.entity[0] = first.bound.entity[1] = ENTITY_NOT_GOVERNED;
-			if (bpf_map_update_elem(&conns, &p.key, &first, BPF_NOEXIST) == 0)
-				stat_inc(STAT_EXEMPT);
-			return PASS;
-		}
-		bpf_map_update_elem(&conns, &p.key, &first, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&conns, &p.key);
-	}
-
-	__u32 entity = ENTITY_UNKNOWN;
-	if (st) {
-		struct conn_entities bound = st->bound; // one load: both directions agree
-		entity = bound.entity[dir & 1];
-		if (entity == ENTITY_NOT_GOVERNED && bound.entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED)
-			return PASS; // exempt or replication: nothing to count, sample or shape
-		if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED) {
-			struct track *t = &st->track;
-			struct track saved;
-			if (bench_rewind)
-				__builtin_memcpy(&saved, t, sizeof(saved));
-			track_request_starts(skb, &p.key, t, p.seq, p.payload_off, p.payload_len);
-			if (bench_rewind)
-				__builtin_memcpy(t, &saved, sizeof(saved));
-		}
-	}
-
 	// Pure ACKs and SYN/FIN/RST without payload pass at once: holding back
 	// one direction's ACKs would throttle the other.
-	if (!p.payload_len || entity == ENTITY_NOT_GOVERNED)
+	if (!p->payload_len || entity == ENTITY_NOT_GOVERNED)
 		return PASS;
 	if (entity >= max_entities)
 		entity = ENTITY_UNKNOWN;
 	__u32 slot = (dir & 1) * max_entities + entity;
 	struct entity_counters *c = bpf_map_lookup_elem(&counters, &slot);
 	if (c) {
-		c->bytes += p.payload_len;
+		c->bytes += p->payload_len;
 		c->packets++;
 	}
 
@@ -290,11 +151,104 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 		return PASS;
 	}
 	case SHAPER_EDT:
-		return edt(skb, dir, slot, p.payload_len, cfg, c);
+		return edt(skb, dir, slot, p->payload_len, cfg, c);
 	case SHAPER_POLICE:
-		return police(slot, p.payload_len, cfg, c);
+		return police(slot, p->payload_len, cfg, c);
 	}
 	return PASS;
+}
+
+// conn_lookup and conn_update use the segment's family's connection table.
+// Each map must keep a call site of its own: the verifier inlines a lookup
+// only where one map reaches the call, and clang would otherwise merge the
+// two calls into one. The distinct empty asm statements stop that.
+#define ONE_MAP_PER_CALL(tag) asm volatile("# " tag)
+
+static __always_inline struct conn_state *conn_lookup(const struct parsed *p)
+{
+	struct conn_state *st;
+	if (p->v6) {
+		st = bpf_map_lookup_elem(&conns6, &p->key);
+		ONE_MAP_PER_CALL("conns6");
+	} else {
+		st = bpf_map_lookup_elem(&conns4, &p->key4);
+		ONE_MAP_PER_CALL("conns4");
+	}
+	return st;
+}
+
+static __always_inline long conn_update(const struct parsed *p, const struct conn_state *v, __u64 flags)
+{
+	long err;
+	if (p->v6) {
+		err = bpf_map_update_elem(&conns6, &p->key, v, flags);
+		ONE_MAP_PER_CALL("conns6");
+	} else {
+		err = bpf_map_update_elem(&conns4, &p->key4, v, flags);
+		ONE_MAP_PER_CALL("conns4");
+	}
+	return err;
+}
+
+static __always_inline int handle(struct __sk_buff *skb, int dir)
+{
+	// Not zeroed: parse writes every field the segment's family reads, and
+	// ungoverned packets should not pay for clearing it.
+	struct parsed p;
+	if (!parse(skb, dir, &p))
+		return PASS;
+
+	if (dir == DIR_PRODUCE && p.syn) {
+		// A new connection: whatever an earlier one on this 4-tuple left is
+		// stale. An exempt peer is marked at once; any other connection
+		// starts unbound, its requests right after the SYN.
+		struct conn_state fresh = {};
+		if (is_exempt(&p)) {
+			fresh.bound.entity[0] = fresh.bound.entity[1] = ENTITY_NOT_GOVERNED;
+			conn_update(&p, &fresh, BPF_ANY);
+			stat_inc(STAT_EXEMPT);
+			return PASS;
+		}
+		fresh.track.next_seq = p.seq + 1;
+		fresh.track.synced = 1;
+		conn_update(&p, &fresh, BPF_ANY);
+		return PASS;
+	}
+
+	struct conn_state *st = conn_lookup(&p);
+	if (!st && !p.fin_rst) {
+		// First sight of a connection older than its SYN (or than the
+		// agent): look the peer up in the exempt CIDRs once and remember the
+		// answer, so later packets skip the trie. The agent binds the
+		// unknown ones once it learns their entity.
+		struct conn_state first = {};
+		if (is_exempt(&p)) {
+			first.bound.entity[0] = first.bound.entity[1] = ENTITY_NOT_GOVERNED;
+			if (conn_update(&p, &first, BPF_NOEXIST) == 0)
+				stat_inc(STAT_EXEMPT);
+			return PASS;
+		}
+		conn_update(&p, &first, BPF_NOEXIST);
+		st = conn_lookup(&p);
+	}
+
+	__u32 entity = ENTITY_UNKNOWN;
+	if (st) {
+		struct conn_entities bound = st->bound; // one load: both directions agree
+		entity = bound.entity[dir & 1];
+		if (entity == ENTITY_NOT_GOVERNED && bound.entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED)
+			return PASS; // exempt or replication: nothing to count, sample or shape
+		if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED) {
+			struct track *t = &st->track;
+			struct track saved;
+			if (bench_rewind)
+				__builtin_memcpy(&saved, t, sizeof(saved));
+			track_request_starts(skb, &p, t);
+			if (bench_rewind)
+				__builtin_memcpy(t, &saved, sizeof(saved));
+		}
+	}
+	return account(skb, dir, &p, entity);
 }
 
 SEC("tc")

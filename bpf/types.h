@@ -20,10 +20,20 @@
 #define SAMPLE_MAX 512
 
 // A connection, normalised so that ingress and egress find the same entry:
-// the broker (local) side and the client (peer) side, IPv4 as v4-mapped IPv6.
+// the broker (local) side and the client (peer) side. The key of IPv6
+// connections, and how samples and the agent name every connection (IPv4
+// as v4-mapped IPv6).
 struct conn_key {
 	__u8 peer_addr[16];
 	__u8 local_addr[16];
+	__u16 peer_port;  // host byte order
+	__u16 local_port; // host byte order
+};
+
+// An IPv4 connection, the same way round (addresses in network order).
+struct conn_key4 {
+	__be32 peer_addr;
+	__be32 local_addr;
 	__u16 peer_port;  // host byte order
 	__u16 local_port; // host byte order
 };

@@ -319,3 +319,37 @@ func TestFailOpenWithStaleHeartbeat(t *testing.T) {
 		t.Errorf("shadow: verdict %d priority %#x", v, p)
 	}
 }
+
+// Bindings go through the kernel in batches (bind_queue): more than one
+// batch, IPv4 and IPv6 mixed, all land, and rebinding replaces.
+func TestAttributionBindManyConnections(t *testing.T) {
+	h := newHarness(t, testOptions())
+	var bindings []Binding
+	for i := 0; i < 2500; i++ {
+		client, broker := client4, broker4
+		if i%3 == 0 {
+			client, broker = client6, broker6
+		}
+		bindings = append(bindings, Binding{Conn: connKey(client, broker, uint16(10000+i)), Produce: uint32(1 + i%60), Fetch: uint32(2 + i%60)})
+	}
+	if err := h.d.BindConns(bindings); err != nil {
+		t.Fatal(err)
+	}
+	bindings[7].Produce, bindings[2400].Fetch = 33, 44
+	if err := h.d.BindConns([]Binding{bindings[7], bindings[2400]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range bindings {
+		got, ok, err := h.d.Binding(want.Conn)
+		if err != nil || !ok || got != want {
+			t.Fatalf("binding of %s: %+v %v %v, want %+v", want.Conn, got, ok, err, want)
+		}
+	}
+	seen := 0
+	if err := h.d.EachBinding(func(Binding) { seen++ }); err != nil {
+		t.Fatal(err)
+	}
+	if seen != len(bindings) {
+		t.Errorf("EachBinding saw %d connections, want %d", seen, len(bindings))
+	}
+}

@@ -216,3 +216,28 @@ func TestRequestBoundarySampleSizeAndV6(t *testing.T) {
 		t.Errorf("sample connection %v", got[0].Conn)
 	}
 }
+
+// The agent binds a connection in the middle of a request: the binding
+// (sluice_bind) writes only the entities, so tracking carries on.
+func TestRequestBoundaryBindingKeepsTracking(t *testing.T) {
+	h := newHarness(t, testOptions())
+	rd, _ := h.d.NewSampleReader()
+	defer rd.Close()
+	reqs := kafkaRequests()
+	stream := bytes.Join(reqs, nil)
+	s := h.connect(client4, 42600, 1)
+	start := s.seq
+	cut := len(reqs[0]) + 100 // inside the second request
+	s.send(stream[:cut], 1000)
+	if err := h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 42600), Produce: 5, Fetch: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	s.send(stream[cut:], 1000)
+	checkSamples(t, drain(t, rd), reqs, start, 256)
+	if st, _ := h.d.Stats(); st.Desyncs != 0 || st.Resyncs != 0 {
+		t.Errorf("binding disturbed tracking: %+v", st)
+	}
+	if c := h.counters(Produce, 5); c.Bytes != uint64(len(stream)-cut) {
+		t.Errorf("entity 5 counted %d bytes after the binding, want %d", c.Bytes, len(stream)-cut)
+	}
+}

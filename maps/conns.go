@@ -1,6 +1,7 @@
 package maps
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -32,6 +33,31 @@ func fromRaw(r sluiceConnKey) ConnKey {
 		Peer:  netip.AddrPortFrom(netip.AddrFrom16(r.PeerAddr).Unmap(), r.PeerPort),
 		Local: netip.AddrPortFrom(netip.AddrFrom16(r.LocalAddr).Unmap(), r.LocalPort),
 	}
+}
+
+func fromRaw4(r sluiceConnKey4) ConnKey {
+	// The addresses are in network order: their bytes as they sit in memory.
+	var peer, local [4]byte
+	binary.NativeEndian.PutUint32(peer[:], r.PeerAddr)
+	binary.NativeEndian.PutUint32(local[:], r.LocalAddr)
+	return ConnKey{
+		Peer:  netip.AddrPortFrom(netip.AddrFrom4(peer), r.PeerPort),
+		Local: netip.AddrPortFrom(netip.AddrFrom4(local), r.LocalPort),
+	}
+}
+
+// table returns the connection table of k's address family and k's key in it.
+func (d *Datapath) table(k ConnKey) (*ebpf.Map, any) {
+	if k.Peer.Addr().Unmap().Is4() {
+		peer, local := k.Peer.Addr().Unmap().As4(), k.Local.Addr().Unmap().As4()
+		return d.objs.Conns4, sluiceConnKey4{
+			PeerAddr:  binary.NativeEndian.Uint32(peer[:]),
+			LocalAddr: binary.NativeEndian.Uint32(local[:]),
+			PeerPort:  k.Peer.Port(),
+			LocalPort: k.Local.Port(),
+		}
+	}
+	return d.objs.Conns6, k.raw()
 }
 
 // Binding is a connection's entity per direction (produce, fetch).
@@ -73,8 +99,8 @@ func (d *Datapath) BindConns(bindings []Binding) error {
 
 // UnbindConn forgets a connection: its bytes go to the unknown entity.
 func (d *Datapath) UnbindConn(k ConnKey) error {
-	raw := k.raw()
-	if err := d.objs.Conns.Delete(raw); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	table, raw := d.table(k)
+	if err := table.Delete(raw); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("unbind %s: %w", k, err)
 	}
 	return nil
@@ -83,7 +109,8 @@ func (d *Datapath) UnbindConn(k ConnKey) error {
 // Binding returns a connection's entities, if bound.
 func (d *Datapath) Binding(k ConnKey) (Binding, bool, error) {
 	var v sluiceConnState
-	if err := d.objs.Conns.Lookup(k.raw(), &v); err != nil {
+	table, raw := d.table(k)
+	if err := table.Lookup(raw, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Binding{}, false, nil
 		}
@@ -98,17 +125,27 @@ func (d *Datapath) Binding(k ConnKey) (Binding, bool, error) {
 // EachBinding calls fn for every bound connection (exempt ones included,
 // with NotGoverned in both directions). The table may change meanwhile.
 func (d *Datapath) EachBinding(fn func(Binding)) error {
-	var k sluiceConnKey
 	var v sluiceConnState
-	it := d.objs.Conns.Iterate()
-	for it.Next(&k, &v) {
-		if !v.bound() {
-			continue
+	emit := func(k ConnKey) {
+		if v.bound() {
+			fn(Binding{Conn: k, Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]})
 		}
-		fn(Binding{Conn: fromRaw(k), Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]})
+	}
+	var k4 sluiceConnKey4
+	it := d.objs.Conns4.Iterate()
+	for it.Next(&k4, &v) {
+		emit(fromRaw4(k4))
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterate connections: %w", err)
+		return fmt.Errorf("iterate IPv4 connections: %w", err)
+	}
+	var k6 sluiceConnKey
+	it = d.objs.Conns6.Iterate()
+	for it.Next(&k6, &v) {
+		emit(fromRaw(k6))
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate IPv6 connections: %w", err)
 	}
 	return nil
 }

@@ -106,7 +106,9 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded data path: %w", err)
 	}
-	spec.Maps["conns"].MaxEntries = uint32(opts.MaxConnections)
+	// Each family's table can hold every connection (a host may be IPv6 only).
+	spec.Maps["conns4"].MaxEntries = uint32(opts.MaxConnections)
+	spec.Maps["conns6"].MaxEntries = uint32(opts.MaxConnections)
 	spec.Maps["counters"].MaxEntries = uint32(2 * opts.MaxEntities)
 	spec.Maps["classes"].MaxEntries = uint32(2 * opts.MaxEntities)
 	spec.Maps["samples"].MaxEntries = uint32(opts.RingBufferBytes)
@@ -130,7 +132,7 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 
 // pinnedMaps survive an agent restart: connection attribution, tracking,
 // counters, classes and settings, so a restart resets no flow.
-var pinnedMaps = []string{"conns", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names", "rates", "clocks", "buckets"}
+var pinnedMaps = []string{"conns4", "conns6", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names", "rates", "clocks", "buckets"}
 
 // Load loads the data path. With opts.PinDir it pins (or re-adopts) the
 // maps there: created atomically (a temporary directory renamed into

@@ -44,6 +44,14 @@ type sluiceConnKey struct {
 	LocalPort uint16
 }
 
+type sluiceConnKey4 struct {
+	_         structs.HostLayout
+	PeerAddr  uint32
+	LocalAddr uint32
+	PeerPort  uint16
+	LocalPort uint16
+}
+
 type sluiceConnState struct {
 	_     structs.HostLayout
 	Bound sluiceConnEntities
@@ -157,7 +165,8 @@ const (
 	sluiceMapClasses              = "classes"
 	sluiceMapClocks               = "clocks"
 	sluiceMapCoarseClocks         = "coarse_clocks"
-	sluiceMapConns                = "conns"
+	sluiceMapConns4               = "conns4"
+	sluiceMapConns6               = "conns6"
 	sluiceMapCounters             = "counters"
 	sluiceMapEntityNames          = "entity_names"
 	sluiceMapExempt               = "exempt"
@@ -234,7 +243,8 @@ type sluiceMapSpecs struct {
 	Classes      *ebpf.MapSpec `ebpf:"classes"`
 	Clocks       *ebpf.MapSpec `ebpf:"clocks"`
 	CoarseClocks *ebpf.MapSpec `ebpf:"coarse_clocks"`
-	Conns        *ebpf.MapSpec `ebpf:"conns"`
+	Conns4       *ebpf.MapSpec `ebpf:"conns4"`
+	Conns6       *ebpf.MapSpec `ebpf:"conns6"`
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
 	EntityNames  *ebpf.MapSpec `ebpf:"entity_names"`
 	Exempt       *ebpf.MapSpec `ebpf:"exempt"`
@@ -283,7 +293,8 @@ type sluiceMaps struct {
 	Classes      *ebpf.Map `ebpf:"classes"`
 	Clocks       *ebpf.Map `ebpf:"clocks"`
 	CoarseClocks *ebpf.Map `ebpf:"coarse_clocks"`
-	Conns        *ebpf.Map `ebpf:"conns"`
+	Conns4       *ebpf.Map `ebpf:"conns4"`
+	Conns6       *ebpf.Map `ebpf:"conns6"`
 	Counters     *ebpf.Map `ebpf:"counters"`
 	EntityNames  *ebpf.Map `ebpf:"entity_names"`
 	Exempt       *ebpf.Map `ebpf:"exempt"`
@@ -301,7 +312,8 @@ func (m *sluiceMaps) Close() error {
 		m.Classes,
 		m.Clocks,
 		m.CoarseClocks,
-		m.Conns,
+		m.Conns4,
+		m.Conns6,
 		m.Counters,
 		m.EntityNames,
 		m.Exempt,

@@ -5,8 +5,9 @@
 //
 // Cases: htb egress (fetch) and ingress (produce), 1 and 8 greedy flows, at
 // 5, 20 and 80 MB/s; two entities at 10 and 30 MB/s at once; a step
-// 40 → 10 → 40 MB/s. Recorded, not gated: ungoverned and governed-unshaped
-// throughput with the data path attached versus not (paired runs).
+// 40 → 10 → 40 MB/s; ungoverned and governed-unshaped throughput with the
+// data path attached versus not (paired windows, throughput.go). Recorded,
+// not gated: police.
 //
 // Run as root: go run ./test/shapingcheck -out shaping-results.json
 package main
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"log"
 	"math"
+	"net/netip"
 	"os"
 	"os/exec"
 	"sort"
@@ -56,6 +58,7 @@ const (
 	governed    = 9092
 	governed2   = 9094
 	ungoverned  = 9093
+	ungoverned2 = 9095
 	caseSeconds = 10
 	// iperf3 -O: the first seconds are not counted. Slow start lasts a few
 	// round trips, and a round trip grows to the delay bound (200 ms) while
@@ -68,23 +71,24 @@ const (
 func main() {
 	out := flag.String("out", "shaping-results.json", "results file")
 	only := flag.String("only", "", "run only cases whose name contains this")
-	pairs := flag.Int("pairs", 5, "paired runs for the throughput comparison")
 	flag.Parse()
-	if err := run(*out, *only, *pairs); err != nil {
+	if err := run(*out, *only); err != nil {
 		log.Fatal(err)
 	}
 }
 
 type env struct {
-	pair   *netns.Pair
-	d      *maps.Datapath
-	att    *attach.Attachment
-	htb    *shaper.HTB
-	ifidx  int
-	server []*exec.Cmd
+	pair  *netns.Pair
+	d     *maps.Datapath
+	att   *attach.Attachment
+	htb   *shaper.HTB
+	ifidx int
+	// lane2Dev is the broker end of the second veth pair (throughput.go).
+	lane2Dev string
+	server   []*exec.Cmd
 }
 
-func run(outFile, only string, pairs int) error {
+func run(outFile, only string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("shapingcheck needs root: it builds namespaces, qdiscs and BPF programs")
 	}
@@ -157,13 +161,13 @@ func run(outFile, only string, pairs int) error {
 			record(c)
 		}
 	}
-	for _, port := range []int{ungoverned, governed} {
+	for _, ports := range [][2]int{{ungoverned, ungoverned2}, {governed, governed2}} {
 		name := "throughput-ungoverned-attached-vs-not"
-		if port == governed {
+		if ports[0] == governed {
 			name = "throughput-governed-unshaped-attached-vs-not"
 		}
 		if want(name) {
-			c, err := e.paired(name, port, pairs)
+			c, err := e.paired(name, ports)
 			if err != nil {
 				return err
 			}
@@ -227,7 +231,11 @@ func setup() (*env, error) {
 		e.teardown()
 		return nil, err
 	}
-	for _, port := range []int{governed, governed2, ungoverned} {
+	if err := e.addLane2(); err != nil {
+		e.teardown()
+		return nil, err
+	}
+	for _, port := range []int{governed, governed2, ungoverned, ungoverned2} {
 		cmd := exec.Command("ip", "netns", "exec", pair.Broker.Name, "iperf3", "-s", "-p", fmt.Sprint(port))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -237,7 +245,7 @@ func setup() (*env, error) {
 		e.server = append(e.server, cmd)
 	}
 	// Ready when each server accepts a connection.
-	for _, port := range []int{governed, governed2, ungoverned} {
+	for _, port := range []int{governed, governed2, ungoverned, ungoverned2} {
 		if err := waitListening(pair, port); err != nil {
 			e.teardown()
 			return nil, err
@@ -405,7 +413,12 @@ func (r iperfResult) retransmitRatio() float64 {
 // iperf runs one client in the client namespace; reverse makes the broker
 // send (egress, fetch).
 func (e *env) iperf(ctx context.Context, port, flows, seconds, omit int, reverse bool, cport int, extra ...string) (iperfResult, error) {
-	args := []string{"netns", "exec", e.pair.Client.Name, "iperf3", "-J", "-c", e.pair.BrokerIP.String(), "-p", fmt.Sprint(port),
+	return e.iperfTo(ctx, e.pair.BrokerIP, port, flows, seconds, omit, reverse, cport, extra...)
+}
+
+// iperfTo runs iperf3 from the client namespace against server:port.
+func (e *env) iperfTo(ctx context.Context, server netip.Addr, port, flows, seconds, omit int, reverse bool, cport int, extra ...string) (iperfResult, error) {
+	args := []string{"netns", "exec", e.pair.Client.Name, "iperf3", "-J", "-c", server.String(), "-p", fmt.Sprint(port),
 		"-t", fmt.Sprint(seconds), "-O", fmt.Sprint(omit), "-P", fmt.Sprint(flows), "-i", "1"}
 	if reverse {
 		args = append(args, "-R")
@@ -594,45 +607,6 @@ func (e *env) police(name string, rate float64) (Case, error) {
 	c := Case{Name: name, RateBps: rate, GoodputBps: r.goodput(), RetransmitRatio: r.retransmitRatio(), Gated: false}
 	c.Pass = within(c.GoodputBps, rate, 0.03) && c.RetransmitRatio <= 0.001
 	c.Detail = map[string]any{"burst_bytes": shaper.DefaultPoliceBurst, "sender_retransmits_whole_run": r.End.SumSent.Retransmits}
-	return c, nil
-}
-
-// paired measures unshaped throughput with the data path's programs
-// attached (counting, holding nothing back, no qdisc added) and not,
-// alternating, and reports the ratio of the medians.
-func (e *env) paired(name string, port, pairs int) (Case, error) {
-	var with, without []float64
-	for i := 0; i < pairs; i++ {
-		for _, attached := range []bool{i%2 == 0, i%2 != 0} {
-			if err := e.detach(); err != nil {
-				return Case{}, err
-			}
-			if attached {
-				if err := e.attachPrograms(); err != nil {
-					return Case{}, err
-				}
-				e.d.SetSettings(maps.Settings{Shaper: maps.ShaperNone, StaleAfter: time.Hour, SamplesPerSecond: 200})
-			}
-			r, err := e.iperf(context.Background(), port, 1, 3, 1, false, 0)
-			if err != nil {
-				return Case{}, fmt.Errorf("%s: %w", name, err)
-			}
-			if attached {
-				with = append(with, r.goodput())
-			} else {
-				without = append(without, r.goodput())
-			}
-		}
-	}
-	if e.att == nil {
-		if err := e.attach(); err != nil {
-			return Case{}, err
-		}
-	}
-	mw, mo := median(with), median(without)
-	c := Case{Name: name, GoodputBps: mw, Gated: false}
-	c.Pass = mw >= 0.95*mo
-	c.Detail = map[string]any{"median_attached_bps": mw, "median_detached_bps": mo, "ratio": mw / mo, "attached_bps": with, "detached_bps": without, "pairs": pairs}
 	return c, nil
 }
 
