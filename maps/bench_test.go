@@ -16,6 +16,8 @@ import (
 //
 //   - ungoverned: a segment for another port (the cost every other packet pays)
 //   - governed: an attributed connection's segment in the middle of a request
+//   - governed-shaped: the same with an HTB class (classified, redirected to the IFB)
+//   - governed-egress: an attributed connection's segment from the broker
 //   - request-start: a segment that starts a request that is sampled
 func BenchmarkDatapath(b *testing.B) {
 	netns.RequireRoot(b, "loads BPF programs")
@@ -35,9 +37,18 @@ func BenchmarkDatapath(b *testing.B) {
 			name: "governed",
 			setup: func(h *harness) {
 				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
-				// Synchronise on a request that is far longer than the benchmark's segment.
-				big := append([]byte{0x04, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1, 0, 1}, make([]byte, 64)...)
-				h.run(Produce, toBroker(client4, broker4, 40000, 1, flagACK, big))
+				syncOnLongRequest(h)
+			},
+			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload),
+		},
+		{
+			// governed, and the entity has an HTB class: the segment is
+			// classified and redirected to the IFB.
+			name: "governed-shaped",
+			setup: func(h *harness) {
+				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
+				h.d.SetClass(Produce, 5, 0x10005)
+				syncOnLongRequest(h)
 			},
 			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload),
 		},
@@ -126,6 +137,13 @@ func BenchmarkDatapath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// syncOnLongRequest locks tracking on a request far longer than the
+// benchmark's segments, which then all fall in its middle.
+func syncOnLongRequest(h *harness) {
+	big := append([]byte{0x04, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1, 0, 1}, make([]byte, 64)...)
+	h.run(Produce, toBroker(client4, broker4, 40000, 1, flagACK, big))
 }
 
 // drainQuiet empties the ring buffer between benchmark batches.

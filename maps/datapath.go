@@ -134,6 +134,23 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 // counters, classes and settings, so a restart resets no flow.
 var pinnedMaps = []string{"conns4", "conns6", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names", "rates", "clocks", "buckets"}
 
+// retiredPins are maps an earlier data path pinned and this one no longer
+// has: an upgraded agent removes them, else their memory (tens of MB for
+// connection tables) stays held until `sluice unload`.
+var retiredPins = []string{
+	"conns",  // one table for both families, before conns4 and conns6
+	"tracks", // request tracking, now beside the entities in conns4 and conns6
+}
+
+func removeRetiredPins(dir string) error {
+	for _, name := range retiredPins {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove retired pin: %w", err)
+		}
+	}
+	return nil
+}
+
 // Load loads the data path. With opts.PinDir it pins (or re-adopts) the
 // maps there: created atomically (a temporary directory renamed into
 // place), guarded by a flock, and checked for compatibility before reuse.
@@ -191,6 +208,9 @@ func Load(opts Options) (*Datapath, error) {
 			os.RemoveAll(tmp)
 			return nil, fmt.Errorf("move pins into place: %w", err)
 		}
+	} else if err := removeRetiredPins(opts.PinDir); err != nil {
+		d.Close()
+		return nil, err
 	}
 	if err := d.readListeners(); err != nil {
 		d.Close()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/test/netns"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,5 +107,45 @@ func TestSampleLayoutMatchesGenerated(t *testing.T) {
 		if o[0] != o[1] {
 			t.Errorf("%s at %d, the decoder reads %d", name, o[0], o[1])
 		}
+	}
+}
+
+// Pins of maps an earlier data path had (and this one has not) are removed
+// when an upgraded agent adopts the directory; the links beside them stay.
+func TestPinnedRetiredMapsRemoved(t *testing.T) {
+	netns.RequireRoot(t, "loads BPF programs")
+	opts := testOptions()
+	opts.PinDir = filepath.Join(bpffs(t), "sluice")
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stand-ins for an older layout's pins, and a pinned link's name.
+	for _, name := range append(retiredPins, "link_3_ingress") {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Pin(filepath.Join(opts.PinDir, name)); err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+		if _, err := os.Stat(filepath.Join(opts.PinDir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+	d, err = Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, name := range retiredPins {
+		if _, err := os.Stat(filepath.Join(opts.PinDir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("retired pin %s still there: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(opts.PinDir, "link_3_ingress")); err != nil {
+		t.Errorf("a pin that is not retired was removed: %v", err)
 	}
 }
