@@ -170,6 +170,11 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 	__u32 end = seq + plen;
 	__u64 now = 0;
 
+	// Most segments of a big request (and retransmissions) end before the
+	// next request starts, with no sample to continue: nothing to do.
+	if (t->synced && !t->size_have && t->sample_next == t->sample_end && !seq_before(t->next_seq, end))
+		return;
+
 	// A gap: the stream jumped past where the next request starts (a
 	// segment this hook never saw in order). Find the stream again.
 	if (t->synced && seq_before(t->next_seq + t->size_have, seq)) {
