@@ -165,6 +165,13 @@ func TestAttributionPureACKsAndControlSegmentsAreNotCounted(t *testing.T) {
 	if _, ok, _ := h.d.Binding(key); ok {
 		t.Error("a SYN left the previous connection's binding")
 	}
+	// The new connection is in the table all the same, unknown until bound
+	// (the agent's scans and the shaping check find connections this way).
+	var listed []Binding
+	h.d.EachBinding(func(b Binding) { listed = append(listed, b) })
+	if len(listed) != 1 || listed[0] != (Binding{Conn: key, Produce: EntityUnknown, Fetch: EntityUnknown}) {
+		t.Errorf("EachBinding after a SYN: %+v, want the connection, unknown both ways", listed)
+	}
 	// The same for a 4-tuple a follower fetch had marked not governed.
 	h.d.BindConns([]Binding{{Conn: key, Produce: NotGoverned, Fetch: NotGoverned}})
 	h.run(Produce, toBroker(client4, broker4, 40002, 9000, flagSYN, nil))

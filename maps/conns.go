@@ -122,14 +122,13 @@ func (d *Datapath) Binding(k ConnKey) (Binding, bool, error) {
 	return Binding{Conn: k, Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]}, true, nil
 }
 
-// EachBinding calls fn for every bound connection (exempt ones included,
-// with NotGoverned in both directions). The table may change meanwhile.
+// EachBinding calls fn for every connection in the tables: bound ones,
+// exempt ones (NotGoverned in both directions) and ones the data path only
+// tracks so far (EntityUnknown in both). The tables may change meanwhile.
 func (d *Datapath) EachBinding(fn func(Binding)) error {
 	var v sluiceConnState
 	emit := func(k ConnKey) {
-		if v.bound() {
-			fn(Binding{Conn: k, Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]})
-		}
+		fn(Binding{Conn: k, Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]})
 	}
 	var k4 sluiceConnKey4
 	it := d.objs.Conns4.Iterate()
@@ -152,6 +151,7 @@ func (d *Datapath) EachBinding(fn func(Binding)) error {
 
 // bound tells an entry the agent bound (or the data path marked exempt)
 // from one the data path only tracks: entity 0 is each direction's unknown.
+// A SYN leaves such an entry, so Binding reports a new connection unbound.
 func (s sluiceConnState) bound() bool {
 	return s.Bound.Entity != [2]uint32{EntityUnknown, EntityUnknown}
 }
