@@ -22,10 +22,12 @@ var (
 const (
 	// pairedSeconds is how long each paired run counts (after 1 s warm-up):
 	// with no programs anywhere, the lanes' 10 s totals agreed within 1 %.
-	pairedSeconds = 5
-	// pairedRuns alternate which lane carries the programs (ABBA ABBA), so
-	// a difference between the lanes themselves cancels out.
-	pairedRuns = 8
+	pairedSeconds = 4
+	// pairedRuns alternate which lane carries the programs (ABBA…), so a
+	// difference between the lanes themselves cancels out. In the full
+	// suite single runs ranged 0.83-1.25 (the ungoverned case, where the
+	// programs do next to nothing, averaged 0.974 over 8), so 16 runs.
+	pairedRuns = 16
 )
 
 // paired measures what attaching the data path's programs (counting,
