@@ -200,14 +200,9 @@ func directionConfig(cfg config.Config, d entity.Direction) config.Direction {
 }
 
 func allocatorConfig(d config.Direction) allocator.Config {
-	return allocator.Config{
-		Capacity:                math.Max(d.Capacity, 0),
-		SafetyRatio:             d.SafetyRatio,
-		MinDemand:               d.MinDemand,
-		ActivityThreshold:       d.ActivityThreshold,
-		MemoryCycles:            d.MemoryCycles,
-		OvercommitConfirmCycles: d.OvercommitConfirmCycles,
-	}
+	c := d.Config
+	c.Capacity = math.Max(c.Capacity, 0) // Disabled
+	return c
 }
 
 // applyDataPathSettings writes listeners, exempt peers and live settings.

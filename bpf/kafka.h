@@ -76,8 +76,7 @@ static __always_inline __u32 min_u32(__u32 a, __u32 b)
 // emit sends payload bytes [off, off+n) as one fragment of the request
 // starting at req_seq. It returns the bytes sent, or 0.
 static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *seg, __u32 poff,
-				  __u32 off, __u32 n, __u32 req_seq, __u32 frag_off, __u32 req_len,
-				  __u64 now)
+				  __u32 off, __u32 n, __u32 req_seq, __u32 frag_off, __u32 req_len)
 {
 	if (n == 0)
 		return 0;
@@ -103,7 +102,7 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	s->req_len = req_len;
 	s->len = n;
 	s->pad = 0;
-	s->time_ns = now;
+	s->time_ns = coarse_now();
 	bpf_ringbuf_submit(s, 0);
 	stat_inc(frag_off == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
 	return n;
@@ -113,7 +112,7 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 // are always sampled, then a token bucket of samples_per_sec. Times here are
 // CLOCK_MONOTONIC_COARSE (coarse_now): a tick of resolution is plenty for a
 // budget and a sample's age.
-static __always_inline int take_sample(struct track *t, __u64 *now)
+static __always_inline int take_sample(struct track *t)
 {
 	if (t->requests < first_requests_sampled) {
 		t->requests++;
@@ -122,16 +121,15 @@ static __always_inline int take_sample(struct track *t, __u64 *now)
 	__u32 zero = 0;
 	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
 	__u32 rate = cfg ? cfg->samples_per_sec : 0;
-	if (!*now)
-		*now = coarse_now();
-	__u64 elapsed = *now - t->refill_ns;
+	__u64 now = coarse_now();
+	__u64 elapsed = now - t->refill_ns;
 	if (elapsed > 1000000000ull)
 		elapsed = 1000000000ull;
 	__u64 add = elapsed * rate / 1000000000ull;
 	if (add) {
 		__u64 tokens = t->tokens + add;
 		t->tokens = tokens > rate ? rate : tokens;
-		t->refill_ns = *now;
+		t->refill_ns = now;
 	}
 	if (!t->tokens) {
 		stat_inc(STAT_BUDGET_DROPS);
@@ -168,7 +166,6 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 {
 	__u32 seq = seg->seq, poff = seg->payload_off, plen = seg->payload_len;
 	__u32 end = seq + plen;
-	__u64 now = 0;
 
 	// Most segments of a big request (and retransmissions) end before the
 	// next request starts, with no sample to continue: nothing to do.
@@ -220,10 +217,8 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 	if (t->sample_next != t->sample_end) {
 		if (!seq_before(t->sample_next, seq) && seq_before(t->sample_next, end)) {
 			__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
-			if (!now)
-				now = coarse_now();
 			__u32 sent = emit(skb, seg, poff, t->sample_next - seq, n, t->sample_seq,
-					  t->sample_next - t->sample_seq, t->req_len, now);
+					  t->sample_next - t->sample_seq, t->req_len);
 			t->sample_next = sent ? t->sample_next + sent : t->sample_end;
 		} else if (seq_before(t->sample_next, seq)) {
 			t->sample_next = t->sample_end; // its bytes went by out of order
@@ -248,9 +243,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			break;
 		__u32 off = t->next_seq - seq;
 		__u32 avail = end - t->next_seq;
-		int sample = take_sample(t, &now);
-		if (sample && !now)
-			now = coarse_now();
+		int sample = take_sample(t);
 		if (avail < 4) {
 			// The size field is cut: keep its first bytes for the next segment.
 			__u8 b[4] = {};
@@ -265,7 +258,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 					t->size_partial = t->size_partial << 8 | b[j];
 			t->size_have = avail;
 			if (sample) {
-				__u32 sent = emit(skb, seg, poff, off, avail, t->next_seq, 0, 0, now);
+				__u32 sent = emit(skb, seg, poff, off, avail, t->next_seq, 0, 0);
 				t->sample_seq = t->next_seq;
 				t->req_len = 0;
 				t->sample_next = t->next_seq + sent;
@@ -284,7 +277,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		}
 		if (sample) {
 			__u32 want = min_u32(sample_bytes, 4 + size);
-			__u32 sent = emit(skb, seg, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size, now);
+			__u32 sent = emit(skb, seg, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size);
 			if (sent && sent < want) {
 				t->sample_seq = t->next_seq;
 				t->req_len = 4 + size;

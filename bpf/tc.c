@@ -190,6 +190,27 @@ static __always_inline long conn_update(const struct parsed *p, const struct con
 	return err;
 }
 
+// conn_start enters a connection into its table: an exempt peer marked
+// not governed (once, so later segments skip the trie), any other unbound
+// until the agent learns its entity, with tracking synchronised when the
+// segment is its SYN. It returns 1 for an exempt peer.
+static __always_inline int conn_start(const struct parsed *p, __u64 flags)
+{
+	struct conn_state fresh = {};
+	if (is_exempt(p)) {
+		fresh.bound.entity[0] = fresh.bound.entity[1] = ENTITY_NOT_GOVERNED;
+		if (conn_update(p, &fresh, flags) == 0)
+			stat_inc(STAT_EXEMPT);
+		return 1;
+	}
+	if (p->syn) {
+		fresh.track.next_seq = p->seq + 1;
+		fresh.track.synced = 1;
+	}
+	conn_update(p, &fresh, flags);
+	return 0;
+}
+
 static __always_inline int handle(struct __sk_buff *skb, int dir)
 {
 	// Not zeroed: parse writes every field the segment's family reads, and
@@ -198,37 +219,17 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	if (!parse(skb, dir, &p))
 		return PASS;
 
+	// A SYN starts a new connection: whatever an earlier one on this
+	// 4-tuple left is stale, and its requests start right after the SYN.
 	if (dir == DIR_PRODUCE && p.syn) {
-		// A new connection: whatever an earlier one on this 4-tuple left is
-		// stale. An exempt peer is marked at once; any other connection
-		// starts unbound, its requests right after the SYN.
-		struct conn_state fresh = {};
-		if (is_exempt(&p)) {
-			fresh.bound.entity[0] = fresh.bound.entity[1] = ENTITY_NOT_GOVERNED;
-			conn_update(&p, &fresh, BPF_ANY);
-			stat_inc(STAT_EXEMPT);
-			return PASS;
-		}
-		fresh.track.next_seq = p.seq + 1;
-		fresh.track.synced = 1;
-		conn_update(&p, &fresh, BPF_ANY);
+		conn_start(&p, BPF_ANY);
 		return PASS;
 	}
-
 	struct conn_state *st = conn_lookup(&p);
 	if (!st && !p.fin_rst) {
-		// First sight of a connection older than its SYN (or than the
-		// agent): look the peer up in the exempt CIDRs once and remember the
-		// answer, so later packets skip the trie. The agent binds the
-		// unknown ones once it learns their entity.
-		struct conn_state first = {};
-		if (is_exempt(&p)) {
-			first.bound.entity[0] = first.bound.entity[1] = ENTITY_NOT_GOVERNED;
-			if (conn_update(&p, &first, BPF_NOEXIST) == 0)
-				stat_inc(STAT_EXEMPT);
+		// First sight of a connection older than its SYN (or than the agent).
+		if (conn_start(&p, BPF_NOEXIST))
 			return PASS;
-		}
-		conn_update(&p, &first, BPF_NOEXIST);
 		st = conn_lookup(&p);
 	}
 

@@ -82,16 +82,11 @@ type Config struct {
 	Entities Entities
 }
 
-// Direction is one direction's capacity pool and control-loop parameters.
+// Direction is one direction's capacity pool and control-loop parameters:
+// the allocator's own, with Capacity in bytes/s or Disabled (-1) to turn
+// the direction off.
 type Direction struct {
-	// Capacity in bytes/s; Disabled (-1) turns the direction off.
-	Capacity float64
-	// SafetyRatio in (0, 1]: C = Capacity × SafetyRatio.
-	SafetyRatio             float64
-	MinDemand               float64
-	ActivityThreshold       float64
-	MemoryCycles            int
-	OvercommitConfirmCycles int
+	allocator.Config
 }
 
 // Disabled is the capacity of a direction sluice does not govern.
@@ -144,13 +139,8 @@ const DefaultKey = "default"
 // Default returns the configuration with every default of DESIGN.md.
 func Default() Config {
 	loop := allocator.DefaultConfig(0) // K and the confirmation cycles are the control loop's
-	direction := Direction{
-		Capacity:                Disabled,
-		SafetyRatio:             0.9,
-		MemoryCycles:            loop.MemoryCycles,
-		OvercommitConfirmCycles: loop.OvercommitConfirmCycles,
-		ActivityThreshold:       1024,
-	}
+	loop.Capacity, loop.SafetyRatio, loop.ActivityThreshold = Disabled, 0.9, 1024
+	direction := Direction{Config: loop}
 	return Config{
 		Mode:              ModeEnforce,
 		Shaper:            "auto",

@@ -1,6 +1,10 @@
 package learner
 
-import "github.com/sluice-dev/sluice/agent/kafka"
+import (
+	"slices"
+
+	"github.com/sluice-dev/sluice/agent/kafka"
+)
 
 // session follows a connection's fetch session (KIP-227). The broker holds
 // the session's partition set; a client sends it whole once (epoch 0) and
@@ -52,38 +56,32 @@ func sameTopic(a, b *kafka.TopicPartitions) bool {
 	return a.Name == b.Name && a.ID == b.ID
 }
 
+// topic returns the index of tp in the session's set, or -1.
+func (s *session) topic(tp kafka.TopicPartitions) int {
+	return slices.IndexFunc(s.topics, func(t kafka.TopicPartitions) bool { return sameTopic(&t, &tp) })
+}
+
 func (s *session) add(tp kafka.TopicPartitions, p int32) {
-	for i := range s.topics {
-		t := &s.topics[i]
-		if !sameTopic(t, &tp) {
-			continue
-		}
-		for _, q := range t.Partitions {
-			if q == p {
-				return
-			}
-		}
-		t.Partitions = append(t.Partitions, p)
+	i := s.topic(tp)
+	if i < 0 {
+		s.topics = append(s.topics, kafka.TopicPartitions{Name: tp.Name, ID: tp.ID, Partitions: []int32{p}})
 		return
 	}
-	s.topics = append(s.topics, kafka.TopicPartitions{Name: tp.Name, ID: tp.ID, Partitions: []int32{p}})
+	if t := &s.topics[i]; !slices.Contains(t.Partitions, p) {
+		t.Partitions = append(t.Partitions, p)
+	}
 }
 
 func (s *session) remove(tp kafka.TopicPartitions, p int32) {
-	for i := range s.topics {
-		t := &s.topics[i]
-		if !sameTopic(t, &tp) {
-			continue
-		}
-		for j, q := range t.Partitions {
-			if q == p {
-				t.Partitions = append(t.Partitions[:j], t.Partitions[j+1:]...)
-				break
-			}
-		}
-		if len(t.Partitions) == 0 {
-			s.topics = append(s.topics[:i], s.topics[i+1:]...)
-		}
+	i := s.topic(tp)
+	if i < 0 {
 		return
+	}
+	t := &s.topics[i]
+	if j := slices.Index(t.Partitions, p); j >= 0 {
+		t.Partitions = slices.Delete(t.Partitions, j, j+1)
+	}
+	if len(t.Partitions) == 0 {
+		s.topics = slices.Delete(s.topics, i, i+1)
 	}
 }
