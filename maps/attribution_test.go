@@ -327,12 +327,15 @@ func TestFailOpenWithStaleHeartbeat(t *testing.T) {
 	}
 }
 
-// Bindings go through the kernel in batches (bind_queue): more than one
-// batch, IPv4 and IPv6 mixed, all land, and rebinding replaces.
+// Bindings go through the kernel in batches (bind_queue), and scans read
+// the tables in batches: more than one batch of each, IPv4 and IPv6 mixed,
+// all land and are listed, and rebinding replaces.
 func TestAttributionBindManyConnections(t *testing.T) {
-	h := newHarness(t, testOptions())
+	opts := testOptions()
+	opts.MaxConnections = 16384
+	h := newHarness(t, opts)
 	var bindings []Binding
-	for i := 0; i < 2500; i++ {
+	for i := 0; i < 2*scanBatch; i++ {
 		client, broker := client4, broker4
 		if i%3 == 0 {
 			client, broker = client6, broker6
@@ -342,8 +345,8 @@ func TestAttributionBindManyConnections(t *testing.T) {
 	if err := h.d.BindConns(bindings); err != nil {
 		t.Fatal(err)
 	}
-	bindings[7].Produce, bindings[2400].Fetch = 33, 44
-	if err := h.d.BindConns([]Binding{bindings[7], bindings[2400]}); err != nil {
+	bindings[7].Produce, bindings[8000].Fetch = 33, 44
+	if err := h.d.BindConns([]Binding{bindings[7], bindings[8000]}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range bindings {

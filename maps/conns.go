@@ -126,27 +126,37 @@ func (d *Datapath) Binding(k ConnKey) (Binding, bool, error) {
 // exempt ones (NotGoverned in both directions) and ones the data path only
 // tracks so far (EntityUnknown in both). The tables may change meanwhile.
 func (d *Datapath) EachBinding(fn func(Binding)) error {
-	var v sluiceConnState
-	emit := func(k ConnKey) {
-		fn(Binding{Conn: k, Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1]})
+	if err := eachConn(d.objs.Conns4, fromRaw4, fn); err != nil {
+		return fmt.Errorf("scan IPv4 connections: %w", err)
 	}
-	var k4 sluiceConnKey4
-	it := d.objs.Conns4.Iterate()
-	for it.Next(&k4, &v) {
-		emit(fromRaw4(k4))
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterate IPv4 connections: %w", err)
-	}
-	var k6 sluiceConnKey
-	it = d.objs.Conns6.Iterate()
-	for it.Next(&k6, &v) {
-		emit(fromRaw(k6))
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("iterate IPv6 connections: %w", err)
+	if err := eachConn(d.objs.Conns6, fromRaw, fn); err != nil {
+		return fmt.Errorf("scan IPv6 connections: %w", err)
 	}
 	return nil
+}
+
+// scanBatch is how many entries one batch lookup reads. The agent scans
+// every connection once a minute inside a cycle; entry by entry (two
+// syscalls each) 100,000 connections took ~280 ms.
+const scanBatch = 4096
+
+// eachConn reads a connection table in batches.
+func eachConn[K any](table *ebpf.Map, conn func(K) ConnKey, fn func(Binding)) error {
+	keys := make([]K, scanBatch)
+	values := make([]sluiceConnState, scanBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := table.BatchLookup(&cursor, keys, values, nil)
+		for i := range n {
+			fn(Binding{Conn: conn(keys[i]), Produce: values[i].Bound.Entity[0], Fetch: values[i].Bound.Entity[1]})
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil // the end of the table
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // bound tells an entry the agent bound (or the data path marked exempt)
