@@ -80,6 +80,7 @@ func (a *Agent) view() *Snapshot {
 					EffectiveReservation: Bps(out.EffectiveReservation), Demand: Bps(out.Demand), Green: Bps(out.Green),
 					Extra: Bps(out.Extra), Headroom: Bps(out.Headroom), DynamicLimit: Bps(out.DynamicLimit),
 					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: Bps(held),
+					ShapedBytes: h.Sent,
 				})
 			}
 			v.Entities = append(v.Entities, EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",

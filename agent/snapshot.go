@@ -57,6 +57,8 @@ type EntityView struct {
 	QueueDelayMillis float64 `json:"queue_delay_ms"`
 	DroppedPackets   uint64  `json:"dropped_packets"`
 	HeldRate         Bps     `json:"held_rate"` // demand the shaper kept out: max(0, dynamic limit exceeded)
+	// ShapedBytes: what the shaper let through (shaper.Held.Sent), 0 if unknown.
+	ShapedBytes uint64 `json:"shaped_bytes,omitempty"`
 }
 
 // DirectionView is one direction's pool and entities.

@@ -352,6 +352,9 @@ func (h *HTB) held(dir maps.Direction) ([]Held, error) {
 		}
 		q := st.Queue
 		held := Held{Entity: entity, Backlog: uint64(q.Backlog), Dropped: uint64(q.Drops - c.drops)}
+		if st.Basic != nil {
+			held.Sent = payloadBytes(st.Basic.Bytes)
+		}
 		overlimits := q.Overlimits - c.overlimits
 		c.drops, c.overlimits = q.Drops, q.Overlimits
 		held.Throttled = q.Backlog > 0 || overlimits > 0 || held.Dropped > 0

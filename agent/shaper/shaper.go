@@ -31,6 +31,12 @@ type Held struct {
 	Delay   time.Duration
 	// Dropped counts packets dropped beyond the delay bound since the last call.
 	Dropped uint64
+	// Sent is every byte the shaper has let through for the entity, in
+	// payload bytes as its rates are (link-layer bytes converted back as
+	// wireRate converts rates), or 0 where the backend cannot tell. Unlike
+	// the data path's counters, which see segments before the shaper, it
+	// leaves out what was dropped (so a retransmitted segment counts once).
+	Sent uint64
 }
 
 // Shaper is what the agent drives every cycle.
@@ -67,6 +73,12 @@ const (
 // wireRate converts a payload rate to the link-layer rate a qdisc enforces.
 func wireRate(payload float64) float64 {
 	return payload * (fullPayload + segmentOverhead) / fullPayload
+}
+
+// payloadBytes converts link-layer bytes a qdisc counted back to payload,
+// the inverse of wireRate.
+func payloadBytes(wire uint64) uint64 {
+	return wire * fullPayload / (fullPayload + segmentOverhead)
 }
 
 // queueBytes sizes an entity's queue from its wire rate and the delay

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
@@ -213,4 +214,52 @@ func BenchmarkSetRates(b *testing.B) {
 			round++
 		}
 	})
+}
+
+// Held reports the bytes a class let through: what reached the device,
+// counted once per packet sent.
+func TestHTBHeldReportsSentBytes(t *testing.T) {
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	cw := &classes{}
+	h, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 10e6}}); err != nil {
+		t.Fatal(err)
+	}
+	// What the data path does to an entity's segments (skb->priority = its
+	// class), done here with SO_PRIORITY on a UDP socket.
+	const datagrams, size = 100, 1000
+	err = pair.Broker.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PRIORITY, int(cw.set[[2]uint32{uint32(maps.Fetch), 5}])); err != nil {
+			return err
+		}
+		to := &unix.SockaddrInet4{Port: 9, Addr: pair.ClientIP.As4()}
+		for range datagrams {
+			if err := unix.Sendto(fd, make([]byte, size), 0, to); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := h.Held(maps.Fetch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wire = datagrams * (size + 8 + 20 + 14) // UDP, IPv4 and Ethernet headers
+	if len(held) != 1 || held[0].Entity != 5 || held[0].Sent != payloadBytes(wire) || held[0].Dropped != 0 {
+		t.Errorf("held %+v, want entity 5 with %d wire bytes (%d as payload) sent and nothing dropped", held, wire, payloadBytes(wire))
+	}
 }

@@ -421,7 +421,7 @@ func TestScenarioContentionReclaim(t *testing.T) {
 			after[0] >= 0.95*res && within(after[2], wantNormal, 0.15) && within(after[1], wantBackfill, 0.15) && ok,
 		Measured: map[string]any{"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
 			"backfill_to_normal": ratio, "core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
-			"after_window": "3-8 s after the rise", "measured_at": "NIC (data path counters)", "client_errors": errs},
+			"after_window": "3-8 s after the rise", "measured_at": "NIC (bytes the shaper let through)", "client_errors": errs},
 		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": "0.1 ± 15 %",
 			"core_after_min_bps": 0.95 * res, "core_after_bps": wantCore, "normal_after_bps": wantNormal, "backfill_after_bps": wantBackfill,
 			"tolerance": 0.15, "client_errors": 0, "exactly_once": consumersOnly},
@@ -464,7 +464,7 @@ func TestScenarioRandomGroupNames(t *testing.T) {
 		Name: "random-group-names",
 		Pass: within(together, limit, 0.10) && stableRate >= 0.9*wantStable && ok,
 		Measured: map[string]any{"random_consumers_together_bps": together, "random_each_client_side_bps": clientSide, "stable_bps": stableRate,
-			"measured_at": "NIC (data path counters)", "client_errors": errs},
+			"measured_at": "NIC (bytes the shaper let through)", "client_errors": errs},
 		Expected: map[string]any{"random_together_bps": limit, "tolerance": 0.10, "stable_min_bps": 0.9 * wantStable, "client_errors": 0,
 			"exactly_once": consumersOnly},
 	})

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -448,27 +449,12 @@ func (c *Client) Windows(from, to time.Time) []float64 {
 	return out
 }
 
-// EntityBytes reads the bytes the data path counted for an entity (kind and
-// name) in a direction (0 produce, 1 fetch), from the agent's last cycle.
-func (w *World) EntityBytes(dir int, kind, name string) (uint64, time.Time, error) {
-	s, err := w.Status()
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	for _, e := range s.Directions[dir].Entities {
-		if e.Kind == kind && e.Name == name {
-			return e.Bytes, s.Time, nil
-		}
-	}
-	return 0, s.Time, fmt.Errorf("entity %s:%s not in the last cycle", kind, name)
-}
-
 // Ref names an entity: its kind ("client", "topic-partition") and name.
 type Ref struct{ Kind, Name string }
 
-// NICRates measures, from the data path's counters, the rate each named
-// client entity received in a direction over the given duration: the
-// bandwidth the NIC gave it, whatever the clients buffer.
+// NICRates measures the rate each named client entity received in a
+// direction over the given duration: the bandwidth the NIC gave it,
+// whatever the clients buffer.
 func (w *World) NICRates(dir int, over time.Duration, names ...string) ([]float64, error) {
 	refs := make([]Ref, len(names))
 	for i, n := range names {
@@ -477,20 +463,29 @@ func (w *World) NICRates(dir int, over time.Duration, names ...string) ([]float6
 	return w.NICRatesOf(dir, over, refs...)
 }
 
-// NICRatesOf is NICRates for entities of any kind.
+// NICRatesOf is NICRates for entities of any kind. It reads the bytes the
+// shaper let through where the agent reports them: the data path counts
+// segments before the shaper, so a segment the shaper dropped counts there
+// again when TCP retransmits it (a bursty consumer at its limit read 40 %
+// above it). Otherwise it reads the data path's counters.
 func (w *World) NICRatesOf(dir int, over time.Duration, refs ...Ref) ([]float64, error) {
 	type reading struct {
-		bytes uint64
-		at    time.Time
+		counted, shaped uint64
+		at              time.Time
 	}
 	read := func() ([]reading, error) {
+		s, err := w.Status()
+		if err != nil {
+			return nil, err
+		}
 		out := make([]reading, len(refs))
 		for i, r := range refs {
-			b, at, err := w.EntityBytes(dir, r.Kind, r.Name)
-			if err != nil {
-				return nil, err
+			j := slices.IndexFunc(s.Directions[dir].Entities, func(e agent.EntityView) bool { return e.Kind == r.Kind && e.Name == r.Name })
+			if j < 0 {
+				return nil, fmt.Errorf("entity %s:%s not in the last cycle", r.Kind, r.Name)
 			}
-			out[i] = reading{b, at}
+			e := s.Directions[dir].Entities[j]
+			out[i] = reading{e.Bytes, e.ShapedBytes, s.Time}
 		}
 		return out, nil
 	}
@@ -505,8 +500,12 @@ func (w *World) NICRatesOf(dir int, over time.Duration, refs ...Ref) ([]float64,
 	}
 	rates := make([]float64, len(refs))
 	for i := range refs {
+		bytes := last[i].counted - first[i].counted
+		if first[i].shaped > 0 && last[i].shaped >= first[i].shaped {
+			bytes = last[i].shaped - first[i].shaped
+		}
 		if d := last[i].at.Sub(first[i].at).Seconds(); d > 0 {
-			rates[i] = float64(last[i].bytes-first[i].bytes) / d
+			rates[i] = float64(bytes) / d
 		}
 	}
 	return rates, nil
