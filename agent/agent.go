@@ -55,6 +55,7 @@ type Agent struct {
 
 	// ReloadFailures counts refused configuration reloads.
 	reloadFailures uint64
+	conns          connStats
 	// cycleSeconds observes each cycle's duration, for metrics.
 	observeCycle func(time.Duration)
 }
@@ -104,10 +105,24 @@ type published struct {
 	}
 }
 
-// bindingsScanEvery: how often live connections keep their entities from
-// being reclaimed (a scan of the connection table); at least twice per idle
-// timeout.
-const bindingsScanEvery = time.Minute
+// connStats counts the connection lifecycle, for status and metrics.
+type connStats struct {
+	// Rebound: samples whose connection entry did not hold the learner's
+	// binding (evicted or re-entered by the data path), bound again at once.
+	// Samples queued before a binding took effect count here too.
+	Rebound uint64
+	// Reaped: closed connections (FIN or RST seen) removed from the table.
+	Reaped uint64
+	// Tracked: entries in the connection table at the last scan.
+	Tracked int
+}
+
+// bindingsScanEvery: how often the connection table is scanned: closed
+// connections are removed with their learner state, and live ones keep
+// their entities from being reclaimed (at least twice per idle timeout).
+// Churn of a few hundred connections a second leaves a few thousand closed
+// entries between scans.
+const bindingsScanEvery = 10 * time.Second
 
 // New builds an agent for a validated configuration.
 func New(cfg config.Config, deps Deps) (*Agent, error) {
@@ -233,8 +248,8 @@ var dataPathShaper = map[string]maps.Shaper{"htb": maps.ShaperHTB, "edt": maps.S
 func (a *Agent) Learn(s maps.Sample) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	decision, changed, err := a.learner.Learn(s.Conn, s.Data)
-	if err != nil || !changed {
+	decision, changed, err := a.learner.Learn(s.Conn, s.Born, s.Data)
+	if err != nil {
 		return err
 	}
 	now := a.deps.Clock.Now()
@@ -244,8 +259,6 @@ func (a *Agent) Learn(s maps.Sample) error {
 		switch {
 		case !decided:
 			ids[d] = maps.EntityUnknown
-		case !t.Governed:
-			ids[d] = maps.NotGoverned
 		default:
 			_, known := a.registry.Lookup(t.Key)
 			id := a.registry.Acquire(t.Key, now)
@@ -259,6 +272,14 @@ func (a *Agent) Learn(s maps.Sample) error {
 				}
 			}
 		}
+	}
+	if !changed {
+		if ids == s.Bound {
+			return nil
+		}
+		// The entry lost its binding (evicted, or entered again after a
+		// reset): bind it again now, not when the decision next changes.
+		a.conns.Rebound++
 	}
 	return a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}})
 }
@@ -439,6 +460,38 @@ func ranAtLimit(lastRate, applied float64) bool {
 	return math.IsNaN(applied) || lastRate >= atLimitFraction*applied
 }
 
+// scanConnections walks the connection table: live connections keep their
+// entities from being reclaimed; closed ones (FIN or RST seen) leave the
+// table; learner state of every connection no longer live is freed.
+func (a *Agent) scanConnections(now time.Time) error {
+	live := make(map[maps.ConnKey]struct{}, a.learner.Connections())
+	var closed []maps.ConnKey
+	tracked := 0
+	err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
+		tracked++
+		if b.Closing {
+			closed = append(closed, b.Conn)
+			return
+		}
+		live[b.Conn] = struct{}{}
+		for _, id := range []uint32{b.Produce, b.Fetch} {
+			if id != maps.NotGoverned {
+				a.registry.Touch(entity.ID(id), now)
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("scan connections: %w", err)
+	}
+	if err := a.deps.DataPath.ForgetConns(closed); err != nil {
+		return fmt.Errorf("remove closed connections: %w", err)
+	}
+	a.conns.Reaped += uint64(len(closed))
+	a.conns.Tracked = tracked - len(closed)
+	a.learner.Retain(func(c maps.ConnKey) bool { _, ok := live[c]; return ok })
+	return nil
+}
+
 // reclaim takes idle entities out: live connections keep theirs (a scan
 // of the connection table now and then), the rest idle for
 // entity_idle_timeout are removed from the shaper, their counters and
@@ -446,15 +499,8 @@ func ranAtLimit(lastRate, applied float64) bool {
 func (a *Agent) reclaim(now time.Time) error {
 	if now.Sub(a.lastScan) >= min(bindingsScanEvery, a.cfg.EntityIdleTimeout/2) {
 		a.lastScan = now
-		err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
-			for _, id := range []uint32{b.Produce, b.Fetch} {
-				if id != maps.NotGoverned {
-					a.registry.Touch(entity.ID(id), now)
-				}
-			}
-		})
-		if err != nil {
-			return fmt.Errorf("scan connections: %w", err)
+		if err := a.scanConnections(now); err != nil {
+			return err
 		}
 	}
 	ids := a.registry.Reclaim(now, a.cfg.EntityIdleTimeout)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/netip"
@@ -118,9 +119,62 @@ entities:
 	if got := r.sh.rates[maps.Produce][plain.Produce]; got != 0 {
 		t.Errorf("produce standby with H = 0: %v", got)
 	}
-	// A broker fetcher is never governed.
-	if b := r.learn(40003, "broker-2-fetcher-0", apiVersions()); b.Produce != maps.NotGoverned || b.Fetch != maps.NotGoverned {
-		t.Errorf("replication bound to %+v", b)
+	// A client that names itself a broker fetcher is governed all the same:
+	// only exempt_peers exempt (and the data path never samples them).
+	if b := r.learn(40003, "broker-2-fetcher-0", apiVersions()); b.Produce == maps.NotGoverned || b.Produce == maps.EntityUnknown || b.Produce != b.Fetch {
+		t.Errorf("a forged broker fetcher bound to %+v, want its own client entity", b)
+	}
+}
+
+// A sample whose connection entry lost its binding (evicted, re-entered)
+// is bound again at once, though the learner's decision did not change.
+func TestAgentRebindsAConnectionThatLostItsBinding(t *testing.T) {
+	r := newRig(t, "")
+	b := r.learn(40000, "orders", apiVersions())
+	delete(r.dp.bindings, conn(40000)) // the data path lost the entry
+	sample := maps.Sample{Conn: conn(40000), Data: kt.Frame(apiVersions(), 2, kt.Str("orders")), Complete: true}
+	if err := r.a.Learn(sample); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := r.dp.bindings[conn(40000)]; !ok || got.Produce != b.Produce {
+		t.Fatalf("binding after the entry was lost: %+v %v, want %+v", got, ok, b)
+	}
+	// A sample that shows the binding in place binds nothing.
+	delete(r.dp.bindings, conn(40000))
+	sample.Bound = [2]uint32{b.Produce, b.Fetch}
+	if err := r.a.Learn(sample); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.dp.bindings[conn(40000)]; ok {
+		t.Error("a sample whose entry held the binding was bound again")
+	}
+	if got := r.a.Snapshot(); got != nil && got.Connections.Rebound != 1 {
+		t.Errorf("rebound %d, want 1", got.Connections.Rebound)
+	}
+}
+
+// The scan removes closed connections from the table and frees the
+// learner's state of every connection no longer in it.
+func TestAgentScanReapsClosedConnectionsAndLearnerState(t *testing.T) {
+	r := newRig(t, "")
+	for port := uint16(41000); port < 41100; port++ {
+		r.learn(port, fmt.Sprint("client-", port), apiVersions())
+	}
+	r.dp.mu.Lock()
+	for port := uint16(41000); port < 41050; port++ { // half closed
+		b := r.dp.bindings[conn(port)]
+		b.Closing = true
+		r.dp.bindings[conn(port)] = b
+	}
+	for port := uint16(41050); port < 41060; port++ { // ten evicted
+		delete(r.dp.bindings, conn(port))
+	}
+	r.dp.mu.Unlock()
+	r.clock.advance(bindingsScanEvery)
+	s := r.cycle()
+	if len(r.dp.bindings) != 40 || s.Learner.Connections != 40 || s.Connections.Reaped != 50 || s.Connections.Tracked != 40 {
+		t.Errorf("after the scan: %d entries, %d learner states, reaped %d, tracked %d; want 40, 40, 50, 40",
+			len(r.dp.bindings), s.Learner.Connections, s.Connections.Reaped, s.Connections.Tracked)
 	}
 }
 

@@ -20,6 +20,8 @@ type DataPath interface {
 	ReadCounters(dst *[2][]maps.Counters) error
 	BindConns(bindings []maps.Binding) error
 	EachBinding(fn func(maps.Binding)) error
+	// ForgetConns removes connections from the table (missing ones are fine).
+	ForgetConns(conns []maps.ConnKey) error
 	ResetCounters(entities []uint32) error
 	Heartbeat(now time.Duration) error
 	SetSettings(s maps.Settings) error

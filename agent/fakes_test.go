@@ -57,6 +57,14 @@ func (f *fakeDataPath) EachBinding(fn func(maps.Binding)) error {
 	}
 	return nil
 }
+func (f *fakeDataPath) ForgetConns(conns []maps.ConnKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range conns {
+		delete(f.bindings, c)
+	}
+	return nil
+}
 func (f *fakeDataPath) ResetCounters(ids []uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -70,6 +70,8 @@ type collector struct {
 	entityBytes, entityRate, effRes, dynLimit, state, utilisation, dropped, delay *prometheus.Desc
 	promised, green, overcommit, capacityC, entities, overflowed                  *prometheus.Desc
 	samples, dpStats                                                              *prometheus.Desc
+	exemptBytes, replicationClaims, connsTracked, connsReaped, connsRebound       *prometheus.Desc
+	learnerConns                                                                  *prometheus.Desc
 }
 
 func newCollector(a *Agent, dp DataPath) *collector {
@@ -96,14 +98,22 @@ func newCollector(a *Agent, dp DataPath) *collector {
 		entities:    d("entities", "Entities by state.", []string{"direction", "state"}),
 		overflowed:  d("entities_overflowed_total", "New entities that went to the overflow entity because the registry was full.", nil),
 		samples:     d("learner_samples_total", "Request samples read by the learner.", []string{"result"}),
-		dpStats:     d("datapath_events_total", "Data path events: samples, fragments, drops, resyncs, fail-open packets.", []string{"event"}),
+		dpStats:     d("datapath_events_total", "Data path events: samples, fragments, drops, resyncs, fail-open packets, unproven segments.", []string{"event"}),
+		exemptBytes: d("exempt_bytes_total", "Payload bytes of exempt peers (exempt_peers: replication), counted and never held back.", dir),
+		replicationClaims: d("learner_replication_claims_total",
+			"Requests from governed peers that claimed to be replication (replica id or broker fetcher client-id); ignored, only exempt_peers exempt.", nil),
+		connsTracked: d("connections_tracked", "Connections in the data path's table at the last scan.", nil),
+		connsReaped:  d("connections_reaped_total", "Closed connections (FIN or RST seen) removed from the table.", nil),
+		connsRebound: d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again.", nil),
+		learnerConns: d("learner_connections", "Connections the learner keeps state for.", nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.failures.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.entityBytes, c.entityRate, c.effRes, c.dynLimit, c.state, c.utilisation, c.dropped, c.delay,
-		c.promised, c.green, c.overcommit, c.capacityC, c.entities, c.overflowed, c.samples, c.dpStats} {
+		c.promised, c.green, c.overcommit, c.capacityC, c.entities, c.overflowed, c.samples, c.dpStats,
+		c.exemptBytes, c.replicationClaims, c.connsTracked, c.connsReaped, c.connsRebound, c.learnerConns} {
 		ch <- d
 	}
 }
@@ -140,6 +150,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Parsed), "parsed")
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Truncated), "truncated")
 		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Failed), "failed")
+		ch <- prometheus.MustNewConstMetric(c.replicationClaims, prometheus.CounterValue, float64(s.Learner.ReplicationClaims))
+		ch <- prometheus.MustNewConstMetric(c.learnerConns, prometheus.GaugeValue, float64(s.Learner.Connections))
+		ch <- prometheus.MustNewConstMetric(c.connsTracked, prometheus.GaugeValue, float64(s.Connections.Tracked))
+		ch <- prometheus.MustNewConstMetric(c.connsReaped, prometheus.CounterValue, float64(s.Connections.Reaped))
+		ch <- prometheus.MustNewConstMetric(c.connsRebound, prometheus.CounterValue, float64(s.Connections.Rebound))
 	}
 	st, err := c.dp.Stats()
 	if err != nil {
@@ -149,8 +164,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for name, v := range map[string]uint64{
 		"samples": st.Samples, "fragments": st.Fragments, "budget_drops": st.BudgetDrops, "ringbuf_drops": st.RingBufferDrops,
 		"desyncs": st.Desyncs, "resyncs": st.Resyncs, "exempt_connections": st.ExemptConnections, "fail_open_packets": st.FailOpenPackets,
+		"unproven_segments": st.Unproven,
 	} {
 		ch <- prometheus.MustNewConstMetric(c.dpStats, prometheus.CounterValue, float64(v), name)
+	}
+	for d, name := range []string{"produce", "fetch"} {
+		ch <- prometheus.MustNewConstMetric(c.exemptBytes, prometheus.CounterValue, float64(st.ExemptBytes[d]), name)
 	}
 }
 

@@ -54,8 +54,10 @@ func (a *Agent) view() *Snapshot {
 		Overflowed:   a.registry.Overflowed,
 		Learner: LearnerView{
 			Parsed: a.learner.Stats.Parsed, Truncated: a.learner.Stats.Truncated, Failed: a.learner.Stats.Failed,
-			Connections: a.learner.Connections(),
+			Connections: a.learner.Connections(), ReplicationClaims: a.learner.Stats.ReplicationClaims,
+			NewConnections: a.learner.Stats.NewConnections,
 		},
+		Connections:  ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound},
 		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
 	}
 	for _, dc := range a.dirs {

@@ -89,6 +89,7 @@ type Snapshot struct {
 	MaxEntities  int              `json:"max_entities"`
 	Overflowed   uint64           `json:"overflowed"`
 	Learner      LearnerView      `json:"learner"`
+	Connections  ConnectionsView  `json:"connections"`
 	CycleSeconds float64          `json:"cycle_seconds"`
 }
 
@@ -98,6 +99,18 @@ type LearnerView struct {
 	Truncated   uint64 `json:"samples_truncated"`
 	Failed      uint64 `json:"samples_failed"`
 	Connections int    `json:"connections"`
+	// ReplicationClaims: requests from governed peers that claimed to be
+	// replication (ignored: only exempt_peers exempt).
+	ReplicationClaims uint64 `json:"replication_claims"`
+	// NewConnections: reused 4-tuples whose old state was dropped.
+	NewConnections uint64 `json:"new_connections"`
+}
+
+// ConnectionsView is the connection table's lifecycle.
+type ConnectionsView struct {
+	Tracked int    `json:"tracked"` // entries at the last scan
+	Reaped  uint64 `json:"reaped"`  // closed connections removed
+	Rebound uint64 `json:"rebound"` // entries that had lost their binding, bound again
 }
 
 // Find returns the views of an entity by name (or kind:name) in both directions.

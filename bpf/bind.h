@@ -25,7 +25,8 @@ static __always_inline int bind_into(void *conns, const void *key, struct conn_e
 	if (!st) {
 		// Not seen yet: the connection starts unsynchronised; its tracking
 		// locks on at the next segment that starts with a request.
-		struct conn_state fresh = {.bound = bound};
+		// born only tells connections apart: any monotonic time will do.
+		struct conn_state fresh = {.bound = bound, .born = bpf_ktime_get_ns()};
 		if (bpf_map_update_elem(conns, key, &fresh, BPF_NOEXIST) == 0)
 			return 1;
 		st = bpf_map_lookup_elem(conns, key); // a segment inserted it meanwhile

@@ -75,8 +75,8 @@ static __always_inline __u32 min_u32(__u32 a, __u32 b)
 
 // emit sends payload bytes [off, off+n) as one fragment of the request
 // starting at req_seq. It returns the bytes sent, or 0.
-static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *seg, __u32 poff,
-				  __u32 off, __u32 n, __u32 req_seq, __u32 frag_off, __u32 req_len)
+static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *seg, const struct conn_state *st,
+				  __u32 poff, __u32 off, __u32 n, __u32 req_seq, __u32 frag_off, __u32 req_len)
 {
 	if (n == 0)
 		return 0;
@@ -103,6 +103,8 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	s->len = n;
 	s->pad = 0;
 	s->time_ns = coarse_now();
+	s->conn_born = st->born;
+	s->bound = st->bound;
 	bpf_ringbuf_submit(s, 0);
 	stat_inc(frag_off == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
 	return n;
@@ -162,8 +164,9 @@ static __always_inline int plausible_header(struct __sk_buff *skb, __u32 poff, _
 // track_request_starts follows request boundaries through one ingress
 // segment (payload [seq, seq+plen) at offset poff of the skb).
 static __always_inline void track_request_starts(struct __sk_buff *skb, const struct parsed *seg,
-						 struct track *t)
+						 struct conn_state *st)
 {
+	struct track *t = &st->track;
 	__u32 seq = seg->seq, poff = seg->payload_off, plen = seg->payload_len;
 	__u32 end = seq + plen;
 
@@ -217,7 +220,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 	if (t->sample_next != t->sample_end) {
 		if (!seq_before(t->sample_next, seq) && seq_before(t->sample_next, end)) {
 			__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
-			__u32 sent = emit(skb, seg, poff, t->sample_next - seq, n, t->sample_seq,
+			__u32 sent = emit(skb, seg, st, poff, t->sample_next - seq, n, t->sample_seq,
 					  t->sample_next - t->sample_seq, t->req_len);
 			t->sample_next = sent ? t->sample_next + sent : t->sample_end;
 		} else if (seq_before(t->sample_next, seq)) {
@@ -258,7 +261,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 					t->size_partial = t->size_partial << 8 | b[j];
 			t->size_have = avail;
 			if (sample) {
-				__u32 sent = emit(skb, seg, poff, off, avail, t->next_seq, 0, 0);
+				__u32 sent = emit(skb, seg, st, poff, off, avail, t->next_seq, 0, 0);
 				t->sample_seq = t->next_seq;
 				t->req_len = 0;
 				t->sample_next = t->next_seq + sent;
@@ -277,7 +280,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		}
 		if (sample) {
 			__u32 want = min_u32(sample_bytes, 4 + size);
-			__u32 sent = emit(skb, seg, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size);
+			__u32 sent = emit(skb, seg, st, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size);
 			if (sent && sent < want) {
 				t->sample_seq = t->next_seq;
 				t->req_len = 4 + size;

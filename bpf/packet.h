@@ -23,9 +23,10 @@ struct parsed {
 	struct conn_key4 key4;
 	struct conn_key key;
 	__u32 seq;
+	__u32 ack_seq;
 	__u32 payload_off; // from skb start
 	__u32 payload_len;
-	__u8 v6, syn, fin_rst;
+	__u8 v6, syn, synack, fin_rst;
 };
 
 static __always_inline void v4_mapped(__u8 *dst, __be32 addr)
@@ -112,7 +113,9 @@ static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *
 	p->payload_off = headers;
 	p->payload_len = skb->len - headers;
 	p->seq = bpf_ntohl(tcp->seq);
+	p->ack_seq = bpf_ntohl(tcp->ack_seq);
 	p->syn = tcp->syn && !tcp->ack;
+	p->synack = tcp->syn && tcp->ack;
 	p->fin_rst = tcp->fin || tcp->rst;
 	return 1;
 }

@@ -190,25 +190,52 @@ static __always_inline long conn_update(const struct parsed *p, const struct con
 	return err;
 }
 
-// conn_start enters a connection into its table: an exempt peer marked
-// not governed (once, so later segments skip the trie), any other unbound
-// until the agent learns its entity, with tracking synchronised when the
-// segment is its SYN. It returns 1 for an exempt peer.
-static __always_inline int conn_start(const struct parsed *p, __u64 flags)
+static __always_inline void conn_delete(const struct parsed *p)
+{
+	if (p->v6) {
+		bpf_map_delete_elem(&conns6, &p->key);
+		ONE_MAP_PER_CALL("conns6");
+	} else {
+		bpf_map_delete_elem(&conns4, &p->key4);
+		ONE_MAP_PER_CALL("conns4");
+	}
+}
+
+// count_exempt adds an exempt peer's payload to its direction's total:
+// replication is never held back, but operators see how much of the NIC
+// it takes.
+static __always_inline void count_exempt(int dir, __u32 len)
+{
+	__u32 which = dir == DIR_PRODUCE ? STAT_EXEMPT_BYTES_PRODUCE : STAT_EXEMPT_BYTES_FETCH;
+	__u64 *v = bpf_map_lookup_elem(&stats, &which);
+	if (v)
+		*v += len;
+}
+
+// conn_start enters a connection into its table when the broker's own
+// segment (egress, neither SYN nor RST nor FIN) proves that the kernel
+// holds an established socket for it: a spoofed SYN or a stray segment
+// never gets that far, so it cannot push live connections out of the LRU
+// table. An exempt peer is marked not governed (once, so later segments
+// skip the trie); any other starts unbound until the agent learns its
+// entity, with request tracking placed where the broker's acknowledgement
+// says the client's stream stands (if that lands inside a request, the
+// tracking re-synchronises on the next plausible header). It returns 1
+// for an exempt peer.
+static __always_inline int conn_start(const struct parsed *p)
 {
 	struct conn_state fresh = {};
-	if (is_exempt(p)) {
+	fresh.born = coarse_now();
+	int exempt = is_exempt(p);
+	if (exempt) {
 		fresh.bound.entity[0] = fresh.bound.entity[1] = ENTITY_NOT_GOVERNED;
-		if (conn_update(p, &fresh, flags) == 0)
-			stat_inc(STAT_EXEMPT);
-		return 1;
-	}
-	if (p->syn) {
-		fresh.track.next_seq = p->seq + 1;
+	} else {
+		fresh.track.next_seq = p->ack_seq;
 		fresh.track.synced = 1;
 	}
-	conn_update(p, &fresh, flags);
-	return 0;
+	if (conn_update(p, &fresh, BPF_NOEXIST) == 0 && exempt)
+		stat_inc(STAT_EXEMPT);
+	return exempt;
 }
 
 static __always_inline int handle(struct __sk_buff *skb, int dir)
@@ -219,35 +246,53 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	if (!parse(skb, dir, &p))
 		return PASS;
 
-	// A SYN starts a new connection: whatever an earlier one on this
-	// 4-tuple left is stale, and its requests start right after the SYN.
-	if (dir == DIR_PRODUCE && p.syn) {
-		conn_start(&p, BPF_ANY);
+	// The handshake creates nothing: a SYN proves no peer. The broker's
+	// SYN-ACK says its kernel took a new connection on this 4-tuple, so
+	// whatever an earlier connection on it left is stale.
+	if (p.syn)
+		return PASS;
+	if (p.synack) {
+		if (dir == DIR_FETCH)
+			conn_delete(&p);
 		return PASS;
 	}
 	struct conn_state *st = conn_lookup(&p);
-	if (!st && !p.fin_rst) {
-		// First sight of a connection older than its SYN (or than the agent).
-		if (conn_start(&p, BPF_NOEXIST))
-			return PASS;
-		st = conn_lookup(&p);
-	}
-
-	__u32 entity = ENTITY_UNKNOWN;
-	if (st) {
-		struct conn_entities bound = st->bound; // one load: both directions agree
-		entity = bound.entity[dir & 1];
-		if (entity == ENTITY_NOT_GOVERNED && bound.entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED)
-			return PASS; // exempt or replication: nothing to count, sample or shape
-		if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED) {
-			struct track *t = &st->track;
-			struct track saved;
-			if (bench_rewind)
-				__builtin_memcpy(&saved, t, sizeof(saved));
-			track_request_starts(skb, &p, t);
-			if (bench_rewind)
-				__builtin_memcpy(t, &saved, sizeof(saved));
+	if (!st) {
+		if (dir == DIR_PRODUCE || p.fin_rst) {
+			// Not proven yet (the client's first request, before the broker
+			// answers), or a stray segment: counted, never entered.
+			if (is_exempt(&p)) {
+				count_exempt(dir, p.payload_len);
+				return PASS;
+			}
+			stat_inc(STAT_UNPROVEN);
+			return account(skb, dir, &p, ENTITY_UNKNOWN);
 		}
+		if (conn_start(&p)) {
+			count_exempt(dir, p.payload_len);
+			return PASS;
+		}
+		st = conn_lookup(&p);
+		if (!st)
+			return account(skb, dir, &p, ENTITY_UNKNOWN);
+	}
+	if (p.fin_rst)
+		st->track.closing = 1;
+
+	struct conn_entities bound = st->bound; // one load: both directions agree
+	__u32 entity = bound.entity[dir & 1];
+	if (entity == ENTITY_NOT_GOVERNED && bound.entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED) {
+		// An exempt peer (only the data path marks both directions so).
+		count_exempt(dir, p.payload_len);
+		return PASS;
+	}
+	if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED) {
+		struct track saved;
+		if (bench_rewind)
+			__builtin_memcpy(&saved, &st->track, sizeof(saved));
+		track_request_starts(skb, &p, st);
+		if (bench_rewind)
+			__builtin_memcpy(&st->track, &saved, sizeof(saved));
 	}
 	return account(skb, dir, &p, entity);
 }

@@ -60,7 +60,8 @@ struct track {
 	__u32 requests;     // requests seen (the first ones are always sampled)
 	__u8 synced;        // next_seq is trusted
 	__u8 size_have;     // bytes of size_partial collected (0..3)
-	__u8 pad[6];
+	__u8 closing;       // a FIN or RST went by: the agent reclaims the entry
+	__u8 pad[5];
 };
 
 // The connection table's value. Attribution and request tracking share one
@@ -69,6 +70,10 @@ struct track {
 struct conn_state {
 	struct conn_entities bound; // written by the agent through sluice_bind
 	struct track track;         // written by the data path
+	// When the data path entered the connection (CLOCK_MONOTONIC_COARSE):
+	// tells apart two connections that reuse one 4-tuple, so the agent
+	// never carries what it learned of one over to the next.
+	__u64 born;
 };
 
 // One binding the agent queues for sluice_bind.
@@ -149,6 +154,8 @@ struct sample {
 	__u16 len;      // bytes in data
 	__u16 pad;
 	__u64 time_ns;
+	__u64 conn_born;            // the connection entry's born
+	struct conn_entities bound; // what the entry held when sampled
 	__u8 data[SAMPLE_MAX];
 };
 
@@ -177,5 +184,8 @@ enum stat {
 	STAT_RESYNCS,          // re-synchronised on a plausible header
 	STAT_EXEMPT,           // connections marked exempt
 	STAT_FAIL_OPEN,        // governed segments passed because the heartbeat is stale
+	STAT_EXEMPT_BYTES_PRODUCE, // payload bytes from exempt peers (counted, never held)
+	STAT_EXEMPT_BYTES_FETCH,   // payload bytes to exempt peers
+	STAT_UNPROVEN,         // segments of connections the broker has not answered yet
 	STAT_MAX,
 };

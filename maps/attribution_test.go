@@ -160,32 +160,89 @@ func TestAttributionPureACKsAndControlSegmentsAreNotCounted(t *testing.T) {
 	if c := h.counters(Produce, 3); c.Packets != 0 {
 		t.Errorf("control segments counted: %+v", c)
 	}
-	// A SYN starts a new connection on the 4-tuple: the old binding goes.
+}
+
+// Connections enter the table only on the broker's own segment, a SYN-ACK
+// on a 4-tuple ends whatever an earlier connection there left, and FIN or
+// RST marks the entry for the agent to reclaim.
+func TestAttributionConnectionLifecycle(t *testing.T) {
+	h := newHarness(t, testOptions())
+	key := connKey(client4, broker4, 40002)
+	h.d.BindConns([]Binding{{Conn: key, Produce: 3, Fetch: 3}})
+	// A client's SYN on a live 4-tuple proves nothing (the kernel answers
+	// it with a challenge ACK): the binding stays.
 	h.run(Produce, toBroker(client4, broker4, 40002, 5000, flagSYN, nil))
-	if _, ok, _ := h.d.Binding(key); ok {
-		t.Error("a SYN left the previous connection's binding")
+	if b, ok, _ := h.d.Binding(key); !ok || b.Produce != 3 {
+		t.Errorf("a client's SYN disturbed a live binding: %+v %v", b, ok)
 	}
-	// The new connection is in the table all the same, unknown until bound
-	// (the agent's scans and the shaping check find connections this way).
+	// The broker's SYN-ACK: its kernel took a new connection here.
+	h.run(Fetch, segment{src: netipPort(broker4, brokerPort), dst: netipPort(client4, 40002), seq: 1, ack: 5001, flags: flagSYN | flagACK})
 	var listed []Binding
 	h.d.EachBinding(func(b Binding) { listed = append(listed, b) })
-	if len(listed) != 1 || listed[0] != (Binding{Conn: key, Produce: EntityUnknown, Fetch: EntityUnknown}) {
-		t.Errorf("EachBinding after a SYN: %+v, want the connection, unknown both ways", listed)
+	if len(listed) != 0 {
+		t.Errorf("after the broker's SYN-ACK: %+v, want the old connection gone", listed)
 	}
-	// The same for a 4-tuple a follower fetch had marked not governed.
-	h.d.BindConns([]Binding{{Conn: key, Produce: NotGoverned, Fetch: NotGoverned}})
-	h.run(Produce, toBroker(client4, broker4, 40002, 9000, flagSYN, nil))
+	// The client's first request comes before the broker has answered:
+	// charged to unknown, not entered.
+	h.run(Produce, toBroker(client4, broker4, 40002, 5001, flagACK|flagPSH, make([]byte, 40)))
 	if _, ok, _ := h.d.Binding(key); ok {
-		t.Error("a SYN left a stale not-governed mark")
+		t.Error("a client's segment entered a connection the broker never answered")
 	}
-	// An exempt peer's SYN marks its connection at once.
+	if c := h.counters(Produce, EntityUnknown); c.Bytes != 40 {
+		t.Errorf("unproven bytes: %+v, want 40 charged to unknown", c)
+	}
+	// The broker's ACK enters it, unknown both ways until the agent binds.
+	h.run(Fetch, brokerACK(client4, broker4, 40002, 5041))
+	listed = nil
+	h.d.EachBinding(func(b Binding) { listed = append(listed, b) })
+	if len(listed) != 1 || listed[0].Conn != key || listed[0].Produce != EntityUnknown || listed[0].Fetch != EntityUnknown || listed[0].Closing {
+		t.Errorf("after the broker's ACK: %+v, want the connection, unknown both ways", listed)
+	}
+	// FIN (or RST) marks it for the agent to reclaim.
+	h.run(Produce, toBroker(client4, broker4, 40002, 5041, flagFIN|flagACK, nil))
+	listed = nil
+	h.d.EachBinding(func(b Binding) { listed = append(listed, b) })
+	if len(listed) != 1 || !listed[0].Closing {
+		t.Errorf("after a FIN: %+v, want the connection marked closing", listed)
+	}
+	// An exempt peer is marked not governed by the broker's first segment,
+	// and its bytes are counted as exempt.
 	if err := h.d.SetExempt([]netip.Prefix{netip.MustParsePrefix("198.18.9.0/24")}); err != nil {
 		t.Fatal(err)
 	}
 	exemptPeer := netip.MustParseAddr("198.18.9.9")
-	h.run(Produce, toBroker(exemptPeer, broker4, 40003, 1, flagSYN, nil))
+	h.run(Produce, toBroker(exemptPeer, broker4, 40003, 1, flagACK|flagPSH, make([]byte, 70)))
+	h.run(Fetch, fromBroker(exemptPeer, broker4, 40003, 1, make([]byte, 30)))
 	if b, ok, _ := h.d.Binding(connKey(exemptPeer, broker4, 40003)); !ok || b.Produce != NotGoverned || b.Fetch != NotGoverned {
-		t.Errorf("exempt peer's SYN: binding %+v %v, want not governed", b, ok)
+		t.Errorf("exempt peer: binding %+v %v, want not governed", b, ok)
+	}
+	h.run(Produce, toBroker(exemptPeer, broker4, 40003, 71, flagACK|flagPSH, make([]byte, 5)))
+	if st, _ := h.d.Stats(); st.ExemptBytes != [2]uint64{75, 30} || st.Unproven != 1 {
+		t.Errorf("exempt bytes %v (want [75 30]), unproven %d (want 1)", st.ExemptBytes, st.Unproven)
+	}
+}
+
+// A flood of spoofed SYNs and stray segments on fresh 4-tuples, ten times
+// the table's size, cannot push an established connection out of the LRU
+// table: none of them is entered.
+func TestAttributionSYNFloodEvictsNothing(t *testing.T) {
+	opts := testOptions()
+	opts.MaxConnections = 1024
+	h := newHarness(t, opts)
+	live := connKey(client4, broker4, 40010)
+	h.handshake(client4, broker4, 40010, 100)
+	h.d.BindConns([]Binding{{Conn: live, Produce: 4, Fetch: 4}})
+	for i := range 10 * opts.MaxConnections {
+		peer := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+		port := uint16(1024 + i%50000)
+		h.run(Produce, toBroker(peer, broker4, port, uint32(i), flagSYN, nil))
+		h.run(Fetch, segment{src: netipPort(broker4, brokerPort), dst: netipPort(peer, port), seq: 1, ack: uint32(i) + 1, flags: flagSYN | flagACK})
+		h.run(Produce, toBroker(peer, broker4, port, uint32(i)+1, flagACK|flagPSH, make([]byte, 20)))
+	}
+	n := 0
+	h.d.EachBinding(func(Binding) { n++ })
+	if b, ok, _ := h.d.Binding(live); !ok || b.Produce != 4 || n != 1 {
+		t.Errorf("after the flood: live binding %+v %v, %d entries (want the live one only)", b, ok, n)
 	}
 }
 

@@ -21,7 +21,7 @@ type clientStream struct {
 }
 
 func (h *harness) connect(client netip.Addr, port uint16, isn uint32) *clientStream {
-	h.run(Produce, toBroker(client, broker4, port, isn, flagSYN, nil))
+	h.handshake(client, broker4, port, isn)
 	return &clientStream{h: h, client: client, port: port, seq: isn + 1}
 }
 
@@ -129,10 +129,14 @@ func TestRequestBoundaryResyncWhenConnectionPredatesAgent(t *testing.T) {
 	rd, _ := h.d.NewSampleReader()
 	defer rd.Close()
 	reqs := kafkaRequests()
-	// No SYN: the agent starts with the connection open, mid-request.
+	// No handshake: the agent starts with the connection open, mid-request.
 	seq := uint32(777)
 	mid := reqs[1][100:] // the tail of a produce request: not a header
-	h.run(Produce, toBroker(client4, broker4, 42300, seq, flagACK|flagPSH, mid))
+	h.run(Produce, toBroker(client4, broker4, 42300, seq, flagACK|flagPSH, mid[:40]))
+	// The broker acknowledges part of it: its segment enters the connection
+	// with tracking placed at the acknowledged byte, inside a request.
+	h.run(Fetch, brokerACK(client4, broker4, 42300, seq+40))
+	h.run(Produce, toBroker(client4, broker4, 42300, seq+40, flagACK|flagPSH, mid[40:]))
 	seq += uint32(len(mid))
 	if got := drain(t, rd); len(got) != 0 {
 		t.Fatalf("sampled %d times from the middle of a request", len(got))
@@ -204,7 +208,7 @@ func TestRequestBoundarySampleSizeAndV6(t *testing.T) {
 	defer rd.Close()
 	reqs := kafkaRequests()
 	isn := uint32(9)
-	h.run(Produce, segment{src: netip.AddrPortFrom(client6, 43000), dst: netip.AddrPortFrom(broker6, brokerPort), seq: isn, flags: flagSYN})
+	h.handshake(client6, broker6, 43000, isn)
 	seq := isn + 1
 	for _, seg := range [][]byte{bytes.Join(reqs[:2], nil), bytes.Join(reqs[2:], nil)} {
 		h.run(Produce, segment{src: netip.AddrPortFrom(client6, 43000), dst: netip.AddrPortFrom(broker6, brokerPort), seq: seq, flags: flagACK, payload: seg})
@@ -233,9 +237,19 @@ func TestRequestBoundaryBindingKeepsTracking(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.send(stream[cut:], 1000)
-	checkSamples(t, drain(t, rd), reqs, start, 256)
+	got := drain(t, rd)
+	checkSamples(t, got, reqs, start, 256)
 	if st, _ := h.d.Stats(); st.Desyncs != 0 || st.Resyncs != 0 {
 		t.Errorf("binding disturbed tracking: %+v", st)
+	}
+	// Samples say what the entry held when each request started, and which
+	// connection on the 4-tuple they belong to.
+	first, last := got[0], got[len(got)-1]
+	if first.Bound != [2]uint32{EntityUnknown, EntityUnknown} || last.Bound != [2]uint32{5, 6} {
+		t.Errorf("samples' bound entities: first %v, last %v; want unknown, then [5 6]", first.Bound, last.Bound)
+	}
+	if first.Born == 0 || last.Born != first.Born {
+		t.Errorf("samples' connection born %d and %d: want one non-zero value", first.Born, last.Born)
 	}
 	if c := h.counters(Produce, 5); c.Bytes != uint64(len(stream)-cut) {
 		t.Errorf("entity 5 counted %d bytes after the binding, want %d", c.Bytes, len(stream)-cut)

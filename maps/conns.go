@@ -65,6 +65,8 @@ type Binding struct {
 	Conn    ConnKey
 	Produce uint32
 	Fetch   uint32
+	// Closing: a FIN or RST went by (read by EachBinding; BindConns ignores it).
+	Closing bool
 }
 
 // BindConns writes the entities of many connections. It queues them in
@@ -92,6 +94,17 @@ func (d *Datapath) BindConns(bindings []Binding) error {
 		}
 		if int(applied) != len(batch) {
 			return fmt.Errorf("bind %d connections: only %d applied (connection table full?)", len(batch), applied)
+		}
+	}
+	return nil
+}
+
+// ForgetConns removes connections from their tables; a connection already
+// gone is not an error.
+func (d *Datapath) ForgetConns(conns []ConnKey) error {
+	for _, k := range conns {
+		if err := d.UnbindConn(k); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -148,7 +161,8 @@ func eachConn[K any](table *ebpf.Map, conn func(K) ConnKey, fn func(Binding)) er
 	for {
 		n, err := table.BatchLookup(&cursor, keys, values, nil)
 		for i := range n {
-			fn(Binding{Conn: conn(keys[i]), Produce: values[i].Bound.Entity[0], Fetch: values[i].Bound.Entity[1]})
+			v := &values[i]
+			fn(Binding{Conn: conn(keys[i]), Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1], Closing: v.Track.Closing != 0})
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil // the end of the table
@@ -161,7 +175,8 @@ func eachConn[K any](table *ebpf.Map, conn func(K) ConnKey, fn func(Binding)) er
 
 // bound tells an entry the agent bound (or the data path marked exempt)
 // from one the data path only tracks: entity 0 is each direction's unknown.
-// A SYN leaves such an entry, so Binding reports a new connection unbound.
+// The broker's first segment enters such an entry, so Binding reports a
+// new connection unbound.
 func (s sluiceConnState) bound() bool {
 	return s.Bound.Entity != [2]uint32{EntityUnknown, EntityUnknown}
 }

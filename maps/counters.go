@@ -123,12 +123,20 @@ type Stats struct {
 	Desyncs, Resyncs   uint64 // request tracking lost and found again
 	ExemptConnections  uint64 // connections marked exempt
 	FailOpenPackets    uint64 // governed segments passed because the heartbeat was stale
+	// ExemptBytes are the payload bytes of exempt peers per direction
+	// (produce, fetch): replication, counted and never held back.
+	ExemptBytes [2]uint64
+	// Unproven counts segments of connections the broker had not answered
+	// yet (a client's first request, or stray and spoofed segments):
+	// charged to the unknown entity, never entered in the table.
+	Unproven uint64
 }
 
 // Stats sums the data path's statistics over CPUs.
 func (d *Datapath) Stats() (Stats, error) {
 	var s Stats
-	fields := []*uint64{&s.Samples, &s.Fragments, &s.BudgetDrops, &s.RingBufferDrops, &s.Desyncs, &s.Resyncs, &s.ExemptConnections, &s.FailOpenPackets}
+	fields := []*uint64{&s.Samples, &s.Fragments, &s.BudgetDrops, &s.RingBufferDrops, &s.Desyncs, &s.Resyncs, &s.ExemptConnections, &s.FailOpenPackets,
+		&s.ExemptBytes[0], &s.ExemptBytes[1], &s.Unproven}
 	if len(fields) != int(sluiceStatSTAT_MAX) {
 		return s, fmt.Errorf("data path has %d statistics, this build knows %d", sluiceStatSTAT_MAX, len(fields))
 	}

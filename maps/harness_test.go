@@ -110,6 +110,24 @@ func fromBroker(client, broker netip.Addr, clientPort uint16, seq uint32, payloa
 	return segment{src: netip.AddrPortFrom(broker, brokerPort), dst: netip.AddrPortFrom(client, clientPort), seq: seq, flags: flagACK | flagPSH, payload: payload}
 }
 
+// brokerACK is the broker's pure ACK of a client's bytes up to ack: the
+// broker's own segment that enters a connection into the table.
+func brokerACK(client, broker netip.Addr, clientPort uint16, ack uint32) segment {
+	return segment{src: netip.AddrPortFrom(broker, brokerPort), dst: netip.AddrPortFrom(client, clientPort), seq: 1, ack: ack, flags: flagACK}
+}
+
+// handshake plays a connection's opening: the client's SYN, the broker's
+// SYN-ACK, the client's ACK, and a broker ACK that enters it into the table
+// with its requests starting at isn+1.
+func (h *harness) handshake(client, broker netip.Addr, clientPort uint16, isn uint32) {
+	h.t.Helper()
+	c, b := netip.AddrPortFrom(client, clientPort), netip.AddrPortFrom(broker, brokerPort)
+	h.run(Produce, segment{src: c, dst: b, seq: isn, flags: flagSYN})
+	h.run(Fetch, segment{src: b, dst: c, seq: 7, ack: isn + 1, flags: flagSYN | flagACK})
+	h.run(Produce, segment{src: c, dst: b, seq: isn + 1, ack: 8, flags: flagACK})
+	h.run(Fetch, segment{src: b, dst: c, seq: 8, ack: isn + 1, flags: flagACK})
+}
+
 func connKey(client, broker netip.Addr, clientPort uint16) ConnKey {
 	return ConnKey{Peer: netip.AddrPortFrom(client, clientPort), Local: netip.AddrPortFrom(broker, brokerPort)}
 }

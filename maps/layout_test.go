@@ -9,3 +9,5 @@ func offsetofReqLen() uintptr             { return unsafe.Offsetof(sluiceSample{
 func offsetofLen() uintptr                { return unsafe.Offsetof(sluiceSample{}.Len) }
 func offsetofTime() uintptr               { return unsafe.Offsetof(sluiceSample{}.TimeNs) }
 func offsetofData() uintptr               { return unsafe.Offsetof(sluiceSample{}.Data) }
+func offsetofBorn() uintptr               { return unsafe.Offsetof(sluiceSample{}.ConnBorn) }
+func offsetofBound() uintptr              { return unsafe.Offsetof(sluiceSample{}.Bound) }

@@ -17,7 +17,7 @@ const (
 // segment describes a TCP segment as the wire carries it.
 type segment struct {
 	src, dst netip.AddrPort
-	seq      uint32
+	seq, ack uint32
 	flags    uint8
 	payload  []byte
 	tos      uint8 // IPv4 TOS / traffic class: the low two bits are ECN
@@ -30,6 +30,7 @@ func (s segment) frame() []byte {
 	binary.BigEndian.PutUint16(tcp[0:], s.src.Port())
 	binary.BigEndian.PutUint16(tcp[2:], s.dst.Port())
 	binary.BigEndian.PutUint32(tcp[4:], s.seq)
+	binary.BigEndian.PutUint32(tcp[8:], s.ack)
 	tcp[12] = 5 << 4
 	tcp[13] = s.flags
 	binary.BigEndian.PutUint16(tcp[14:], 65535)

@@ -96,12 +96,14 @@ func TestSampleLayoutMatchesGenerated(t *testing.T) {
 		t.Fatalf("struct sample is %d bytes, the decoder assumes %d", got, sampleSize)
 	}
 	offsets := map[string][2]uintptr{
-		"req_seq":  {offsetofReqSeq(), sampleOffReqSeq},
-		"frag_off": {offsetofFragOff(), sampleOffFragOff},
-		"req_len":  {offsetofReqLen(), sampleOffReqLen},
-		"len":      {offsetofLen(), sampleOffLen},
-		"time_ns":  {offsetofTime(), sampleOffTime},
-		"data":     {offsetofData(), sampleOffData},
+		"req_seq":   {offsetofReqSeq(), sampleOffReqSeq},
+		"frag_off":  {offsetofFragOff(), sampleOffFragOff},
+		"req_len":   {offsetofReqLen(), sampleOffReqLen},
+		"len":       {offsetofLen(), sampleOffLen},
+		"time_ns":   {offsetofTime(), sampleOffTime},
+		"conn_born": {offsetofBorn(), sampleOffBorn},
+		"bound":     {offsetofBound(), sampleOffBound},
+		"data":      {offsetofData(), sampleOffData},
 	}
 	for name, o := range offsets {
 		if o[0] != o[1] {

@@ -24,6 +24,13 @@ type Sample struct {
 	// Complete is false when fragments went missing (ring buffer full,
 	// segments out of order): Data is then a shorter prefix.
 	Complete bool
+	// Born tells connections on one 4-tuple apart: the data path's time of
+	// entering the connection. A new Born is a new connection.
+	Born uint64
+	// Bound is what the connection's entry held when the request started
+	// (produce, fetch): the agent re-binds a connection whose entry lost
+	// its binding (evicted, or re-entered).
+	Bound [2]uint32
 }
 
 // Layout of struct sample (bpf/types.h), checked against the generated
@@ -35,7 +42,9 @@ const (
 	sampleOffReqLen  = 44
 	sampleOffLen     = 48
 	sampleOffTime    = 56
-	sampleOffData    = 64
+	sampleOffBorn    = 64
+	sampleOffBound   = 72
+	sampleOffData    = 80
 	sampleSize       = sampleOffData + SampleMax
 )
 
@@ -46,6 +55,8 @@ type fragment struct {
 	fragOff uint32
 	reqLen  uint32
 	time    time.Duration
+	born    uint64
+	bound   [2]uint32
 	data    []byte
 }
 
@@ -69,6 +80,8 @@ func decodeFragment(raw []byte) (fragment, error) {
 		fragOff: le.Uint32(raw[sampleOffFragOff:]),
 		reqLen:  le.Uint32(raw[sampleOffReqLen:]),
 		time:    time.Duration(le.Uint64(raw[sampleOffTime:])),
+		born:    le.Uint64(raw[sampleOffBorn:]),
+		bound:   [2]uint32{le.Uint32(raw[sampleOffBound:]), le.Uint32(raw[sampleOffBound+4:])},
 		data:    raw[sampleOffData : sampleOffData+n],
 	}, nil
 }
@@ -99,7 +112,8 @@ func (a *assembler) add(f fragment) []Sample {
 			out = append(out, p.sample)
 		}
 		p = &pendingSample{
-			sample: Sample{Conn: f.key, Seq: f.reqSeq, Time: f.time, Data: append(make([]byte, 0, a.sampleBytes), f.data...)},
+			sample: Sample{Conn: f.key, Seq: f.reqSeq, Time: f.time, Born: f.born, Bound: f.bound,
+				Data: append(make([]byte, 0, a.sampleBytes), f.data...)},
 			want:   a.sampleBytes,
 		}
 		a.pending[f.key] = p

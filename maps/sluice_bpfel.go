@@ -56,6 +56,7 @@ type sluiceConnState struct {
 	_     structs.HostLayout
 	Bound sluiceConnEntities
 	Track sluiceTrack
+	Born  uint64
 }
 
 type sluiceDatapathSettings struct {
@@ -114,30 +115,35 @@ type sluicePoliceBucket struct {
 }
 
 type sluiceSample struct {
-	_       structs.HostLayout
-	Key     sluiceConnKey
-	ReqSeq  uint32
-	FragOff uint32
-	ReqLen  uint32
-	Len     uint16
-	Pad     uint16
-	_       [4]byte
-	TimeNs  uint64
-	Data    [512]uint8
+	_        structs.HostLayout
+	Key      sluiceConnKey
+	ReqSeq   uint32
+	FragOff  uint32
+	ReqLen   uint32
+	Len      uint16
+	Pad      uint16
+	_        [4]byte
+	TimeNs   uint64
+	ConnBorn uint64
+	Bound    sluiceConnEntities
+	Data     [512]uint8
 }
 
 type sluiceStat uint32
 
 const (
-	sluiceStatSTAT_SAMPLES       sluiceStat = 0
-	sluiceStatSTAT_FRAGMENTS     sluiceStat = 1
-	sluiceStatSTAT_BUDGET_DROPS  sluiceStat = 2
-	sluiceStatSTAT_RINGBUF_DROPS sluiceStat = 3
-	sluiceStatSTAT_DESYNCS       sluiceStat = 4
-	sluiceStatSTAT_RESYNCS       sluiceStat = 5
-	sluiceStatSTAT_EXEMPT        sluiceStat = 6
-	sluiceStatSTAT_FAIL_OPEN     sluiceStat = 7
-	sluiceStatSTAT_MAX           sluiceStat = 8
+	sluiceStatSTAT_SAMPLES              sluiceStat = 0
+	sluiceStatSTAT_FRAGMENTS            sluiceStat = 1
+	sluiceStatSTAT_BUDGET_DROPS         sluiceStat = 2
+	sluiceStatSTAT_RINGBUF_DROPS        sluiceStat = 3
+	sluiceStatSTAT_DESYNCS              sluiceStat = 4
+	sluiceStatSTAT_RESYNCS              sluiceStat = 5
+	sluiceStatSTAT_EXEMPT               sluiceStat = 6
+	sluiceStatSTAT_FAIL_OPEN            sluiceStat = 7
+	sluiceStatSTAT_EXEMPT_BYTES_PRODUCE sluiceStat = 8
+	sluiceStatSTAT_EXEMPT_BYTES_FETCH   sluiceStat = 9
+	sluiceStatSTAT_UNPROVEN             sluiceStat = 10
+	sluiceStatSTAT_MAX                  sluiceStat = 11
 )
 
 type sluiceTrack struct {
@@ -153,7 +159,8 @@ type sluiceTrack struct {
 	Requests    uint32
 	Synced      uint8
 	SizeHave    uint8
-	Pad         [6]uint8
+	Closing     uint8
+	Pad         [5]uint8
 }
 
 // Names of all BPF objects in the ELF.

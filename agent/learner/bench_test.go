@@ -18,12 +18,12 @@ func BenchmarkLearn(b *testing.B) {
 		{Topic: "other", Partitions: []int32{9}},
 	}, nil), 1, kt.Str("consumer-group-with-a-long-name"))
 	sample := full[:min(len(full), 256)]
-	if _, _, err := l.Learn(1, sample); err != nil {
+	if _, _, err := l.Learn(1, 1, sample); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		d, _, err := l.Learn(1, sample)
+		d, _, err := l.Learn(1, 1, sample)
 		if err != nil || d.Fetch != topicPart("broadcast-topic-1") {
 			b.Fatalf("%+v %v", d, err)
 		}

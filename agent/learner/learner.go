@@ -4,8 +4,6 @@
 package learner
 
 import (
-	"strings"
-
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/kafka"
 )
@@ -17,13 +15,12 @@ type TopicNames interface {
 	TopicName(id [16]byte) (string, bool)
 }
 
-// Target is where one direction of a connection's bytes go.
+// Target is where one direction of a connection's bytes go. Every target
+// the learner decides is governed: what a client sends can never exempt it.
+// Replication is exempt by its peer (exempt_peers), which the data path
+// decides before any request is parsed.
 type Target struct {
-	// Governed is false for traffic sluice never holds back: replication
-	// (follower fetches, broker fetcher client-ids) and requests that name
-	// only internal topics.
-	Governed bool
-	Key      entity.Key
+	Key entity.Key
 }
 
 // Decision is a connection's entity per direction. A zero Target (not
@@ -47,6 +44,13 @@ type Stats struct {
 	Parsed    uint64 // samples parsed (possibly truncated)
 	Truncated uint64 // of those, samples that ended before the fields read
 	Failed    uint64 // samples that could not be parsed
+	// ReplicationClaims counts requests from governed peers that claim to
+	// be replication (a follower fetch's replica id, or a broker fetcher's
+	// client-id): such a claim is ignored, since only exempt_peers exempt.
+	ReplicationClaims uint64
+	// NewConnections counts 4-tuples whose state was reset because a new
+	// connection reused them.
+	NewConnections uint64
 }
 
 // Learner holds per-connection state, keyed by the data path's connection
@@ -61,6 +65,7 @@ type Learner[C comparable] struct {
 }
 
 type conn struct {
+	born     uint64 // which connection on the 4-tuple (the data path's Born)
 	clientID string
 	decision Decision
 	session  session
@@ -80,6 +85,20 @@ func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p }
 // Forget drops a connection's state (closed, or evicted by the data path).
 func (l *Learner[C]) Forget(c C) { delete(l.conns, c) }
 
+// Retain keeps the state of the connections keep returns true for and
+// frees the rest (the agent's scans pass what the data path still holds).
+// It returns how many it freed.
+func (l *Learner[C]) Retain(keep func(C) bool) int {
+	n := 0
+	for c := range l.conns {
+		if !keep(c) {
+			delete(l.conns, c)
+			n++
+		}
+	}
+	return n
+}
+
 // Connections returns how many connections have state.
 func (l *Learner[C]) Connections() int { return len(l.conns) }
 
@@ -92,14 +111,19 @@ func (l *Learner[C]) Decision(c C) (Decision, bool) {
 	return st.decision, true
 }
 
-// Learn reads one sample of connection c and returns the connection's
-// decision and whether it changed. A sample that cannot be parsed returns
-// the error and the connection keeps its last decision: a bad request never
-// blocks traffic.
-func (l *Learner[C]) Learn(c C, sample []byte) (Decision, bool, error) {
+// Learn reads one sample of connection c (born tells connections on one
+// 4-tuple apart: a new value is a new connection, which inherits nothing)
+// and returns the connection's decision and whether it changed. A sample
+// that cannot be parsed returns the error and the connection keeps its
+// last decision: a bad request never blocks traffic.
+func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, error) {
 	st := l.conns[c]
+	if st != nil && st.born != born {
+		l.Stats.NewConnections++
+		st = nil
+	}
 	if st == nil {
-		st = &conn{}
+		st = &conn{born: born}
 		l.conns[c] = st
 	}
 	r := &l.req
@@ -116,11 +140,12 @@ func (l *Learner[C]) Learn(c C, sample []byte) (Decision, bool, error) {
 	}
 	before := st.decision
 	st.clientID = r.ClientID
+	if r.IsFollowerFetch() || kafka.IsBrokerFetcherClientID(r.ClientID) {
+		// Samples come only from governed peers (the data path never samples
+		// exempt ones): a claim to be a broker is noted and ignored.
+		l.Stats.ReplicationClaims++
+	}
 	switch {
-	case r.IsFollowerFetch() || kafka.IsBrokerFetcherClientID(r.ClientID):
-		// Replication is never governed, in either direction.
-		st.set(entity.Produce, Target{})
-		st.set(entity.Fetch, Target{})
 	case r.APIKey == kafka.KeyProduce:
 		// A sample cut before its first partition says nothing new.
 		if len(r.Topics) > 0 || !r.Truncated || !st.decision.Decided[entity.Produce] {
@@ -136,7 +161,7 @@ func (l *Learner[C]) Learn(c C, sample []byte) (Decision, bool, error) {
 		// Every connection opens with ApiVersions, which names the client:
 		// until a Produce or Fetch says more, both directions are the
 		// client's.
-		client := Target{Governed: true, Key: l.policy.Client(st.clientID)}
+		client := Target{Key: l.policy.Client(st.clientID)}
 		for _, d := range entity.Directions {
 			if !st.decision.Decided[d] {
 				st.set(d, client)
@@ -156,11 +181,14 @@ func (st *conn) set(d entity.Direction, t Target) {
 }
 
 // resolve applies DESIGN.md §5 to a request's partitions in request order:
-// the first configured topic-partition wins; internal topics (`__…`) are
-// skipped, and a request naming only internal topics is not governed;
-// otherwise the client's entity.
+// the first configured topic-partition wins, otherwise the client's entity.
+// Kafka's internal topics are never topic-partition entities; a client
+// reading or writing them is governed as that client (as Kafka's own client
+// quotas do: only replication is exempt, and that by its peer).
 func (l *Learner[C]) resolve(clientID string, topics []kafka.TopicPartitions) Target {
-	named, governed := false, false
+	if !l.policy.HasTopicPartitions() {
+		return Target{Key: l.policy.Client(clientID)}
+	}
 	for i := range topics {
 		tp := &topics[i]
 		if len(tp.Partitions) == 0 {
@@ -174,27 +202,18 @@ func (l *Learner[C]) resolve(clientID string, topics []kafka.TopicPartitions) Ta
 			}
 			if !ok {
 				// Until the ID is known the request falls back to its client
-				// entity; the topic may still be a governed one.
-				named, governed = true, true
+				// entity.
 				continue
 			}
 		}
-		named = true
-		if strings.HasPrefix(name, "__") {
+		if kafka.IsInternalTopic(name) {
 			continue
-		}
-		governed = true
-		if !l.policy.HasTopicPartitions() {
-			break
 		}
 		for _, p := range tp.Partitions {
 			if key, ok := l.policy.TopicPartition(name, p); ok {
-				return Target{Governed: true, Key: key}
+				return Target{Key: key}
 			}
 		}
 	}
-	if named && !governed {
-		return Target{}
-	}
-	return Target{Governed: true, Key: l.policy.Client(clientID)}
+	return Target{Key: l.policy.Client(clientID)}
 }

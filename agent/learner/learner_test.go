@@ -3,9 +3,11 @@ package learner
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -36,6 +38,7 @@ entities:
     core-topic-0:      {producer_byte_reservation: 50MiB}
     broadcast-topic-0: {consumer_byte_reservation: 50MiB, consumer_byte_rate: 200MiB}
     broadcast-topic-1: {consumer_byte_rate: 150MiB}
+    __mine-0:          {producer_byte_rate: 5MiB}
     default:           {quota_weight: 2, producer_byte_rate: 40MiB}
 `
 
@@ -51,7 +54,7 @@ var (
 
 func learn(t *testing.T, l *Learner[int], c int, req kmsg.Request, clientID string) Decision {
 	t.Helper()
-	d, _, err := l.Learn(c, kt.Frame(req, 1, kt.Str(clientID)))
+	d, _, err := l.Learn(c, 1, kt.Frame(req, 1, kt.Str(clientID)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +69,11 @@ func apiVersions() kmsg.Request {
 }
 
 func client(name string) Target {
-	return Target{Governed: true, Key: entity.Key{Kind: entity.KindClient, Name: name}}
+	return Target{Key: entity.Key{Kind: entity.KindClient, Name: name}}
 }
 
 func topicPart(name string) Target {
-	return Target{Governed: true, Key: entity.Key{Kind: entity.KindTopicPartition, Name: name}}
+	return Target{Key: entity.Key{Kind: entity.KindTopicPartition, Name: name}}
 }
 
 // TestPrecedence covers every rule of DESIGN.md §5: which entity a request's
@@ -104,14 +107,18 @@ func TestPrecedence(t *testing.T) {
 			kt.Fetch(18, 0, -1, []kt.TP{{ID: unknownID, Partitions: []int32{0}}}, nil), entity.Fetch, client("core-group")},
 		{"internal topics are skipped", "x",
 			kt.Produce(9, kt.TP{Topic: "__transaction_state", Partitions: []int32{0}}, kt.TP{Topic: "core-topic", Partitions: []int32{0}}), entity.Produce, topicPart("core-topic-0")},
-		{"a request naming only internal topics is not governed", "x",
-			kt.Fetch(12, 0, -1, []kt.TP{{Topic: "__consumer_offsets", Partitions: []int32{0, 1}}}, nil), entity.Fetch, Target{}},
-		{"a follower fetch is not governed", "replica",
-			fetchAsReplica(12, 3), entity.Fetch, Target{}},
-		{"a follower fetch v15+ (ReplicaState) is not governed", "replica",
-			fetchAsReplica(16, 3), entity.Fetch, Target{}},
-		{"a broker fetcher client-id is not governed", "broker-3-fetcher-0",
-			apiVersions(), entity.Fetch, Target{}},
+		{"a client reading only internal topics is governed as that client", "x",
+			kt.Fetch(12, 0, -1, []kt.TP{{Topic: "__consumer_offsets", Partitions: []int32{0, 1}}}, nil), entity.Fetch, client("x")},
+		{"a user topic that starts with __ is an ordinary topic", "x",
+			kt.Produce(9, kt.TP{Topic: "__mine", Partitions: []int32{0}}), entity.Produce, topicPart("__mine-0")},
+		// Replication is exempt by its peer only: what a request claims
+		// changes nothing (exempt peers are never sampled at all).
+		{"a follower fetch from a governed peer is governed", "replica",
+			fetchAsReplica(12, 3), entity.Fetch, client("replica")},
+		{"a follower fetch v15+ (ReplicaState) from a governed peer is governed", "replica",
+			fetchAsReplica(16, 3), entity.Fetch, client("replica")},
+		{"a broker fetcher client-id from a governed peer is governed", "broker-3-fetcher-0",
+			apiVersions(), entity.Fetch, client("broker-3-fetcher-0")},
 		{"ApiVersions names the client for both directions", "core-group",
 			apiVersions(), entity.Produce, client("core-group")},
 		{"a null client-id is one entity", "",
@@ -122,6 +129,10 @@ func TestPrecedence(t *testing.T) {
 		got, _ := learn(t, l, i, c.req, c.clientID).Target(c.dir)
 		if got != c.want {
 			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
+		}
+		claimsReplication := strings.Contains(c.name, "follower fetch") || c.clientID == "broker-3-fetcher-0"
+		if claims := l.Stats.ReplicationClaims; (claims == 1) != claimsReplication {
+			t.Errorf("%s: %d replication claims counted", c.name, claims)
 		}
 	}
 }
@@ -239,7 +250,7 @@ func TestLearnKeepsLastDecisionOnBadInput(t *testing.T) {
 		{0, 0, 0, 10, 0x7f, 0x7f, 0, 0, 0, 0, 0, 0, 0, 0},
 		kt.Frame(kt.Produce(9), 1, nil)[:6],
 	} {
-		d, changed, err := l.Learn(1, bad)
+		d, changed, err := l.Learn(1, 1, bad)
 		if changed || d != before {
 			t.Errorf("bad sample %x changed the decision to %+v", bad, d)
 		}
@@ -255,10 +266,10 @@ func TestLearnKeepsLastDecisionOnBadInput(t *testing.T) {
 func TestLearnReportsChanges(t *testing.T) {
 	l := New[int](mustPolicy(t, precedenceConfig), nil)
 	sample := kt.Frame(apiVersions(), 0, kt.Str("core-group"))
-	if _, changed, _ := l.Learn(5, sample); !changed {
+	if _, changed, _ := l.Learn(5, 1, sample); !changed {
 		t.Error("first request did not change the decision")
 	}
-	if _, changed, _ := l.Learn(5, sample); changed {
+	if _, changed, _ := l.Learn(5, 1, sample); changed {
 		t.Error("the same request changed the decision again")
 	}
 	l.Forget(5)
@@ -293,7 +304,7 @@ entities:
 		var last Decision
 		for off := 0; off < len(data); {
 			size := int(binary.BigEndian.Uint32(data[off:]))
-			d, _, err := l.Learn(0, data[off:off+4+size])
+			d, _, err := l.Learn(0, 1, data[off:off+4+size])
 			if err != nil {
 				t.Fatalf("%s: %v", client, err)
 			}
@@ -306,8 +317,38 @@ entities:
 		if want.produce != (Target{}) && last.Produce != want.produce {
 			t.Errorf("%s: produce %+v, want %+v", client, last.Produce, want.produce)
 		}
-		if !last.Produce.Governed {
-			t.Errorf("%s: produce not governed", client)
+		if last.Produce == (Target{}) {
+			t.Errorf("%s: produce not decided", client)
 		}
+	}
+}
+
+// A new connection on a reused 4-tuple (a new born) inherits nothing from
+// the last one: not its client-id, not its decisions, not its fetch
+// session.
+func TestLearnNewConnectionOnReusedFourTuple(t *testing.T) {
+	l := New[int](mustPolicy(t, precedenceConfig), nil)
+	if _, _, err := l.Learn(7, 100, kt.Frame(kt.Produce(9, kt.TP{Topic: "core-topic", Partitions: []int32{0}}), 1, kt.Str("old-client"))); err != nil {
+		t.Fatal(err)
+	}
+	d, changed, err := l.Learn(7, 200, kt.Frame(apiVersions(), 0, kt.Str("new-client")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !changed || d.Produce != client("new-client") || d.Fetch != client("new-client") {
+		t.Errorf("after reuse: %+v (changed %v), want the new client both ways", d, changed)
+	}
+	if l.Stats.NewConnections != 1 {
+		t.Errorf("new connections counted %d, want 1", l.Stats.NewConnections)
+	}
+}
+
+func TestLearnRetainFreesGoneConnections(t *testing.T) {
+	l := New[int](mustPolicy(t, precedenceConfig), nil)
+	for c := range 100 {
+		learn(t, l, c, apiVersions(), fmt.Sprint("c", c))
+	}
+	if freed := l.Retain(func(c int) bool { return c%10 == 0 }); freed != 90 || l.Connections() != 10 {
+		t.Errorf("freed %d, kept %d; want 90 and 10", freed, l.Connections())
 	}
 }

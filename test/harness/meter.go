@@ -1,0 +1,272 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The socket meter: what decides a scenario comes from the kernel, never
+// from sluice. On the broker side, each client connection's tcp_info
+// counts the payload bytes the broker received (produce) and the bytes the
+// client acknowledged (fetch); `ss -tinH` prints them. A client process is
+// mapped to its connections by its local ports, read with `ss -tnpH` in
+// the client namespace.
+
+// SocketCounts is one broker-side connection's tcp_info byte counters.
+type SocketCounts struct {
+	Received uint64 // bytes_received: what the client delivered (produce)
+	Acked    uint64 // bytes_acked: what the client received (fetch)
+}
+
+// Of returns the counter of a direction (0 produce, 1 fetch).
+func (s SocketCounts) Of(dir int) uint64 {
+	if dir == 0 {
+		return s.Received
+	}
+	return s.Acked
+}
+
+var (
+	ssBytesReceived = regexp.MustCompile(`\bbytes_received:(\d+)`)
+	ssBytesAcked    = regexp.MustCompile(`\bbytes_acked:(\d+)`)
+	ssPID           = regexp.MustCompile(`pid=(\d+)`)
+)
+
+// BrokerSockets reads every connection to the broker's port 9092 from the
+// broker namespace, keyed by the client's port.
+func (w *World) BrokerSockets() (map[uint16]SocketCounts, error) {
+	out, err := exec.Command("ip", "netns", "exec", w.Pair.Broker.Name, "ss", "-tinH", "( sport = :9092 )").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ss in the broker namespace: %w", err)
+	}
+	return parseBrokerSockets(out)
+}
+
+// parseBrokerSockets reads `ss -tinH` output: a line per socket (state,
+// queues, local, peer) followed by an indented line of tcp_info.
+func parseBrokerSockets(out []byte) (map[uint16]SocketCounts, error) {
+	socks := map[uint16]SocketCounts{}
+	var port uint16
+	have := false
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		if line[0] != ' ' && line[0] != '\t' {
+			f := strings.Fields(line)
+			if len(f) < 5 {
+				return nil, fmt.Errorf("ss: unexpected line %q", line)
+			}
+			p, err := peerPort(f[4])
+			if err != nil {
+				return nil, err
+			}
+			port, have = p, true
+			socks[port] = SocketCounts{}
+			continue
+		}
+		if !have {
+			continue
+		}
+		c := socks[port]
+		if m := ssBytesReceived.FindStringSubmatch(line); m != nil {
+			c.Received, _ = strconv.ParseUint(m[1], 10, 64)
+		}
+		if m := ssBytesAcked.FindStringSubmatch(line); m != nil {
+			c.Acked, _ = strconv.ParseUint(m[1], 10, 64)
+		}
+		socks[port] = c
+	}
+	return socks, sc.Err()
+}
+
+func peerPort(addr string) (uint16, error) {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return 0, fmt.Errorf("ss: no port in %q", addr)
+	}
+	p, err := strconv.ParseUint(addr[i+1:], 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("ss: port in %q: %w", addr, err)
+	}
+	return uint16(p), nil
+}
+
+// ClientPorts maps each client process (pid) in the client namespace to
+// the local ports of its connections to the broker.
+func (w *World) ClientPorts() (map[int][]uint16, error) {
+	out, err := exec.Command("ip", "netns", "exec", w.Pair.Client.Name, "ss", "-tnpH", "( dport = :9092 )").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ss in the client namespace: %w", err)
+	}
+	ports := map[int][]uint16{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 {
+			continue
+		}
+		m := ssPID.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(m[1])
+		i := strings.LastIndexByte(f[3], ':')
+		if i < 0 {
+			continue
+		}
+		p, err := strconv.ParseUint(f[3][i+1:], 10, 16)
+		if err != nil {
+			continue
+		}
+		ports[pid] = append(ports[pid], uint16(p))
+	}
+	return ports, sc.Err()
+}
+
+// meterReading is one look at the kernel: broker sockets and which client
+// process owns each.
+type meterReading struct {
+	at    time.Time
+	socks map[uint16]SocketCounts
+	owner map[uint16]int // client port -> pid
+}
+
+func (w *World) readMeter() (meterReading, error) {
+	// Owners first: a connection opened between the two reads is then
+	// simply not attributed in this reading (counted from the next).
+	owners, err := w.ClientPorts()
+	if err != nil {
+		return meterReading{}, err
+	}
+	socks, err := w.BrokerSockets()
+	if err != nil {
+		return meterReading{}, err
+	}
+	r := meterReading{at: time.Now(), socks: socks, owner: map[uint16]int{}}
+	for pid, ports := range owners {
+		for _, p := range ports {
+			r.owner[p] = pid
+		}
+	}
+	return r, nil
+}
+
+// SocketRates measures, from the kernel's per-socket counters on the broker
+// side, the rate each process (by pid) moved in a direction over the given
+// duration: bytes the broker received from it (dir 0, produce) or bytes it
+// acknowledged (dir 1, fetch). Connections opened during the window count
+// from zero; bytes of connections closed during it are lost (an
+// underestimate, never an overestimate).
+func (w *World) SocketRates(dir int, over time.Duration, pids ...int) ([]float64, error) {
+	first, err := w.readMeter()
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(over) // the measurement window itself
+	last, err := w.readMeter()
+	if err != nil {
+		return nil, err
+	}
+	return meterRates(dir, first, last, pids), nil
+}
+
+func meterRates(dir int, first, last meterReading, pids []int) []float64 {
+	secs := last.at.Sub(first.at).Seconds()
+	rates := make([]float64, len(pids))
+	for i, pid := range pids {
+		var bytes uint64
+		for port, c := range last.socks {
+			if last.owner[port] != pid {
+				continue
+			}
+			now, before := c.Of(dir), uint64(0)
+			if f, ok := first.socks[port]; ok && first.owner[port] == pid {
+				before = f.Of(dir)
+			}
+			if now >= before {
+				bytes += now - before
+			}
+		}
+		if secs > 0 {
+			rates[i] = float64(bytes) / secs
+		}
+	}
+	return rates
+}
+
+// Pid is the client process's id, for the socket meter.
+func (c *Client) Pid() int { return c.cmd.Process.Pid }
+
+// MeterClients is SocketRates for loadgen clients.
+func (w *World) MeterClients(dir int, over time.Duration, clients ...*Client) ([]float64, error) {
+	pids := make([]int, len(clients))
+	for i, c := range clients {
+		pids[i] = c.Pid()
+	}
+	return w.SocketRates(dir, over, pids...)
+}
+
+// Retransmissions is the client namespace's TCP RetransSegs counter
+// (/proc/net/snmp read from inside the namespace).
+func (w *World) Retransmissions() (uint64, error) {
+	out, err := exec.Command("ip", "netns", "exec", w.Pair.Client.Name, "cat", "/proc/net/snmp").Output()
+	if err != nil {
+		return 0, fmt.Errorf("read /proc/net/snmp in the client namespace: %w", err)
+	}
+	return tcpCounter(out, "RetransSegs")
+}
+
+// tcpCounter reads one field of the Tcp lines of /proc/net/snmp (a line
+// of names, then a line of values).
+func tcpCounter(snmp []byte, field string) (uint64, error) {
+	var names []string
+	for _, line := range strings.Split(string(snmp), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Tcp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == field && i < len(f) {
+				return strconv.ParseUint(f[i], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/net/snmp: no Tcp %s", field)
+}
+
+// Qdisc is one qdisc's statistics as tc reports them.
+type Qdisc struct {
+	Dev     string `json:"dev"`
+	Kind    string `json:"kind"`
+	Dropped uint64 `json:"drops"`
+	Backlog uint64 `json:"backlog"`
+}
+
+// BrokerQdiscs lists every qdisc in the broker namespace with its drops
+// and backlog, from the kernel (`tc -s -j qdisc show`).
+func (w *World) BrokerQdiscs() ([]Qdisc, error) {
+	out, err := exec.Command("ip", "netns", "exec", w.Pair.Broker.Name, "tc", "-s", "-j", "qdisc", "show").Output()
+	if err != nil {
+		return nil, fmt.Errorf("tc qdisc show in the broker namespace: %w", err)
+	}
+	var q []Qdisc
+	if err := json.Unmarshal(out, &q); err != nil {
+		return nil, fmt.Errorf("tc qdisc show: %w", err)
+	}
+	return q, nil
+}

@@ -1,0 +1,54 @@
+package harness
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseBrokerSockets(t *testing.T) {
+	out := []byte("ESTAB 0      0      198.18.0.1:9092 198.18.0.2:45196\n" +
+		"\t bbr wscale:10,10 rto:204 bytes_sent:5000 bytes_acked:4000 bytes_received:100000 segs_out:4\n" +
+		"ESTAB 0      0      [::ffff:198.18.0.1]:9092 [::ffff:198.18.0.2]:45200\n" +
+		"\t cubic wscale:7,7 rto:201 segs_out:1\n")
+	socks, err := parseBrokerSockets(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := socks[45196]; got != (SocketCounts{Received: 100000, Acked: 4000}) {
+		t.Errorf("port 45196: %+v", got)
+	}
+	if got, ok := socks[45200]; !ok || got != (SocketCounts{}) {
+		t.Errorf("port 45200 (no byte counters yet): %+v %v", got, ok)
+	}
+	if _, err := parseBrokerSockets([]byte("garbage\n")); err == nil {
+		t.Error("a line that is not a socket was accepted")
+	}
+}
+
+func TestMeterRates(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	first := meterReading{at: t0, socks: map[uint16]SocketCounts{1: {Received: 1000}, 2: {Received: 50}},
+		owner: map[uint16]int{1: 10, 2: 20}}
+	last := meterReading{at: t0.Add(2 * time.Second),
+		socks: map[uint16]SocketCounts{1: {Received: 5000}, 2: {Received: 50}, 3: {Received: 600}},
+		owner: map[uint16]int{1: 10, 2: 30, 3: 10}}
+	got := meterRates(0, first, last, []int{10, 20, 30})
+	// pid 10: (5000-1000) + 600 (new) over 2 s; pid 20's port moved to pid
+	// 30, which counts it from zero.
+	want := []float64{2300, 0, 25}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("pid %d: %v, want %v", []int{10, 20, 30}[i], got[i], want[i])
+		}
+	}
+}
+
+func TestTCPCounter(t *testing.T) {
+	snmp := []byte("Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RetransSegs InErrs\nTcp: 1 200 17 0\n")
+	if v, err := tcpCounter(snmp, "RetransSegs"); err != nil || v != 17 {
+		t.Fatalf("RetransSegs = %d, %v", v, err)
+	}
+	if _, err := tcpCounter(snmp, "Nope"); err == nil {
+		t.Error("a missing field was found")
+	}
+}
