@@ -40,6 +40,13 @@ type Agent struct {
 	cfg      config.Config
 	policy   *entity.Policy
 	registry *entity.Registry
+	// newPerPeer caps how fast one peer creates unconfigured entities.
+	newPerPeer *entity.PeerLimiter
+	// overflowLogged: when overflow was last logged, and its count then.
+	overflowLogged struct {
+		at    time.Time
+		count uint64
+	}
 	learner  *learner.Learner[maps.ConnKey]
 	dirs     [2]*direction
 	counters [2][]maps.Counters
@@ -143,6 +150,7 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 		cfg:          cfg,
 		policy:       policy,
 		registry:     entity.NewRegistry(cfg.MaxEntities),
+		newPerPeer:   entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
 		learner:      learner.New[maps.ConnKey](policy, deps.Topics),
 		observeCycle: func(time.Duration) {},
 	}
@@ -175,16 +183,42 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 			paramsGen: make([]uint64, ids),
 		}
 	}
+	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
 	if store, ok := deps.DataPath.(EntityStore); ok {
 		a.store = store
 		if err := a.restoreRegistry(); err != nil {
 			return nil, err
 		}
 	}
+	a.pinConfigured()
 	if err := a.applyDataPathSettings(); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// maxLimitedPeers bounds the peers the new-entity limiter tracks at once.
+const maxLimitedPeers = 65536
+
+// pinConfigured registers every configured entity (at start and on each
+// reload), so that no client can take a configured tenant's id, and gives
+// the new ones their standby limits at once.
+func (a *Agent) pinConfigured() {
+	now := a.deps.Clock.Now()
+	for _, id := range a.registry.Pin(a.policy.ConfiguredKeys(), now) {
+		key, _ := a.registry.Key(id)
+		a.registered(uint32(id), key)
+	}
+}
+
+// registered gives a new entity its standby limit and persists it.
+func (a *Agent) registered(id uint32, key entity.Key) {
+	a.applyStandby(id, key)
+	if a.store != nil {
+		if _, err := a.store.SaveEntity(id, uint8(key.Kind), key.Name); err != nil {
+			a.log.Warn("persist entity", "entity", key.String(), "err", err)
+		}
+	}
 }
 
 // restoreRegistry rebuilds the registry an earlier agent saved.
@@ -260,16 +294,20 @@ func (a *Agent) Learn(s maps.Sample) error {
 		case !decided:
 			ids[d] = maps.EntityUnknown
 		default:
-			_, known := a.registry.Lookup(t.Key)
+			if id, known := a.registry.Lookup(t.Key); known {
+				a.registry.Touch(id, now)
+				ids[d] = uint32(id)
+				break
+			}
+			// A new entity nobody configured (configured ones are pinned).
+			if !a.newPerPeer.Allow(s.Conn.Peer.Addr(), now) {
+				ids[d] = uint32(entity.OverflowID)
+				break
+			}
 			id := a.registry.Acquire(t.Key, now)
 			ids[d] = uint32(id)
-			if !known && id != entity.OverflowID {
-				a.applyStandby(uint32(id), t.Key)
-				if a.store != nil {
-					if _, err := a.store.SaveEntity(uint32(id), uint8(t.Key.Kind), t.Key.Name); err != nil {
-						a.log.Warn("persist entity", "entity", t.Key.String(), "err", err)
-					}
-				}
+			if id != entity.OverflowID {
+				a.registered(uint32(id), t.Key)
 			}
 		}
 	}
@@ -333,6 +371,7 @@ func (a *Agent) Cycle() error {
 	if err := a.reclaim(start); err != nil {
 		errs = append(errs, err)
 	}
+	a.logOverflow(start)
 	a.publish(start)
 	elapsed := a.deps.Clock.Now().Sub(start)
 	a.observeCycle(elapsed)
@@ -460,6 +499,20 @@ func ranAtLimit(lastRate, applied float64) bool {
 	return math.IsNaN(applied) || lastRate >= atLimitFraction*applied
 }
 
+// logOverflow says, at most once a minute, that new entities went to the
+// overflow entity (registry or unconfigured budget full, or a peer over
+// new_entities_per_peer).
+func (a *Agent) logOverflow(now time.Time) {
+	count := a.registry.Overflowed + a.newPerPeer.Refused
+	if count == a.overflowLogged.count || now.Sub(a.overflowLogged.at) < time.Minute {
+		return
+	}
+	a.log.Warn("new entities share the overflow entity", "since_last_log", count-a.overflowLogged.count,
+		"unconfigured", a.registry.Unconfigured(), "max_unconfigured_entities", a.cfg.MaxUnconfiguredEntities,
+		"refused_by_peer_rate", a.newPerPeer.Refused)
+	a.overflowLogged.at, a.overflowLogged.count = now, count
+}
+
 // scanConnections walks the connection table: live connections keep their
 // entities from being reclaimed; closed ones (FIN or RST seen) leave the
 // table; learner state of every connection no longer live is freed.
@@ -489,6 +542,7 @@ func (a *Agent) scanConnections(now time.Time) error {
 	a.conns.Reaped += uint64(len(closed))
 	a.conns.Tracked = tracked - len(closed)
 	a.learner.Retain(func(c maps.ConnKey) bool { _, ok := live[c]; return ok })
+	a.newPerPeer.Prune(now)
 	return nil
 }
 

@@ -371,3 +371,62 @@ func TestAgentBurstsBelowTheLimitAreNotThrottled(t *testing.T) {
 		t.Errorf("an entity running at its limit not counted as throttled: %+v", v)
 	}
 }
+
+// Configured tenants are registered before any traffic and keep their ids
+// and reservations however many client-ids clients invent: unconfigured
+// ones draw from their own budget, and each peer may create only
+// new_entities_per_peer of them per second; the rest share overflow.
+func TestAgentConfiguredTenantsKeepTheirEntities(t *testing.T) {
+	r := newRig(t, `
+max_entities: 60
+max_unconfigured_entities: 40
+new_entities_per_peer: 1
+entities:
+  clients:
+    core: {consumer_byte_reservation: 300}
+`)
+	core, ok := r.a.registry.Lookup(entity.Key{Kind: entity.KindClient, Name: "core"})
+	if !ok {
+		t.Fatal("a configured client is not registered before its first request")
+	}
+	if got := r.sh.rates[maps.Fetch][uint32(core)]; got != 300 {
+		t.Errorf("core's standby limit %v before any traffic, want its reservation 300", got)
+	}
+	learnFrom := func(peer netip.Addr, port uint16, clientID string) maps.Binding {
+		c := maps.ConnKey{Peer: netip.AddrPortFrom(peer, port), Local: brokerAddr}
+		if err := r.a.Learn(maps.Sample{Conn: c, Born: 1, Data: kt.Frame(apiVersions(), 1, kt.Str(clientID)), Complete: true}); err != nil {
+			t.Fatal(err)
+		}
+		return r.dp.bindings[c]
+	}
+	// One peer inventing ids: ten in its burst, then the rest overflow.
+	one := netip.MustParseAddr("198.18.0.9")
+	overflowed := 0
+	for i := range 100 {
+		if b := learnFrom(one, uint16(20000+i), fmt.Sprint("random-", i)); b.Produce == uint32(entity.OverflowID) {
+			overflowed++
+		}
+	}
+	if overflowed != 90 {
+		t.Errorf("one peer: %d of 100 new ids overflowed, want 90 (burst of 10)", overflowed)
+	}
+	// Ten thousand ids from many peers: the budget holds.
+	for i := range 10000 {
+		learnFrom(netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}), 30000, fmt.Sprint("churn-", i))
+	}
+	if n := r.a.registry.Unconfigured(); n != 40 {
+		t.Errorf("unconfigured entities %d, want the budget 40", n)
+	}
+	// core connects now and gets its own entity, not overflow.
+	if b := learnFrom(netip.MustParseAddr("198.18.0.2"), 40000, "core"); b.Fetch != uint32(core) {
+		t.Errorf("core bound to %d, want its id %d", b.Fetch, core)
+	}
+	r.clock.advance(2 * time.Minute)
+	s := r.cycle()
+	if s.Overflowed+s.PeerRateRefused < 10000 {
+		t.Errorf("overflow counted %d + %d, want ≥ 10000", s.Overflowed, s.PeerRateRefused)
+	}
+	if !strings.Contains(r.logs.String(), "new entities share the overflow entity") {
+		t.Error("overflow was not logged")
+	}
+}

@@ -71,7 +71,7 @@ type collector struct {
 	promised, green, overcommit, capacityC, entities, overflowed                  *prometheus.Desc
 	samples, dpStats                                                              *prometheus.Desc
 	exemptBytes, replicationClaims, connsTracked, connsReaped, connsRebound       *prometheus.Desc
-	learnerConns                                                                  *prometheus.Desc
+	learnerConns, unconfigured, peerRefused                                       *prometheus.Desc
 }
 
 func newCollector(a *Agent, dp DataPath) *collector {
@@ -106,6 +106,9 @@ func newCollector(a *Agent, dp DataPath) *collector {
 		connsReaped:  d("connections_reaped_total", "Closed connections (FIN or RST seen) removed from the table.", nil),
 		connsRebound: d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again.", nil),
 		learnerConns: d("learner_connections", "Connections the learner keeps state for.", nil),
+		unconfigured: d("entities_unconfigured", "Live entities nobody configured (bounded by max_unconfigured_entities).", nil),
+		peerRefused: d("entities_peer_rate_refused_total",
+			"New unconfigured entities refused because their peer created them faster than new_entities_per_peer.", nil),
 	}
 }
 
@@ -113,7 +116,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.failures.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.entityBytes, c.entityRate, c.effRes, c.dynLimit, c.state, c.utilisation, c.dropped, c.delay,
 		c.promised, c.green, c.overcommit, c.capacityC, c.entities, c.overflowed, c.samples, c.dpStats,
-		c.exemptBytes, c.replicationClaims, c.connsTracked, c.connsReaped, c.connsRebound, c.learnerConns} {
+		c.exemptBytes, c.replicationClaims, c.connsTracked, c.connsReaped, c.connsRebound, c.learnerConns,
+		c.unconfigured, c.peerRefused} {
 		ch <- d
 	}
 }
@@ -155,6 +159,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.connsTracked, prometheus.GaugeValue, float64(s.Connections.Tracked))
 		ch <- prometheus.MustNewConstMetric(c.connsReaped, prometheus.CounterValue, float64(s.Connections.Reaped))
 		ch <- prometheus.MustNewConstMetric(c.connsRebound, prometheus.CounterValue, float64(s.Connections.Rebound))
+		ch <- prometheus.MustNewConstMetric(c.unconfigured, prometheus.GaugeValue, float64(s.Unconfigured))
+		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(s.PeerRateRefused))
 	}
 	st, err := c.dp.Stats()
 	if err != nil {

@@ -54,7 +54,7 @@ func TestMetricsExposeTheDesignsSeries(t *testing.T) {
 		"sluice_entity_state", "sluice_entity_reservation_utilisation", "sluice_promised_ratio", "sluice_green_ratio", "sluice_overcommit",
 		"sluice_entities", "sluice_learner_samples_total", "sluice_collector_errors_total",
 		"sluice_learner_replication_claims_total", "sluice_learner_connections", "sluice_connections_tracked",
-		"sluice_connections_reaped_total", "sluice_connections_rebound_total",
+		"sluice_connections_reaped_total", "sluice_connections_rebound_total", "sluice_entities_unconfigured", "sluice_entities_peer_rate_refused_total",
 	} {
 		if !have[name] {
 			t.Errorf("metric %s missing", name)

@@ -52,6 +52,9 @@ func (a *Agent) view() *Snapshot {
 		Entities:     a.registry.Len(),
 		MaxEntities:  a.cfg.MaxEntities,
 		Overflowed:   a.registry.Overflowed,
+		Unconfigured: a.registry.Unconfigured(),
+		// New unconfigured entities a peer asked for faster than new_entities_per_peer.
+		PeerRateRefused: a.newPerPeer.Refused,
 		Learner: LearnerView{
 			Parsed: a.learner.Stats.Parsed, Truncated: a.learner.Stats.Truncated, Failed: a.learner.Stats.Failed,
 			Connections: a.learner.Connections(), ReplicationClaims: a.learner.Stats.ReplicationClaims,
@@ -170,6 +173,9 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	a.policy = entity.NewPolicy(cfg.Entities)
 	a.policyGen++
 	a.learner.SetPolicy(a.policy)
+	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
+	a.newPerPeer.SetRate(cfg.NewEntitiesPerPeer)
+	a.pinConfigured()
 	if err := a.applyDataPathSettings(); err != nil {
 		a.cfg = old
 		a.reloadFailures++

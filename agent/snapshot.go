@@ -88,9 +88,14 @@ type Snapshot struct {
 	Entities     int              `json:"entities"`
 	MaxEntities  int              `json:"max_entities"`
 	Overflowed   uint64           `json:"overflowed"`
-	Learner      LearnerView      `json:"learner"`
-	Connections  ConnectionsView  `json:"connections"`
-	CycleSeconds float64          `json:"cycle_seconds"`
+	// Unconfigured: live entities nobody configured (bounded by max_unconfigured_entities).
+	Unconfigured int `json:"unconfigured"`
+	// PeerRateRefused: new entities refused because their peer created them
+	// faster than new_entities_per_peer (their connections share overflow).
+	PeerRateRefused uint64          `json:"peer_rate_refused"`
+	Learner         LearnerView     `json:"learner"`
+	Connections     ConnectionsView `json:"connections"`
+	CycleSeconds    float64         `json:"cycle_seconds"`
 }
 
 // LearnerView counts the learner's work.

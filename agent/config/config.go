@@ -57,8 +57,18 @@ type Config struct {
 	// MetadataRefresh is how often topic IDs are refreshed.
 	MetadataRefresh time.Duration
 	// MaxEntities bounds the entity registry; beyond it new entities share
-	// one overflow entity per direction.
+	// one overflow entity per direction. Every entity id has an HTB class,
+	// and a tree has 65,533 minors (two ids are unknown and overflow).
 	MaxEntities int
+	// MaxUnconfiguredEntities is the share of MaxEntities that entities
+	// nobody configured (client-ids chosen by clients) may take; the rest
+	// stays for configured entities, which are registered at start and on
+	// reload and never reclaimed or overflowed.
+	MaxUnconfiguredEntities int
+	// NewEntitiesPerPeer caps how many new unconfigured entities one peer
+	// address may create per second (burst: ten seconds' worth); beyond it
+	// the connection shares the overflow entity until a later request.
+	NewEntitiesPerPeer float64
 	// EntityIdleTimeout: an entity idle this long is reclaimed.
 	EntityIdleTimeout time.Duration
 	// MaxConnections sizes the data path's connection table (LRU).
@@ -133,6 +143,26 @@ type Entities struct {
 	TopicPartitions map[string]Quota
 }
 
+// MaxEntityIDs is the most entities the registry may hold: one HTB class
+// each (minors 2..0xfffe) with two ids taken by unknown and overflow.
+const MaxEntityIDs = 0xfffe - 2 + 1 - 2
+
+// reservedConfigured is how many entity ids max_unconfigured_entities
+// leaves for configured entities by default.
+const reservedConfigured = 4096
+
+// Configured counts the configured entities (templates excluded).
+func (e Entities) Configured() int {
+	n := 0
+	for _, m := range []map[string]Quota{e.Clients, e.TopicPartitions} {
+		n += len(m)
+		if _, ok := m[DefaultKey]; ok {
+			n--
+		}
+	}
+	return n
+}
+
 // DefaultKey names a type's template in Entities maps.
 const DefaultKey = "default"
 
@@ -142,26 +172,28 @@ func Default() Config {
 	loop.Capacity, loop.SafetyRatio, loop.ActivityThreshold = Disabled, 0.9, 1024
 	direction := Direction{Config: loop}
 	return Config{
-		Mode:              ModeEnforce,
-		Shaper:            "auto",
-		RefreshInterval:   time.Second,
-		UpdateThreshold:   0.05,
-		StaleAfter:        10 * time.Second,
-		RateWindow:        11,
-		MaxQueueDelay:     200 * time.Millisecond,
-		Produce:           direction,
-		Fetch:             direction,
-		Bootstrap:         []string{"127.0.0.1:9092"},
-		MetadataRefresh:   30 * time.Second,
-		MaxEntities:       65536,
-		EntityIdleTimeout: time.Hour,
-		MaxConnections:    262144,
-		SampleBytes:       256,
-		SamplesPerSecond:  200,
-		MetricsAddress:    "127.0.0.1:9464",
-		Socket:            "/run/sluice/sluice.sock",
-		PinPath:           "/sys/fs/bpf/sluice",
-		LogLevel:          slog.LevelInfo,
-		Entities:          Entities{Clients: map[string]Quota{}, TopicPartitions: map[string]Quota{}},
+		Mode:                    ModeEnforce,
+		Shaper:                  "auto",
+		RefreshInterval:         time.Second,
+		UpdateThreshold:         0.05,
+		StaleAfter:              10 * time.Second,
+		RateWindow:              11,
+		MaxQueueDelay:           200 * time.Millisecond,
+		Produce:                 direction,
+		Fetch:                   direction,
+		Bootstrap:               []string{"127.0.0.1:9092"},
+		MetadataRefresh:         30 * time.Second,
+		MaxEntities:             MaxEntityIDs,
+		MaxUnconfiguredEntities: MaxEntityIDs - reservedConfigured,
+		NewEntitiesPerPeer:      50,
+		EntityIdleTimeout:       time.Hour,
+		MaxConnections:          262144,
+		SampleBytes:             256,
+		SamplesPerSecond:        200,
+		MetricsAddress:          "127.0.0.1:9464",
+		Socket:                  "/run/sluice/sluice.sock",
+		PinPath:                 "/sys/fs/bpf/sluice",
+		LogLevel:                slog.LevelInfo,
+		Entities:                Entities{Clients: map[string]Quota{}, TopicPartitions: map[string]Quota{}},
 	}
 }

@@ -42,7 +42,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Default()
-	if cfg.RefreshInterval != time.Second || cfg.StaleAfter != 10*time.Second || cfg.MaxEntities != 65536 ||
+	if cfg.RefreshInterval != time.Second || cfg.StaleAfter != 10*time.Second || cfg.MaxEntities != MaxEntityIDs || cfg.MaxUnconfiguredEntities != MaxEntityIDs-4096 || cfg.NewEntitiesPerPeer != 50 ||
 		cfg.EntityIdleTimeout != time.Hour || cfg.MetricsAddress != "127.0.0.1:9464" || cfg.Mode != ModeEnforce ||
 		cfg.UpdateThreshold != d.UpdateThreshold || cfg.RateWindow != 11 || cfg.MaxQueueDelay != 200*time.Millisecond ||
 		cfg.Bootstrap[0] != "127.0.0.1:9092" || cfg.MaxConnections < 256*1024 || cfg.SampleBytes < 256 || cfg.SamplesPerSecond != 200 {
@@ -155,7 +155,7 @@ fetch: {capacity: -1}`, []string{"both directions are disabled"}},
 sasl: {mechanism: GSSAPI}`, []string{`sasl.mechanism: "GSSAPI" is not PLAIN`}},
 		{"integers", minimal + `
 max_entities: 0
-sample_bytes: 10.5`, []string{"max_entities: 0 must be a whole number", "sample_bytes: 10.5 must be a whole number"}},
+sample_bytes: 10.5`, []string{"max_entities: 0 must be a whole number in [2, 65531]", "sample_bytes: 10.5 must be a whole number"}},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc))

@@ -59,7 +59,7 @@ func Load(path string) (Config, error) {
 var schema = map[string][]string{
 	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
-		"metadata_refresh", "max_entities", "entity_idle_timeout", "max_connections", "sample_bytes",
+		"metadata_refresh", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
 		"samples_per_second", "metrics_address", "socket", "pin_path", "keep_attached_on_exit", "log_level", "entities"},
 	"produce":  directionKeys,
 	"fetch":    directionKeys,
@@ -99,6 +99,10 @@ func Parse(data []byte) (Config, error) {
 	l.v = v
 	l.globals()
 	l.entities(raw["entities"])
+	if n, room := l.cfg.Entities.Configured(), l.cfg.MaxEntities-l.cfg.MaxUnconfiguredEntities; n > room {
+		l.fail("entities", "%d configured entities, but max_entities %d less max_unconfigured_entities %d leaves room for %d",
+			n, l.cfg.MaxEntities, l.cfg.MaxUnconfiguredEntities, room)
+	}
 	if len(l.problems) > 0 {
 		sort.SliceStable(l.problems, func(i, j int) bool { return l.problems[i].Key < l.problems[j].Key })
 		return Config{}, l.problems
@@ -193,7 +197,18 @@ func (l *loader) globals() {
 		}
 	}
 	l.integer("rate_window", &c.RateWindow, 1, 3600)
-	l.integer("max_entities", &c.MaxEntities, 1, 1<<20)
+	l.integer("max_entities", &c.MaxEntities, 2, MaxEntityIDs)
+	c.MaxUnconfiguredEntities = c.MaxEntities - min(reservedConfigured, c.MaxEntities/2)
+	l.integer("max_unconfigured_entities", &c.MaxUnconfiguredEntities, 0, c.MaxEntities)
+	if l.has("new_entities_per_peer") {
+		if f, ok := l.float("new_entities_per_peer"); ok {
+			if f < 0.1 {
+				l.fail("new_entities_per_peer", "%v must be at least 0.1 (new entities per second per peer)", f)
+			} else {
+				c.NewEntitiesPerPeer = f
+			}
+		}
+	}
 	l.integer("max_connections", &c.MaxConnections, 1024, 1<<24)
 	l.integer("sample_bytes", &c.SampleBytes, 64, 4096)
 	l.integer("samples_per_second", &c.SamplesPerSecond, 1, 100000)

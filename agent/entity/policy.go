@@ -1,7 +1,9 @@
 package entity
 
 import (
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/sluice-dev/sluice/agent/config"
 )
@@ -69,6 +71,24 @@ func (p *Policy) HasTopicPartitions() bool { return len(p.topicParts) > 0 }
 // or a fallback entity of its own (never a shared bucket).
 func (p *Policy) Client(clientID string) Key {
 	return Key{Kind: KindClient, Name: clientID}
+}
+
+// ConfiguredKeys lists every configured entity (templates excluded), in
+// a stable order: the registry pins them.
+func (p *Policy) ConfiguredKeys() []Key {
+	keys := make([]Key, 0, len(p.clients)+len(p.topicParts))
+	for _, name := range slices.Sorted(maps.Keys(p.clients)) {
+		keys = append(keys, Key{Kind: KindClient, Name: name})
+	}
+	tps := make([]string, 0, len(p.topicParts))
+	for _, tp := range p.topicParts {
+		tps = append(tps, tp.name)
+	}
+	slices.Sort(tps)
+	for _, name := range tps {
+		keys = append(keys, Key{Kind: KindTopicPartition, Name: name})
+	}
+	return keys
 }
 
 // ClientConfigured reports whether a client-id has its own configuration.

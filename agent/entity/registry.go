@@ -22,14 +22,20 @@ const (
 )
 
 // Registry gives entities stable dense ids, at most max of them, and
-// reclaims idle ones. Reclaiming is two-phase so an id is never reused
+// reclaims idle ones. Configured entities are pinned: registered before any
+// traffic, never reclaimed, never pushed into overflow. Entities nobody
+// configured (client-ids chosen by clients) draw from a budget of their
+// own, so however many a client invents, configured tenants keep theirs. Reclaiming is two-phase so an id is never reused
 // while the data path may still hold state for its old entity: Reclaim
 // takes idle entities out of the table (a new request for the same key gets
 // a new id), the agent clears their map slots and allocator memory, and only
 // Release makes the ids available again. Not safe for concurrent use.
 type Registry struct {
-	max   int
-	byKey map[Key]ID
+	max int
+	// unconfiguredMax bounds the live entities that are not pinned.
+	unconfiguredMax int
+	unconfigured    int
+	byKey           map[Key]ID
 	slots []slot // indexed by ID; the first two are UnknownID and OverflowID
 	free  []ID
 	// Overflowed counts the acquisitions that got OverflowID.
@@ -39,13 +45,14 @@ type Registry struct {
 type slot struct {
 	key        Key
 	used       bool // in byKey
+	pinned     bool // configured: never reclaimed
 	reclaiming bool // taken out, not yet released
 	lastActive time.Time
 }
 
 // NewRegistry returns a registry for at most max dynamic entities.
 func NewRegistry(max int) *Registry {
-	r := &Registry{max: max, byKey: make(map[Key]ID)}
+	r := &Registry{max: max, unconfiguredMax: max, byKey: make(map[Key]ID)}
 	r.slots = []slot{
 		{key: Key{Kind: KindUnknown}, used: true},
 		{key: Key{Kind: KindOverflow}, used: true},
@@ -53,8 +60,68 @@ func NewRegistry(max int) *Registry {
 	return r
 }
 
-// Acquire returns the id of k, assigning one if k is new. When the registry
-// holds max entities, new keys get OverflowID (and Overflowed counts them).
+// SetUnconfiguredBudget bounds the entities that are not pinned (at most
+// max). Lowering it below the live count reclaims nothing: new unpinned
+// keys overflow until idle ones are reclaimed.
+func (r *Registry) SetUnconfiguredBudget(n int) { r.unconfiguredMax = min(n, r.max) }
+
+// Pin makes exactly the given keys the pinned (configured) ones: each is
+// registered if new and is never reclaimed; keys pinned before and absent
+// now become ordinary entities. It returns the ids it assigned to keys that
+// were not registered. Pinned keys are never refused while the registry
+// has ids: callers keep Σ pinned + unconfigured budget ≤ max.
+func (r *Registry) Pin(keys []Key, now time.Time) (added []ID) {
+	want := make(map[Key]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	for id := firstDynamicID; int(id) < len(r.slots); id++ {
+		s := &r.slots[id]
+		if s.used && s.pinned && !want[s.key] {
+			s.pinned = false
+			s.lastActive = now // idle from now on, not since it was configured
+			r.unconfigured++
+		}
+	}
+	for _, k := range keys {
+		if id, ok := r.byKey[k]; ok {
+			if s := &r.slots[id]; !s.pinned {
+				s.pinned = true
+				r.unconfigured--
+			}
+			continue
+		}
+		id, ok := r.assign(k, now)
+		if !ok {
+			r.Overflowed++
+			continue
+		}
+		r.slots[id].pinned = true
+		added = append(added, id)
+	}
+	return added
+}
+
+// assign gives k a free id (not counting it against any budget).
+func (r *Registry) assign(k Key, now time.Time) (ID, bool) {
+	if len(r.byKey) >= r.max {
+		return 0, false
+	}
+	var id ID
+	if n := len(r.free); n > 0 {
+		id, r.free = r.free[n-1], r.free[:n-1]
+	} else {
+		id = ID(len(r.slots))
+		r.slots = append(r.slots, slot{})
+	}
+	r.slots[id] = slot{key: k, used: true, lastActive: now}
+	r.byKey[k] = id
+	return id, true
+}
+
+// Acquire returns the id of k, assigning one if k is new. A new key is an
+// unconfigured entity: when their budget (or the registry) is full it gets
+// OverflowID, and Overflowed counts it.
 func (r *Registry) Acquire(k Key, now time.Time) ID {
 	switch k.Kind {
 	case KindUnknown:
@@ -66,21 +133,21 @@ func (r *Registry) Acquire(k Key, now time.Time) ID {
 		r.slots[id].lastActive = now
 		return id
 	}
-	if len(r.byKey) >= r.max {
+	if r.unconfigured >= r.unconfiguredMax {
 		r.Overflowed++
 		return OverflowID
 	}
-	var id ID
-	if n := len(r.free); n > 0 {
-		id, r.free = r.free[n-1], r.free[:n-1]
-	} else {
-		id = ID(len(r.slots))
-		r.slots = append(r.slots, slot{})
+	id, ok := r.assign(k, now)
+	if !ok {
+		r.Overflowed++
+		return OverflowID
 	}
-	r.slots[id] = slot{key: k, used: true, lastActive: now}
-	r.byKey[k] = id
+	r.unconfigured++
 	return id
 }
+
+// Unconfigured is the number of live entities that are not pinned.
+func (r *Registry) Unconfigured() int { return r.unconfigured }
 
 // Lookup returns the id of a known key.
 func (r *Registry) Lookup(k Key) (ID, bool) {
@@ -115,9 +182,10 @@ func (r *Registry) Reclaim(now time.Time, idle time.Duration) []ID {
 	var out []ID
 	for id := firstDynamicID; int(id) < len(r.slots); id++ {
 		s := &r.slots[id]
-		if s.used && now.Sub(s.lastActive) >= idle {
+		if s.used && !s.pinned && now.Sub(s.lastActive) >= idle {
 			delete(r.byKey, s.key)
 			s.used, s.reclaiming = false, true
+			r.unconfigured--
 			out = append(out, id)
 		}
 	}
@@ -175,6 +243,7 @@ func (r *Registry) Restore(saved map[ID]Key, now time.Time) (skipped []ID) {
 		}
 		r.slots[id] = slot{key: key, used: true, lastActive: now}
 		r.byKey[key] = id
+		r.unconfigured++ // until Pin says it is configured
 	}
 	// Free ids are those below the highest restored id that stayed empty.
 	free := r.free[:0]

@@ -1,6 +1,7 @@
 package entity
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -117,5 +118,48 @@ func TestRegistryRestoreKeepsIDs(t *testing.T) {
 			t.Fatalf("new entity got id %d (taken)", id)
 		}
 		seen[id] = true
+	}
+}
+
+// Configured entities are pinned: registered up front, never reclaimed,
+// never pushed into overflow however many unconfigured ids clients invent.
+func TestRegistryPinnedEntitiesCannotBeTaken(t *testing.T) {
+	r := NewRegistry(10)
+	r.SetUnconfiguredBudget(6)
+	t0 := time.Unix(0, 0)
+	core, orders := Key{KindClient, "core"}, Key{KindTopicPartition, "orders-0"}
+	added := r.Pin([]Key{core, orders}, t0)
+	if len(added) != 2 {
+		t.Fatalf("pinned ids %v, want two", added)
+	}
+	for i := range 100 {
+		r.Acquire(Key{KindClient, fmt.Sprint("random-", i)}, t0)
+	}
+	if r.Unconfigured() != 6 || r.Len() != 8 || r.Overflowed != 94 {
+		t.Errorf("unconfigured %d, live %d, overflowed %d; want 6, 8, 94", r.Unconfigured(), r.Len(), r.Overflowed)
+	}
+	if id, ok := r.Lookup(core); !ok || id != added[0] {
+		t.Errorf("core is %d %v, want %d", id, ok, added[0])
+	}
+	// Idle for ever: the unconfigured go, the pinned stay.
+	reclaimed := r.Reclaim(t0.Add(48*time.Hour), time.Hour)
+	r.Release(reclaimed)
+	if len(reclaimed) != 6 || r.Len() != 2 || r.Unconfigured() != 0 {
+		t.Errorf("reclaimed %d, live %d, unconfigured %d; want 6, 2, 0", len(reclaimed), r.Len(), r.Unconfigured())
+	}
+	// A reload that drops core from the configuration unpins it: it is an
+	// ordinary entity again, idle from the reload on.
+	t1 := t0.Add(49 * time.Hour)
+	if added := r.Pin([]Key{orders}, t1); len(added) != 0 {
+		t.Errorf("re-pinning a registered key assigned %v", added)
+	}
+	if r.Unconfigured() != 1 {
+		t.Errorf("unconfigured %d after unpinning core, want 1", r.Unconfigured())
+	}
+	if got := r.Reclaim(t1.Add(time.Minute), time.Hour); len(got) != 0 {
+		t.Errorf("an unpinned entity was reclaimed before its idle timeout: %v", got)
+	}
+	if got := r.Reclaim(t1.Add(time.Hour), time.Hour); len(got) != 1 || got[0] != added[0] {
+		t.Errorf("reclaimed %v, want core's id %d", got, added[0])
 	}
 }
