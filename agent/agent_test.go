@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -428,5 +430,38 @@ entities:
 	}
 	if !strings.Contains(r.logs.String(), "new entities share the overflow entity") {
 		t.Error("overflow was not logged")
+	}
+}
+
+// Client-chosen strings are data: invalid UTF-8, NUL, ANSI escapes and a
+// 32 KiB client-id become entities whose names are valid, printable,
+// bounded and distinct, and they pass through metrics and status.
+func TestAgentHostileClientIDsAreData(t *testing.T) {
+	r := newRig(t, "")
+	hostile := []string{"\xff\xfe", "nul\x00id", "\x1b[2J\x1b[31mred", strings.Repeat("k", 32<<10), "fine-id"}
+	for i, id := range hostile {
+		r.learn(uint16(45000+i), id, apiVersions())
+	}
+	r.dp.add(maps.Fetch, 2, 1000)
+	s := r.cycle()
+	names := map[string]bool{}
+	for _, e := range s.Directions[maps.Fetch].Entities {
+		if e.Kind != "client" {
+			continue
+		}
+		names[e.Name] = true
+		if !utf8.ValidString(e.Name) || len(e.Name) > entity.MaxNameBytes || strings.ContainsAny(e.Name, "\x00\x1b\n") {
+			t.Errorf("entity name %q is not safe to show", e.Name)
+		}
+	}
+	if len(names) != len(hostile) || !names["fine-id"] {
+		t.Errorf("%d distinct client entities %v, want %d", len(names), names, len(hostile))
+	}
+	m := NewMetrics(r.a, r.dp)
+	if _, err := m.Registry.Gather(); err != nil {
+		t.Errorf("scrape with hostile client-ids: %v", err)
+	}
+	if _, err := json.Marshal(s); err != nil {
+		t.Errorf("status with hostile client-ids: %v", err)
 	}
 }

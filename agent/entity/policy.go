@@ -38,7 +38,7 @@ func NewPolicy(e config.Entities) *Policy {
 	}
 	for name, q := range e.Clients {
 		if name != config.DefaultKey {
-			p.clients[name] = q
+			p.clients[SafeName(name)] = q // matched against SafeName(client-id)
 		}
 	}
 	for name, q := range e.TopicPartitions {
@@ -68,9 +68,10 @@ func (p *Policy) TopicPartition(topic string, partition int32) (Key, bool) {
 func (p *Policy) HasTopicPartitions() bool { return len(p.topicParts) > 0 }
 
 // Client returns the client entity of a client-id: the configured client,
-// or a fallback entity of its own (never a shared bucket).
+// or a fallback entity of its own (never a shared bucket). The client-id
+// is the client's choice, so its name is SafeName's.
 func (p *Policy) Client(clientID string) Key {
-	return Key{Kind: KindClient, Name: clientID}
+	return Key{Kind: KindClient, Name: SafeName(clientID)}
 }
 
 // ConfiguredKeys lists every configured entity (templates excluded), in
@@ -93,7 +94,7 @@ func (p *Policy) ConfiguredKeys() []Key {
 
 // ClientConfigured reports whether a client-id has its own configuration.
 func (p *Policy) ClientConfigured(clientID string) bool {
-	_, ok := p.clients[clientID]
+	_, ok := p.clients[SafeName(clientID)]
 	return ok
 }
 
