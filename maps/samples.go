@@ -114,7 +114,7 @@ func (a *assembler) add(f fragment) []Sample {
 		p = &pendingSample{
 			sample: Sample{Conn: f.key, Seq: f.reqSeq, Time: f.time, Born: f.born, Bound: f.bound,
 				Data: append(make([]byte, 0, a.sampleBytes), f.data...)},
-			want:   a.sampleBytes,
+			want: a.sampleBytes,
 		}
 		a.pending[f.key] = p
 	case p == nil || p.sample.Seq != f.reqSeq || int(f.fragOff) != len(p.sample.Data):

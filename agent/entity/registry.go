@@ -36,8 +36,8 @@ type Registry struct {
 	unconfiguredMax int
 	unconfigured    int
 	byKey           map[Key]ID
-	slots []slot // indexed by ID; the first two are UnknownID and OverflowID
-	free  []ID
+	slots           []slot // indexed by ID; the first two are UnknownID and OverflowID
+	free            []ID
 	// Overflowed counts the acquisitions that got OverflowID.
 	Overflowed uint64
 }

@@ -428,8 +428,8 @@ func TestScenarioWeightedFairness(t *testing.T) {
 	}
 	errs, ok := noErrors(cs...)
 	record(t, Result{
-		Name:     "weighted-fairness",
-		Pass:     pass && ok,
+		Name: "weighted-fairness",
+		Pass: pass && ok,
 		Measured: map[string]any{"w5_franz_bps": rates[0], "w3_sarama_bps": rates[1], "w2_kafkago_bps": rates[2], "client_errors": errs,
 			"measured_at": meteredAt, "sluice_vs_kernel": differences(rates, own), "exactly_once": consumersOnly},
 		Expected: map[string]any{"w5_bps": 0.5 * C, "w3_bps": 0.3 * C, "w2_bps": 0.2 * C, "tolerance": 0.10, "client_errors": 0},
