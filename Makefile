@@ -61,10 +61,15 @@ test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespa
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(MAKE) --no-print-directory shaping-check
 	$(MAKE) --no-print-directory e2e
+	$(MAKE) --no-print-directory adversarial
 
 .PHONY: e2e
 e2e: ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
-	$(GO) test -count=1 -v -timeout 20m ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
+	$(GO) test -count=1 -v -timeout 20m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
+
+.PHONY: adversarial
+adversarial: ## hostile clients: forged replication, __mine, 4-tuple reuse, SYN flood; writes adversarial-results.json (root)
+	$(GO) test -count=1 -v -timeout 20m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json
 
 .PHONY: shaping-check
 shaping-check: ## measure the shapers with iperf3 in namespaces; writes shaping-results.json (root)

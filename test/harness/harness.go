@@ -333,13 +333,15 @@ type ClientSpec struct {
 	ClientID  string
 	Topic     string
 	Partition int
-	Rate      float64 // bytes/s wanted; 0 greedy
+	Rate      float64  // bytes/s wanted; 0 greedy
+	Args      []string // more loadgen flags (-replica-id, -local-port for -lib raw)
 }
 
 // StartClient runs a loadgen in the client namespace.
 func (w *World) StartClient(s ClientSpec) (*Client, error) {
 	args := []string{"netns", "exec", w.Pair.Client.Name, w.Loadgen, "-lib", s.Lib, "-mode", s.Mode, "-client-id", s.ClientID,
 		"-topic", s.Topic, "-partition", fmt.Sprint(s.Partition), "-bootstrap", w.Bootstrap(), "-rate", fmt.Sprint(s.Rate)}
+	args = append(args, s.Args...)
 	cmd := exec.Command("ip", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -384,8 +386,10 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 func (c *Client) Stop() {
 	c.stopOnce.Do(func() {
 		c.cmd.Process.Signal(syscall.SIGTERM)
-		c.cmd.Wait()
+		// Read to the end first: Wait closes the stdout pipe, and a final
+		// tally not yet read would be lost (a flaky overcommit scenario).
 		<-c.done
+		c.cmd.Wait()
 	})
 }
 

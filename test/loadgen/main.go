@@ -33,12 +33,15 @@ type opts struct {
 	partition                                    int
 	valueBytes                                   int
 	rate                                         float64 // bytes/s the client wants; 0 = as fast as it can
+	replicaID, localPort                         int     // -lib raw: the Fetch's replica id, the local port (0: any)
 }
 
 func main() {
 	var o opts
 	var duration time.Duration
-	flag.StringVar(&o.lib, "lib", "franz", "client library: franz, sarama or kafkago")
+	flag.StringVar(&o.lib, "lib", "franz", "client library: franz, sarama, kafkago, or raw (kmsg on the wire: a forged replica id, a fixed local port)")
+	flag.IntVar(&o.replicaID, "replica-id", -1, "raw: the Fetch's replica id (>= 0 claims to be a follower)")
+	flag.IntVar(&o.localPort, "local-port", 0, "raw: the connection's local port (0: any)")
 	flag.StringVar(&o.mode, "mode", "produce", "produce or consume")
 	flag.StringVar(&o.clientID, "client-id", "loadgen", "client-id (consumers: also the group unless -group)")
 	flag.StringVar(&o.group, "group", "", "consumer group (default: the client-id)")
@@ -74,6 +77,10 @@ func main() {
 		err = franzConsume(ctx, o, &moved)
 	case "sarama/consume":
 		err = saramaConsume(ctx, o, &moved)
+	case "raw/consume":
+		err = rawFetch(ctx, o, &moved, &errs)
+	case "raw/produce":
+		err = rawProduce(ctx, o, &moved, &errs)
 	case "kafkago/consume":
 		err = kafkagoConsume(ctx, o, &moved)
 	case "sarama/produce":
