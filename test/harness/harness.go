@@ -417,6 +417,17 @@ func (w *World) Verify(topic string, partitions int) (map[string]Tally, error) {
 	return res.Verify, nil
 }
 
+// Moved is the bytes (or, for a churn client, the connections) the
+// client reported so far.
+func (c *Client) Moved() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.marks) == 0 {
+		return 0
+	}
+	return c.marks[len(c.marks)-1].bytes
+}
+
 // Errors is the number of failed produce requests the client saw.
 func (c *Client) Errors() int64 {
 	c.mu.Lock()

@@ -5,11 +5,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cilium/ebpf"
 )
 
 // The socket meter: what decides a scenario comes from the kernel, never
@@ -269,4 +273,42 @@ func (w *World) BrokerQdiscs() ([]Qdisc, error) {
 		return nil, fmt.Errorf("tc qdisc show: %w", err)
 	}
 	return q, nil
+}
+
+// RSS is the agent process's resident memory, from /proc (bytes).
+func (a *Agent) RSS() (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", a.Cmd.Process.Pid)
+}
+
+// ConnectionEntries counts the entries of the data path's connection
+// tables, read from the kernel through their pins.
+func (w *World) ConnectionEntries() (int, error) {
+	n := 0
+	for _, name := range []string{"conns4", "conns6"} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(w.Pins, name), nil)
+		if err != nil {
+			return 0, err
+		}
+		var key, value []byte
+		it := m.Iterate()
+		for it.Next(&key, &value) {
+			n++
+		}
+		err = it.Err()
+		m.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }

@@ -32,8 +32,9 @@ type opts struct {
 	lib, mode, clientID, group, topic, bootstrap string
 	partition                                    int
 	valueBytes                                   int
-	rate                                         float64 // bytes/s the client wants; 0 = as fast as it can
-	replicaID, localPort                         int     // -lib raw: the Fetch's replica id, the local port (0: any)
+	rate                                         float64       // bytes/s the client wants; 0 = as fast as it can
+	replicaID, localPort                         int           // -lib raw: the Fetch's replica id, the local port (0: any)
+	idleAfter, idleFor                           time.Duration // franz produce: go quiet once, keeping the connection
 }
 
 func main() {
@@ -42,6 +43,8 @@ func main() {
 	flag.StringVar(&o.lib, "lib", "franz", "client library: franz, sarama, kafkago, or raw (kmsg on the wire: a forged replica id, a fixed local port)")
 	flag.IntVar(&o.replicaID, "replica-id", -1, "raw: the Fetch's replica id (>= 0 claims to be a follower)")
 	flag.IntVar(&o.localPort, "local-port", 0, "raw: the connection's local port (0: any)")
+	flag.DurationVar(&o.idleAfter, "idle-after", 0, "franz produce: after this long, send nothing for -idle-for (the connection stays open)")
+	flag.DurationVar(&o.idleFor, "idle-for", 0, "franz produce: how long to stay quiet")
 	flag.StringVar(&o.mode, "mode", "produce", "produce or consume")
 	flag.StringVar(&o.clientID, "client-id", "loadgen", "client-id (consumers: also the group unless -group)")
 	flag.StringVar(&o.group, "group", "", "consumer group (default: the client-id)")
@@ -81,6 +84,8 @@ func main() {
 		err = rawFetch(ctx, o, &moved, &errs)
 	case "raw/produce":
 		err = rawProduce(ctx, o, &moved, &errs)
+	case "raw/churn":
+		err = rawChurn(ctx, o, &moved, &errs)
 	case "kafkago/consume":
 		err = kafkagoConsume(ctx, o, &moved)
 	case "sarama/produce":
@@ -216,7 +221,16 @@ func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 	// Records are produced with a context that outlives the stop signal, so
 	// what is in flight at the stop is flushed and acknowledged, not lost.
 	produceCtx := context.Background()
+	idled := o.idleFor == 0
 	for seq := uint64(0); ctx.Err() == nil; seq++ {
+		if !idled && time.Since(start) >= o.idleAfter {
+			idled = true
+			select {
+			case <-ctx.Done():
+			case <-time.After(o.idleFor):
+			}
+			start, sent = time.Now(), 0 // pacing starts again
+		}
 		pace(ctx, start, sent, o.rate)
 		v := numbered(template, seq)
 		sent += int64(len(v))

@@ -184,3 +184,36 @@ func recordBatch(values [][]byte, timestamp int64) []byte {
 	be.PutUint32(b[17:], crc32.Checksum(b[crcFrom:], crc32.MakeTable(crc32.Castagnoli)))
 	return b
 }
+
+// rawChurn opens connections at -rate per second, each sending ApiVersions
+// and a Metadata request before it closes (FIN): connection churn. moved
+// counts connections completed.
+func rawChurn(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+	if o.rate <= 0 {
+		return fmt.Errorf("churn needs -rate (connections per second)")
+	}
+	start := time.Now()
+	for n := int64(0); ctx.Err() == nil; n++ {
+		pace(ctx, start, n, o.rate)
+		go func() {
+			r, err := dialRaw(ctx, o)
+			if err != nil {
+				if ctx.Err() == nil {
+					errs.Add(1)
+				}
+				return
+			}
+			defer r.conn.Close()
+			md := kmsg.NewPtrMetadataRequest()
+			md.SetVersion(9)
+			if _, err := r.roundTrip(md); err != nil {
+				if ctx.Err() == nil {
+					errs.Add(1)
+				}
+				return
+			}
+			moved.Add(1)
+		}()
+	}
+	return nil
+}
