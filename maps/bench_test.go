@@ -63,7 +63,7 @@ func BenchmarkDatapath(b *testing.B) {
 			name: "request-start",
 			opts: func(o *Options) { o.benchRewind = true; o.RingBufferBytes = 64 << 20 },
 			setup: func(h *harness) {
-				h.run(Produce, toBroker(client4, broker4, 40000, 99, flagSYN, nil))
+				h.run(Fetch, brokerACK(client4, broker4, 40000, 100)) // enters it, tracking at 100
 				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
 			},
 			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, append(append([]byte{}, req...), payload...)[:1400]),
