@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -293,22 +294,10 @@ func (a *Agent) Learn(s maps.Sample) error {
 		switch {
 		case !decided:
 			ids[d] = maps.EntityUnknown
+		case d == entity.Fetch && decision.Decided[entity.Produce] && t == decision.Produce:
+			ids[d] = ids[entity.Produce] // one entity both ways: resolved once
 		default:
-			if id, known := a.registry.Lookup(t.Key); known {
-				a.registry.Touch(id, now)
-				ids[d] = uint32(id)
-				break
-			}
-			// A new entity nobody configured (configured ones are pinned).
-			if !a.newPerPeer.Allow(s.Conn.Peer.Addr(), now) {
-				ids[d] = uint32(entity.OverflowID)
-				break
-			}
-			id := a.registry.Acquire(t.Key, now)
-			ids[d] = uint32(id)
-			if id != entity.OverflowID {
-				a.registered(uint32(id), t.Key)
-			}
+			ids[d] = a.entityID(t.Key, s.Conn.Peer.Addr(), now)
 		}
 	}
 	if !changed {
@@ -320,6 +309,25 @@ func (a *Agent) Learn(s maps.Sample) error {
 		a.conns.Rebound++
 	}
 	return a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}})
+}
+
+// entityID returns a decided entity's id: a known one's, or a new one's
+// while the registry's budget and the peer's new_entities_per_peer allow,
+// else the overflow entity's (a later request tries again).
+func (a *Agent) entityID(key entity.Key, peer netip.Addr, now time.Time) uint32 {
+	if id, known := a.registry.Lookup(key); known {
+		a.registry.Touch(id, now)
+		return uint32(id)
+	}
+	// A new entity nobody configured (configured ones are pinned).
+	if !a.newPerPeer.Allow(peer, now) {
+		return uint32(entity.OverflowID)
+	}
+	id := a.registry.Acquire(key, now)
+	if id != entity.OverflowID {
+		a.registered(uint32(id), key)
+	}
+	return uint32(id)
 }
 
 // applyStandby holds a new entity to its standby limit until the loop

@@ -92,12 +92,6 @@ func (p *Policy) ConfiguredKeys() []Key {
 	return keys
 }
 
-// ClientConfigured reports whether a client-id has its own configuration.
-func (p *Policy) ClientConfigured(clientID string) bool {
-	_, ok := p.clients[SafeName(clientID)]
-	return ok
-}
-
 // Params resolves an entity's three parameters for a direction atomically
 // from one place: the entity's own configuration, then its type's default
 // template, then the global defaults; finally reservation = min(res, limit).

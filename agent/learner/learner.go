@@ -82,9 +82,6 @@ func New[C comparable](policy *entity.Policy, topics TopicNames) *Learner[C] {
 // re-resolved as their next requests arrive.
 func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p }
 
-// Forget drops a connection's state (closed, or evicted by the data path).
-func (l *Learner[C]) Forget(c C) { delete(l.conns, c) }
-
 // Retain keeps the state of the connections keep returns true for and
 // frees the rest (the agent's scans pass what the data path still holds).
 // It returns how many it freed.

@@ -272,9 +272,9 @@ func TestLearnReportsChanges(t *testing.T) {
 	if _, changed, _ := l.Learn(5, 1, sample); changed {
 		t.Error("the same request changed the decision again")
 	}
-	l.Forget(5)
+	l.Retain(func(int) bool { return false })
 	if _, ok := l.Decision(5); ok || l.Connections() != 0 {
-		t.Error("Forget kept state")
+		t.Error("Retain kept state of a connection it was told to drop")
 	}
 }
 

@@ -145,25 +145,6 @@ func client(t *testing.T, w *harness.World, s harness.ClientSpec) *harness.Clien
 	return c
 }
 
-// measure waits the 3 s settle and returns the clients' mean rates over the
-// next 5 one-second windows.
-func measure(clients ...*harness.Client) []float64 {
-	settle := time.Now().Add(3 * time.Second)
-	time.Sleep(3*time.Second + 5*time.Second + 200*time.Millisecond) // the measurement window itself
-	out := make([]float64, len(clients))
-	for i, c := range clients {
-		w := c.Windows(settle, settle.Add(5*time.Second))
-		var sum float64
-		for _, v := range w {
-			sum += v
-		}
-		if len(w) > 0 {
-			out[i] = sum / float64(len(w))
-		}
-	}
-	return out
-}
-
 // metered measures, over the same 5 s after a 3 s settle, each client's
 // rate from the kernel's broker-side sockets (the judge) and, beside it,
 // sluice's own figure for each entity ref (a diagnostic; nil refs skip it).

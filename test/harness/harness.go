@@ -455,31 +455,12 @@ func (c *Client) Rate(from, to time.Time) float64 {
 	return float64(b.bytes-a.bytes) / b.at.Sub(a.at).Seconds()
 }
 
-// Windows are the per-second rates over [from, to).
-func (c *Client) Windows(from, to time.Time) []float64 {
-	var out []float64
-	for t := from; t.Add(time.Second).Compare(to) <= 0; t = t.Add(time.Second) {
-		out = append(out, c.Rate(t, t.Add(time.Second)))
-	}
-	return out
-}
-
 // Ref names an entity: its kind ("client", "topic-partition") and name.
 type Ref struct{ Kind, Name string }
 
-// NICRates measures the rate each named client entity received in a
-// direction over the given duration: the bandwidth the NIC gave it,
-// whatever the clients buffer.
-func (w *World) NICRates(dir int, over time.Duration, names ...string) ([]float64, error) {
-	refs := make([]Ref, len(names))
-	for i, n := range names {
-		refs[i] = Ref{"client", n}
-	}
-	return w.NICRatesOf(dir, over, refs...)
-}
-
-// NICRatesOf is NICRates for entities of any kind. It reads the bytes the
-// shaper let through where the agent reports them: the data path counts
+// NICRatesOf is sluice's own figure of each entity's rate in a direction
+// over the given duration (a diagnostic beside the socket meter, never the
+// judge). It reads the bytes the shaper let through where the agent reports them: the data path counts
 // segments before the shaper, so a segment the shaper dropped counts there
 // again when TCP retransmits it (a bursty consumer at its limit read 40 %
 // above it). Otherwise it reads the data path's counters.
