@@ -25,6 +25,13 @@ type Deps struct {
 	ShaperReason string
 	// IFBIndex is the htb shaper's ingress redirect target (0 otherwise).
 	IFBIndex int
+	// NewShaper, when set, builds the shaper (overriding the three fields
+	// above) at start and again whenever a reload changes mode, shaper or
+	// max_queue_delay; the agent then owns it (CloseShaper). Without it the
+	// shaper is fixed and such reloads are refused.
+	NewShaper ShaperFactory
+	// LogLevel, when set, follows log_level on reload.
+	LogLevel *slog.LevelVar
 	Topics   learner.TopicNames
 	Clock    Clock
 	Log      *slog.Logger
@@ -63,7 +70,17 @@ type Agent struct {
 
 	// ReloadFailures counts refused configuration reloads.
 	reloadFailures uint64
-	conns          connStats
+	// rateWriteFailures counts cycles whose rate writes failed (retried the
+	// next cycle; no heartbeat meanwhile).
+	rateWriteFailures uint64
+	// intervalChanged carries a reloaded refresh_interval to Run's ticker.
+	intervalChanged chan time.Duration
+	// lastRead is when counters were last read; elapsed[k] is the time
+	// between the readings k+1 and k cycles ago (newest first), so rates
+	// divide by the time that passed, not the nominal interval.
+	lastRead time.Time
+	elapsed  []float64
+	conns    connStats
 	// cycleSeconds observes each cycle's duration, for metrics.
 	observeCycle func(time.Duration)
 }
@@ -133,27 +150,41 @@ type connStats struct {
 const bindingsScanEvery = 10 * time.Second
 
 // New builds an agent for a validated configuration.
-func New(cfg config.Config, deps Deps) (*Agent, error) {
+func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	if deps.Clock == nil {
 		deps.Clock = SystemClock
 	}
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
+	if deps.NewShaper != nil {
+		choice, err := deps.NewShaper(cfg)
+		if err != nil {
+			return nil, err
+		}
+		deps.Shaper, deps.ShaperReason, deps.IFBIndex = choice.Shaper, choice.Reason, choice.IFBIndex
+		defer func() { // an agent that fails to start leaves no tree behind
+			if err != nil {
+				choice.Shaper.Close()
+			}
+		}()
+	}
 	if deps.Shaper == nil {
 		deps.Shaper = shaper.Shadow{}
 	}
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
-		policyGen:    1,
-		deps:         deps,
-		log:          deps.Log,
-		cfg:          cfg,
-		policy:       policy,
-		registry:     entity.NewRegistry(cfg.MaxEntities),
-		newPerPeer:   entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
-		learner:      learner.New[maps.ConnKey](policy, deps.Topics),
-		observeCycle: func(time.Duration) {},
+		policyGen:       1,
+		deps:            deps,
+		log:             deps.Log,
+		cfg:             cfg,
+		policy:          policy,
+		registry:        entity.NewRegistry(cfg.MaxEntities),
+		newPerPeer:      entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
+		learner:         learner.New[maps.ConnKey](policy, deps.Topics),
+		observeCycle:    func(time.Duration) {},
+		intervalChanged: make(chan time.Duration, 1),
+		elapsed:         make([]float64, cfg.RateWindow),
 	}
 	ids := a.registry.Limit()
 	for _, d := range entity.Directions {
@@ -195,7 +226,16 @@ func New(cfg config.Config, deps Deps) (*Agent, error) {
 	if err := a.applyDataPathSettings(); err != nil {
 		return nil, err
 	}
+	a.logWarnings(cfg)
 	return a, nil
+}
+
+// logWarnings repeats check-config's warnings (valid, probably unintended
+// settings) in the log at start and on each reload.
+func (a *Agent) logWarnings(cfg config.Config) {
+	for _, w := range cfg.Warnings() {
+		a.log.Warn("configuration", "key", w.Key, "warning", w.Message)
+	}
 }
 
 // maxLimitedPeers bounds the peers the new-entity limiter tracks at once.
@@ -268,9 +308,13 @@ func (a *Agent) applyDataPathSettings() error {
 	if a.cfg.Mode == config.ModeEnforce {
 		mode = dataPathShaper[a.deps.Shaper.Kind()]
 	}
-	return dp.SetSettings(maps.Settings{
-		Shaper: mode, IFBIndex: a.deps.IFBIndex, StaleAfter: a.cfg.StaleAfter, SamplesPerSecond: a.cfg.SamplesPerSecond,
-		Horizon: a.cfg.MaxQueueDelay, ECNThreshold: shaper.ECNThreshold(a.cfg.MaxQueueDelay), PoliceBurst: shaper.DefaultPoliceBurst,
+	return a.writeSettings(a.cfg, mode, a.deps.IFBIndex)
+}
+
+func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb int) error {
+	return a.deps.DataPath.SetSettings(maps.Settings{
+		Shaper: mode, IFBIndex: ifb, StaleAfter: cfg.StaleAfter, SamplesPerSecond: cfg.SamplesPerSecond,
+		Horizon: cfg.MaxQueueDelay, ECNThreshold: shaper.ECNThreshold(cfg.MaxQueueDelay), PoliceBurst: shaper.DefaultPoliceBurst,
 	})
 }
 
@@ -331,14 +375,14 @@ func (a *Agent) entityID(key entity.Key, peer netip.Addr, now time.Time) uint32 
 }
 
 // applyStandby holds a new entity to its standby limit until the loop
-// knows it: min(L, max(res, H)).
+// knows it: min(L, max(res, H, min_limit)).
 func (a *Agent) applyStandby(id uint32, key entity.Key) {
 	for _, dc := range a.dirs {
 		if !dc.cfg.Enabled() {
 			continue
 		}
 		p := a.policy.Params(key, dc.dir)
-		limit := allocator.StandbyLimit(p.Reservation, p.Limit, dc.alloc.Config().Headroom())
+		limit := dc.alloc.Config().StandbyLimit(p.Reservation, p.Limit)
 		if err := a.deps.Shaper.SetRates(maps.Direction(dc.dir), []shaper.Rate{{Entity: id, BytesPerSecond: limit}}); err != nil {
 			a.log.Warn("set standby limit", "entity", key.String(), "direction", dc.dir.String(), "err", err)
 			continue
@@ -357,6 +401,17 @@ func (a *Agent) Cycle() error {
 	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {
 		return fmt.Errorf("read counters: %w", err)
 	}
+	// The time this cycle's deltas cover: a late tick (a busy host, a
+	// paused VM) must not read as a burst of traffic.
+	since := a.cfg.RefreshInterval.Seconds()
+	if !a.lastRead.IsZero() {
+		if d := start.Sub(a.lastRead).Seconds(); d > 0 {
+			since = d
+		}
+	}
+	a.lastRead = start
+	copy(a.elapsed[1:], a.elapsed[:len(a.elapsed)-1])
+	a.elapsed[0] = since
 	if !a.primed {
 		// Counters may hold history (pinned maps from an earlier agent):
 		// the first reading is the baseline, not one interval's use.
@@ -373,8 +428,14 @@ func (a *Agent) Cycle() error {
 			errs = append(errs, fmt.Errorf("%s: %w", dc.dir, err))
 		}
 	}
-	if err := a.deps.DataPath.Heartbeat(a.deps.Clock.Monotonic()); err != nil {
-		errs = append(errs, fmt.Errorf("heartbeat: %w", err))
+	// The heartbeat says "the data path holds the rates this loop decided":
+	// after a failed cycle it is not written, so an agent that cannot write
+	// its rates lets the data path fail open after stale_after instead of
+	// enforcing stale rates for ever.
+	if len(errs) == 0 {
+		if err := a.deps.DataPath.Heartbeat(a.deps.Clock.Monotonic()); err != nil {
+			errs = append(errs, fmt.Errorf("heartbeat: %w", err))
+		}
 	}
 	if err := a.reclaim(start); err != nil {
 		errs = append(errs, err)
@@ -405,7 +466,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	}
 	counters := a.counters[dc.dir]
 	w := a.cfg.RateWindow
-	interval := a.cfg.RefreshInterval.Seconds()
+	interval := a.elapsed[0]
 	dc.inputs, dc.keys, dc.params, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.heldOf[:0]
 	now := a.deps.Clock.Now()
 	a.registry.Each(func(id entity.ID, key entity.Key) {
@@ -422,11 +483,12 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		if int(dc.filled[i]) < w {
 			dc.filled[i]++
 		}
-		var sum float64
-		for _, v := range slot[:dc.filled[i]] {
+		var sum, secs float64
+		for k, v := range slot[:dc.filled[i]] {
 			sum += v
+			secs += a.elapsed[k]
 		}
-		usage := sum / (float64(dc.filled[i]) * interval)
+		usage := sum / secs
 		if delta > 0 {
 			a.registry.Touch(id, now)
 		}
@@ -472,7 +534,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		}
 	}
 	// Apply: changed rates only, in one batch; the unknown entity is held
-	// to the headroom H.
+	// to the headroom H, or the floor if that is higher.
 	var changes []shaper.Rate
 	consider := func(id uint32, rate float64) {
 		old := dc.applied[id]
@@ -481,13 +543,18 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			dc.applied[id] = rate
 		}
 	}
-	consider(uint32(entity.UnknownID), math.Max(summary.H, 0))
+	consider(uint32(entity.UnknownID), dc.alloc.Config().StandbyLimit(0, allocator.Unlimited))
 	for i, in := range dc.inputs {
 		consider(in.Slot, dc.outputs[i].DynamicLimit)
 	}
 	if len(changes) > 0 {
 		if err := a.deps.Shaper.SetRates(dir, changes); err != nil {
-			return err
+			// Not written: try every one of them again next cycle.
+			for _, c := range changes {
+				dc.applied[c.Entity] = math.NaN()
+			}
+			a.rateWriteFailures++
+			return fmt.Errorf("write rates: %w", err)
 		}
 	}
 	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.cycle, "active", summary.Active, "standby", summary.Standby,

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -25,28 +26,51 @@ interfaces: [eth0]
 listeners: [9092]
 refresh_interval: 1s
 rate_window: 1
-produce: {capacity: 1000, safety_ratio: 1, activity_threshold: 0, memory_cycles: 3}
-fetch:   {capacity: 1000, safety_ratio: 0.9, activity_threshold: 0, memory_cycles: 3}
+produce: {capacity: 1000, safety_ratio: 1, activity_threshold: 0, memory_cycles: 3, min_limit: 0}
+fetch:   {capacity: 1000, safety_ratio: 0.9, activity_threshold: 0, memory_cycles: 3, min_limit: 0}
 `
 
+// baseConfig's capacities are abstract units, far below the default
+// min_limit floors, which the floor tests set themselves.
+
 type rig struct {
-	t     *testing.T
-	a     *Agent
-	dp    *fakeDataPath
-	sh    *fakeShaper
-	clock *fakeClock
-	logs  *bytes.Buffer
+	t          *testing.T
+	a          *Agent
+	dp         *fakeDataPath
+	sh         *fakeShaper   // the shaper in use
+	built      []*fakeShaper // every shaper the factory built
+	failShaper error         // when set, the factory fails to build enforcing shapers
+	clock      *fakeClock
+	logs       *bytes.Buffer
 }
 
 func newRig(t *testing.T, yaml string) *rig {
 	t.Helper()
-	cfg, err := config.Parse([]byte(baseConfig + yaml))
+	return newRigFrom(t, baseConfig+yaml)
+}
+
+func newRigFrom(t *testing.T, yaml string) *rig {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, dp: newFakeDataPath(), sh: newFakeShaper(), clock: &fakeClock{t: time.Unix(1_000_000, 0)}, logs: &bytes.Buffer{}}
+	r := &rig{t: t, dp: newFakeDataPath(), clock: &fakeClock{t: time.Unix(1_000_000, 0)}, logs: &bytes.Buffer{}}
 	log := slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r.a, err = New(cfg, Deps{DataPath: r.dp, Shaper: r.sh, Clock: r.clock, Log: log})
+	// The factory builds a fake of the kind the configuration asks for; r.sh
+	// is always the one in use.
+	newShaper := func(c config.Config) (ShaperChoice, error) {
+		if r.failShaper != nil && c.Mode == config.ModeEnforce {
+			return ShaperChoice{}, r.failShaper
+		}
+		r.sh = newFakeShaper()
+		if c.Mode == config.ModeShadow {
+			r.sh.kind = "shadow"
+		}
+		r.built = append(r.built, r.sh)
+		return ShaperChoice{Shaper: r.sh, Reason: "test"}, nil
+	}
+	r.a, err = New(cfg, Deps{DataPath: r.dp, NewShaper: newShaper, Clock: r.clock, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,5 +487,164 @@ func TestAgentHostileClientIDsAreData(t *testing.T) {
 	}
 	if _, err := json.Marshal(s); err != nil {
 		t.Errorf("status with hostile client-ids: %v", err)
+	}
+}
+
+// min_limit is a floor under every limit the agent writes: standby limits
+// where H is 0, the unknown entity's, and a throttled entity whose weight
+// would give it almost nothing.
+func TestAgentFloorsEveryLimit(t *testing.T) {
+	r := newRigFrom(t, strings.ReplaceAll(baseConfig, "min_limit: 0", "min_limit: 40"))
+	plain := r.learn(48000, "plain", apiVersions())
+	if got := r.sh.rates[maps.Produce][plain.Produce]; got != 40 {
+		t.Errorf("produce standby with H = 0 and min_limit 40: %v, want 40", got)
+	}
+	r.cycle()
+	if got := r.sh.rates[maps.Produce][uint32(entity.UnknownID)]; got != 40 {
+		t.Errorf("unknown entity's produce limit %v, want max(H 0, min_limit 40)", got)
+	}
+	if got := r.sh.rates[maps.Fetch][uint32(entity.UnknownID)]; got != 100 {
+		t.Errorf("unknown entity's fetch limit %v, want max(H 100, min_limit 40)", got)
+	}
+	r = newRigFrom(t, strings.ReplaceAll(baseConfig, "min_limit: 0", "min_limit: 40")+`
+entities:
+  clients:
+    bulk: {quota_weight: 1}
+    slow: {quota_weight: 0.001}
+`)
+	bulk := r.learn(48001, "bulk", apiVersions()).Fetch
+	slow := r.learn(48002, "slow", apiVersions()).Fetch
+	r.cycle()
+	for i := 0; i < 3; i++ {
+		for _, id := range []uint32{bulk, slow} {
+			r.dp.add(maps.Fetch, id, uint64(r.sh.rates[maps.Fetch][id]))
+			r.sh.throttled[maps.Fetch][id] = true
+		}
+		r.cycle()
+	}
+	// C = 900: floors 40 each, the other 820 shared 1 : 0.001.
+	if got := r.sh.rates[maps.Fetch][slow]; math.Abs(got-40.82) > 0.01 {
+		t.Errorf("slow entity's limit %v, want its floor 40 + 820 × 0.001/1.001 = 40.82", got)
+	}
+	if got := r.sh.rates[maps.Fetch][bulk]; math.Abs(got-859.18) > 0.01 {
+		t.Errorf("bulk entity's limit %v, want 859.18", got)
+	}
+}
+
+func reloadWith(t *testing.T, r *rig, yaml string) error {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.a.Reload(cfg, nil)
+}
+
+// shadow → enforce → shadow by reload: each switch closes the old backend,
+// builds the new one, gives it every rate in force, and tells the data
+// path; the status names the backend in use.
+func TestAgentReloadSwitchesTheShaper(t *testing.T) {
+	r := newRig(t, "mode: shadow\n")
+	shadow := r.sh
+	id := r.learn(49000, "tenant", apiVersions()).Fetch
+	r.cycle()
+	if r.dp.settings.Shaper != maps.ShaperNone || r.a.Snapshot().Shaper != "shadow" {
+		t.Fatalf("shadow start: settings %+v, shaper %s", r.dp.settings, r.a.Snapshot().Shaper)
+	}
+	if err := reloadWith(t, r, baseConfig+"mode: enforce\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !shadow.closed || r.sh == shadow || r.sh.Kind() != "htb" {
+		t.Fatalf("enforce: old closed %v, new %s", shadow.closed, r.sh.Kind())
+	}
+	if r.dp.settings.Shaper != maps.ShaperHTB {
+		t.Errorf("the data path was not told to shape: %+v", r.dp.settings)
+	}
+	if got := r.sh.rates[maps.Fetch][id]; got != 100 {
+		t.Errorf("the new shaper did not get the entity's rate in force: %v, want its standby limit 100", got)
+	}
+	if s := r.cycle(); s.Shaper != "htb" || s.Mode != "enforce" {
+		t.Errorf("status after the switch: shaper %s mode %s", s.Shaper, s.Mode)
+	}
+	htb := r.sh
+	if err := reloadWith(t, r, baseConfig+"mode: shadow\n"); err != nil {
+		t.Fatal(err)
+	}
+	if !htb.closed || r.sh.Kind() != "shadow" || r.dp.settings.Shaper != maps.ShaperNone {
+		t.Errorf("back to shadow: htb closed %v, shaper %s, settings %+v", htb.closed, r.sh.Kind(), r.dp.settings)
+	}
+	// A backend that cannot be built refuses the reload; the old one is
+	// built again and keeps its rates.
+	r.cycle()
+	before := r.sh
+	r.failShaper = errors.New("no IFB")
+	err := reloadWith(t, r, baseConfig+"mode: enforce\n")
+	if err == nil || !strings.Contains(err.Error(), "shaper: no IFB") || r.a.ReloadFailures() != 1 {
+		t.Errorf("unbuildable shaper: err %v, failures %d", err, r.a.ReloadFailures())
+	}
+	r.failShaper = nil
+	if s := r.cycle(); s.Mode != "shadow" || s.Shaper != "shadow" || r.sh == before || !before.closed || r.sh.rates[maps.Fetch][id] != 100 {
+		t.Errorf("after a refused switch: mode %s shaper %s, rebuilt %v, rate %v", s.Mode, s.Shaper, r.sh != before, r.sh.rates[maps.Fetch][id])
+	}
+}
+
+// Keys bound at start refuse the reload, naming each key; nothing changes.
+func TestAgentReloadRefusesRestartOnlyKeys(t *testing.T) {
+	r := newRig(t, "")
+	err := reloadWith(t, r, baseConfig+"max_entities: 100\nbootstrap: [10.0.0.1:9092]\nmode: shadow\n")
+	if err == nil || !strings.Contains(err.Error(), "bootstrap, max_entities: cannot change while the agent runs") {
+		t.Errorf("restart-only keys: %v", err)
+	}
+	if r.a.ReloadFailures() != 1 || r.cycle().Mode != "enforce" || len(r.built) != 1 {
+		t.Errorf("a refused reload changed something: failures %d, built %d", r.a.ReloadFailures(), len(r.built))
+	}
+}
+
+// A reloaded refresh_interval reaches the ticker, and rates divide by the
+// time that passed between counter reads, not the nominal interval.
+func TestAgentRatesUseTheTimeThatPassed(t *testing.T) {
+	r := newRig(t, "")
+	id := r.learn(49100, "steady", apiVersions()).Fetch
+	r.cycle()
+	r.dp.add(maps.Fetch, id, 3000)
+	r.clock.advance(2 * time.Second) // a late tick: 3 s since the last read
+	s := r.cycle()
+	if v := entityView(s, entity.Fetch, "steady"); float64(v.Rate) != 1000 {
+		t.Errorf("3000 bytes over 3 s measured as %v B/s, want 1000", v.Rate)
+	}
+	if err := reloadWith(t, r, strings.Replace(baseConfig, "refresh_interval: 1s", "refresh_interval: 250ms", 1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-r.a.intervalChanged:
+		if d != 250*time.Millisecond {
+			t.Errorf("ticker told %v, want 250ms", d)
+		}
+	default:
+		t.Error("the ticker was not told of the new refresh_interval")
+	}
+}
+
+// A rate write that fails is counted, retried next cycle, and the
+// heartbeat is not written until the data path holds the decided rates.
+func TestAgentFailedRateWritesAreRetriedWithoutHeartbeat(t *testing.T) {
+	r := newRig(t, "")
+	id := r.learn(49200, "tenant", apiVersions()).Fetch
+	r.cycle()
+	beats := len(r.dp.heartbeats)
+	r.sh.failWrite = true
+	delete(r.sh.rates[maps.Fetch], id)
+	r.a.dirs[entity.Fetch].applied[id] = 1 // a stale rate: the next cycle must write one
+	r.clock.advance(time.Second)
+	if err := r.a.Cycle(); err == nil || r.a.RateWriteFailures() != 1 {
+		t.Errorf("failed write: err %v, failures %d", err, r.a.RateWriteFailures())
+	}
+	if len(r.dp.heartbeats) != beats {
+		t.Errorf("heartbeat written although the rates were not")
+	}
+	r.sh.failWrite = false
+	r.cycle()
+	if _, ok := r.sh.rates[maps.Fetch][id]; !ok || len(r.dp.heartbeats) != beats+1 {
+		t.Errorf("not retried: rate present %v, heartbeats %d (want %d)", ok, len(r.dp.heartbeats), beats+1)
 	}
 }

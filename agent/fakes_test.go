@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"net/netip"
 	"sync"
 	"time"
@@ -85,6 +86,9 @@ func (f *fakeDataPath) SetExempt(p []netip.Prefix) error  { f.exempt = p; return
 func (f *fakeDataPath) Stats() (maps.Stats, error)        { return maps.Stats{}, nil }
 
 type fakeShaper struct {
+	kind      string // "" reads as htb
+	closed    bool
+	failWrite bool
 	rates     [2]map[uint32]float64
 	writes    int
 	throttled [2]map[uint32]bool
@@ -95,8 +99,16 @@ func newFakeShaper() *fakeShaper {
 	return &fakeShaper{rates: [2]map[uint32]float64{{}, {}}, throttled: [2]map[uint32]bool{{}, {}}}
 }
 
-func (s *fakeShaper) Kind() string { return "htb" }
+func (s *fakeShaper) Kind() string {
+	if s.kind == "" {
+		return "htb"
+	}
+	return s.kind
+}
 func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaper.Rate) error {
+	if s.failWrite {
+		return errors.New("netlink: no buffer space available")
+	}
 	for _, r := range rates {
 		s.rates[dir][r.Entity] = r.BytesPerSecond
 		s.writes++
@@ -115,7 +127,7 @@ func (s *fakeShaper) Held(dir maps.Direction) ([]shaper.Held, error) {
 	}
 	return out, nil
 }
-func (s *fakeShaper) Close() error { return nil }
+func (s *fakeShaper) Close() error { s.closed = true; return nil }
 
 type fakeClock struct{ t time.Time }
 

@@ -43,6 +43,8 @@ func NewMetrics(a *Agent, dp DataPath) *Metrics {
 	reg.MustRegister(m.cycle, buildInfo, m.collector,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "config_reload_failures_total", Help: "Configuration reloads refused (the running configuration stayed)."},
 			func() float64 { return float64(a.ReloadFailures()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "rate_write_failures_total", Help: "Control cycles whose rate writes to the shaper failed (retried next cycle; no heartbeat meanwhile)."},
+			func() float64 { return float64(a.RateWriteFailures()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle."},
 			func() float64 { return a.RefreshAge().Seconds() }),
 	)

@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
@@ -36,7 +38,11 @@ func (a *Agent) publish(now time.Time) {
 			for _, b := range dc.window[:f] {
 				s += b
 			}
-			p.unknown.rate = s / (float64(f) * a.cfg.RefreshInterval.Seconds())
+			var secs float64
+			for _, e := range a.elapsed[:f] {
+				secs += e
+			}
+			p.unknown.rate = s / secs
 		}
 	}
 }
@@ -68,7 +74,7 @@ func (a *Agent) view() *Snapshot {
 		sum := p.summary
 		v := DirectionView{
 			Direction: dc.dir.String(), Enabled: p.cfg.Enabled(), Capacity: Bps(p.cfg.Capacity),
-			C: Bps(sum.C), H: Bps(sum.H), Scale: sum.Scale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
+			C: Bps(sum.C), H: Bps(sum.H), Scale: sum.Scale, MinLimit: Bps(p.cfg.MinLimit), FloorScale: sum.FloorScale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
 			GreenRatio: sum.GreenRatio, Overcommit: sum.Overcommit, Active: sum.Active, Standby: sum.Standby,
 		}
 		if p.cfg.Enabled() {
@@ -88,8 +94,9 @@ func (a *Agent) view() *Snapshot {
 					ShapedBytes: h.Sent,
 				})
 			}
+			unknownLimit := Bps(allocatorConfig(p.cfg).StandbyLimit(0, math.Inf(1)))
 			v.Entities = append(v.Entities, EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
-				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: Bps(sum.H), DynamicLimit: Bps(sum.H)})
+				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {
 					return v.Entities[i].Kind < v.Entities[j].Kind
@@ -133,6 +140,34 @@ func (a *Agent) RefreshAge() time.Duration {
 	return a.deps.Clock.Now().Sub(a.lastOK)
 }
 
+// RateWriteFailures counts cycles whose rate writes failed.
+func (a *Agent) RateWriteFailures() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rateWriteFailures
+}
+
+// CloseShaper takes the shaper the agent built (Deps.NewShaper) off the
+// devices; the caller decides whether to (keep_attached_on_exit).
+func (a *Agent) CloseShaper() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.deps.Shaper.Close()
+}
+
+// ShaperKind and ShaperReason name the backend in use and why.
+func (a *Agent) ShaperKind() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.deps.Shaper.Kind()
+}
+
+func (a *Agent) ShaperReason() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.deps.ShaperReason
+}
+
 // ReloadFailures counts refused reloads.
 func (a *Agent) ReloadFailures() uint64 {
 	a.mu.Lock()
@@ -140,31 +175,48 @@ func (a *Agent) ReloadFailures() uint64 {
 	return a.reloadFailures
 }
 
-// Reload applies a new configuration from the next cycle, or refuses it:
-// the running configuration stays and the failure is counted. Keys that
-// need a restart (interfaces, shaper, pin path, sizes) are reported and
-// keep their running values.
+// Reload applies a new configuration, or refuses it whole: the running
+// configuration stays, the failure is logged naming the keys, and counted.
+// Everything that can change live does, through the same steps as at
+// start: the shaper backend (mode, shaper, max_queue_delay: shadow ↔
+// enforce, htb ↔ police), the allocators, entities and their pins, the
+// data path's settings, the control loop's interval and the log level.
+// Keys sized or bound at start (interfaces, map sizes, pin path, sockets,
+// the metadata client) need a restart: changing them refuses the reload.
 func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if loadErr != nil {
+	refuse := func(err error) error {
 		a.reloadFailures++
-		a.log.Error("configuration reload refused; the running configuration stays", "err", loadErr)
-		return loadErr
+		a.log.Error("configuration reload refused; the running configuration stays", "err", err)
+		return err
 	}
-	for _, fixed := range restartOnly(a.cfg, cfg) {
-		a.log.Warn("configuration key changed but needs a restart to apply", "key", fixed)
+	if loadErr != nil {
+		return refuse(loadErr)
 	}
-	cfg.Interfaces, cfg.Shaper, cfg.PinPath = a.cfg.Interfaces, a.cfg.Shaper, a.cfg.PinPath
-	cfg.MaxEntities, cfg.MaxConnections, cfg.RateWindow = a.cfg.MaxEntities, a.cfg.MaxConnections, a.cfg.RateWindow
-	cfg.SampleBytes, cfg.Socket, cfg.MetricsAddress = a.cfg.SampleBytes, a.cfg.Socket, a.cfg.MetricsAddress
+	if keys := restartOnly(a.cfg, cfg); len(keys) > 0 {
+		return refuse(fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", ")))
+	}
+	for _, dc := range a.dirs {
+		if next := directionConfig(cfg, dc.dir); next.Enabled() {
+			if err := allocatorConfig(next).Validate(); err != nil {
+				return refuse(fmt.Errorf("%s: %w", dc.dir, err))
+			}
+		}
+	}
+	if specOf(a.cfg) != specOf(cfg) {
+		if a.deps.NewShaper == nil {
+			return refuse(errors.New("mode, shaper, max_queue_delay: this agent's shaper is fixed; restart it to apply"))
+		}
+		if err := a.switchShaper(cfg); err != nil {
+			a.applyDataPathSettings() // the rebuilt old backend's settings
+			return refuse(fmt.Errorf("shaper: %w", err))
+		}
+	}
 	for _, dc := range a.dirs {
 		next := directionConfig(cfg, dc.dir)
 		if next.Enabled() {
-			if err := dc.alloc.SetConfig(allocatorConfig(next)); err != nil {
-				a.reloadFailures++
-				return err
-			}
+			dc.alloc.SetConfig(allocatorConfig(next)) // validated above
 		}
 		dc.cfg = next
 	}
@@ -178,23 +230,40 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	a.pinConfigured()
 	if err := a.applyDataPathSettings(); err != nil {
 		a.cfg = old
-		a.reloadFailures++
-		return err
+		return refuse(err)
 	}
-	a.log.Info("configuration reloaded", "mode", cfg.Mode, "clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
+	if cfg.RefreshInterval != old.RefreshInterval {
+		select { // the latest interval wins; Run resets its ticker
+		case <-a.intervalChanged:
+		default:
+		}
+		a.intervalChanged <- cfg.RefreshInterval
+	}
+	if a.deps.LogLevel != nil {
+		a.deps.LogLevel.Set(cfg.LogLevel)
+	}
+	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.deps.Shaper.Kind(), "refresh_interval", cfg.RefreshInterval,
+		"clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
+	a.logWarnings(cfg)
 	return nil
 }
 
+// restartOnly names the keys that differ between two configurations and
+// cannot change while the agent runs.
 func restartOnly(old, next config.Config) []string {
 	var keys []string
 	if !equalStrings(old.Interfaces, next.Interfaces) {
 		keys = append(keys, "interfaces")
 	}
+	if !equalStrings(old.Bootstrap, next.Bootstrap) {
+		keys = append(keys, "bootstrap")
+	}
 	for name, changed := range map[string]bool{
-		"shaper": old.Shaper != next.Shaper, "pin_path": old.PinPath != next.PinPath,
+		"pin_path":     old.PinPath != next.PinPath,
 		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
 		"socket": old.Socket != next.Socket, "metrics_address": old.MetricsAddress != next.MetricsAddress,
+		"sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS, "metadata_refresh": old.MetadataRefresh != next.MetadataRefresh,
 	} {
 		if changed {
 			keys = append(keys, name)
@@ -239,6 +308,8 @@ func (a *Agent) Run(ctx context.Context, samples Samples, ready func()) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case d := <-a.intervalChanged:
+			ticker.Reset(d)
 		case err := <-learned:
 			if err != nil {
 				return err

@@ -69,6 +69,8 @@ type DirectionView struct {
 	C             Bps          `json:"C"`
 	H             Bps          `json:"H"`
 	Scale         float64      `json:"scale"`
+	MinLimit      Bps          `json:"min_limit"`
+	FloorScale    float64      `json:"floor_scale"`
 	PromisedRatio float64      `json:"promised_ratio"`
 	GreenRatio    float64      `json:"green_ratio"`
 	Overcommit    bool         `json:"overcommit"`

@@ -62,12 +62,17 @@ func (a *Allocator) Forget(slot uint32) {
 }
 
 // StandbyLimit is the limit of an entity that takes no part in the
-// allocation: min(L, max(res, H)). An entity with a reservation is protected
-// from its first byte; one without is held to the headroom H until the loop
-// knows it.
-func StandbyLimit(reservation, limit, headroom float64) float64 {
-	return math.Min(limit, math.Max(math.Min(reservation, limit), headroom))
+// allocation: min(L, max(res, H, MinLimit)). An entity with a reservation is
+// protected from its first byte; one without is held to the headroom H (or
+// the floor, if higher) until the loop knows it. The unknown entity, which
+// has neither reservation nor limit, gets max(H, MinLimit).
+func (c Config) StandbyLimit(reservation, limit float64) float64 {
+	return math.Min(limit, max(math.Min(reservation, limit), c.Headroom(), c.MinLimit))
 }
+
+// Floor is an entity's floor: MinLimit, capped by its own limit (an operator's
+// explicit cap wins; check-config warns about it).
+func (c Config) Floor(limit float64) float64 { return math.Min(c.MinLimit, limit) }
 
 // Headroom returns H = capacity − C for a configuration.
 func (c Config) Headroom() float64 { return c.Capacity - c.Distributable() }
@@ -109,15 +114,29 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 			o.State = Standby
 			s.Standby++
 			o.Demand = demandOf(e, cfg.MinDemand)
-			o.DynamicLimit = StandbyLimit(e.Reservation, e.Limit, s.H)
+			o.DynamicLimit = cfg.StandbyLimit(e.Reservation, e.Limit)
 		}
 	}
 
 	// Step 1: effective reservations, scaled down together when R > C.
-	s.Overcommitted = s.ReservedTotal > c
-	if s.Overcommitted {
+	if s.ReservedTotal > c {
 		s.Scale = c / s.ReservedTotal
 	}
+	// Step 1b: floors. Each active entity's effective reservation is raised
+	// towards its floor, from what the reservations leave of C, so that
+	// floors never take a reservation's bandwidth (many small clients
+	// cannot crowd out a reserved tenant) and Σ effRes ≤ C still holds.
+	for i := range entities {
+		if out[i].State == Active {
+			e := &entities[i]
+			s.FloorTopUp += math.Max(0, cfg.Floor(e.Limit)-math.Min(e.Reservation, e.Limit))
+		}
+	}
+	s.FloorScale = 1
+	if s.FloorTopUp > 0 {
+		s.FloorScale = math.Min(1, math.Max(0, c-s.ReservedTotal*s.Scale)/s.FloorTopUp)
+	}
+	s.Overcommitted = s.ReservedTotal+s.FloorTopUp > c
 	a.updateOvercommitAlert(&s)
 
 	// Steps 2–3: demand and green; what nobody needs of its reservation stays
@@ -129,7 +148,8 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 			continue
 		}
 		e := &entities[i]
-		o.EffectiveReservation = math.Min(e.Reservation, e.Limit) * s.Scale
+		res := math.Min(e.Reservation, e.Limit)
+		o.EffectiveReservation = res*s.Scale + math.Max(0, cfg.Floor(e.Limit)-res)*s.FloorScale
 		o.Demand = demandOf(e, cfg.MinDemand)
 		o.Green = math.Min(o.EffectiveReservation, o.Demand)
 		greenTotal += o.Green
@@ -186,9 +206,9 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 
 	switch {
 	case c > 0:
-		s.PromisedRatio = s.ReservedTotal / c
+		s.PromisedRatio = (s.ReservedTotal + s.FloorTopUp) / c
 		s.GreenRatio = greenTotal / c
-	case s.ReservedTotal > 0:
+	case s.ReservedTotal+s.FloorTopUp > 0:
 		s.PromisedRatio = math.Inf(1)
 	}
 	return s, nil

@@ -145,3 +145,67 @@ func TestWorkedExample4PaperOvercommitRealIdleness(t *testing.T) {
 		},
 	})
 }
+
+// Worked example 5 of DESIGN.md §4: floors. C = 900, min_limit 50. A and B
+// are greedy without reservations (weights 1 and 0.01), R uses exactly its
+// 300 reservation. Without the floor B would get 600 × 0.01/1.01 = 5.94,
+// too little to finish a large request inside a client's timeout.
+func TestWorkedExample5Floors(t *testing.T) {
+	cfg := DefaultConfig(1000)
+	cfg.SafetyRatio = 0.9
+	cfg.MinLimit = 50
+	entities := []Entity{
+		{Slot: slotA, Weight: 1, Limit: Unlimited, Usage: 500, Throttled: true},
+		{Slot: slotB, Weight: 0.01, Limit: Unlimited, Usage: 50, Throttled: true},
+		{Slot: slotC, Reservation: 300, Weight: 1, Limit: Unlimited, Usage: 300},
+	}
+	runSteps(t, cfg, []step{{
+		entities: entities,
+		// T = 100 fits beside R = 300: effRes A 50, B 50, R 300; spare 500
+		// shared 1 : 0.01.
+		want: map[uint32]float64{slotA: 545.05, slotB: 54.95, slotC: 300},
+		check: func(t *testing.T, s Summary, out []Allocation) {
+			if s.FloorTopUp != 100 || s.FloorScale != 1 || s.Overcommitted {
+				t.Errorf("floor top-up %v scale %v overcommitted %v, want 100 1 false", s.FloorTopUp, s.FloorScale, s.Overcommitted)
+			}
+		},
+	}})
+
+	// Floors of 400 do not fit beside the reservation: T = 400 + 400 + 100
+	// against the 600 that R leaves, so each top-up is scaled by 2/3. The
+	// reservation stays whole and the overcommit alert is raised.
+	cfg.MinLimit = 400
+	cfg.OvercommitConfirmCycles = 1
+	runSteps(t, cfg, []step{{
+		entities: entities,
+		want:     map[uint32]float64{slotA: 332.67, slotB: 267.33, slotC: 366.67},
+		check: func(t *testing.T, s Summary, out []Allocation) {
+			if !s.Overcommitted || !s.Overcommit || math.Abs(s.FloorScale-2.0/3) > 1e-9 {
+				t.Errorf("overcommitted %v alert %v floor scale %v, want true true 0.6667", s.Overcommitted, s.Overcommit, s.FloorScale)
+			}
+			if out[2].EffectiveReservation < 300 {
+				t.Errorf("R's effective reservation %v fell below its reservation 300: floors took it", out[2].EffectiveReservation)
+			}
+		},
+	}})
+}
+
+// A configured limit below min_limit wins: the floor is capped by L, for
+// active and standby entities alike.
+func TestFloorCappedByLimit(t *testing.T) {
+	cfg := DefaultConfig(1000)
+	cfg.MinLimit = 50
+	if got := cfg.StandbyLimit(0, 20); got != 20 {
+		t.Errorf("standby limit with L 20 under floor 50: %v, want 20", got)
+	}
+	if got := cfg.StandbyLimit(0, Unlimited); got != 50 {
+		t.Errorf("standby limit without reservation, H 0, floor 50: %v, want 50", got)
+	}
+	runSteps(t, cfg, []step{{
+		entities: []Entity{
+			{Slot: slotA, Weight: 1, Limit: Unlimited, Usage: 1000, Throttled: true},
+			{Slot: slotB, Weight: 0.001, Limit: 20, Usage: 20, Throttled: true},
+		},
+		want: map[uint32]float64{slotA: 980, slotB: 20},
+	}})
+}

@@ -26,7 +26,7 @@ func checkInvariants(cfg Config, in []Entity, out []Allocation, s Summary) error
 		res := math.Min(e.Reservation, limit)
 		scale = math.Max(scale, math.Max(res, math.Max(e.Usage, 0)))
 		if o.State != Active {
-			if want := StandbyLimit(e.Reservation, e.Limit, s.H); o.DynamicLimit != want {
+			if want := cfg.StandbyLimit(e.Reservation, e.Limit); o.DynamicLimit != want {
 				return fmt.Errorf("entity %d standby limit %v, want %v", i, o.DynamicLimit, want)
 			}
 			continue
@@ -35,8 +35,16 @@ func checkInvariants(cfg Config, in []Entity, out []Allocation, s Summary) error
 		if o.EffectiveReservation > o.DynamicLimit+tol || o.DynamicLimit > limit+tol {
 			return fmt.Errorf("entity %d: effRes %v ≤ dyn %v ≤ L %v broken", i, o.EffectiveReservation, o.DynamicLimit, limit)
 		}
-		if o.EffectiveReservation > res+tol {
-			return fmt.Errorf("entity %d: effRes %v above reservation %v", i, o.EffectiveReservation, res)
+		if floored := math.Max(res, cfg.Floor(limit)); o.EffectiveReservation > floored+tol {
+			return fmt.Errorf("entity %d: effRes %v above max(reservation, floor) %v", i, o.EffectiveReservation, floored)
+		}
+		// Floors fit beside the reservations: every one is honoured.
+		if s.ReservedTotal+s.FloorTopUp <= c && o.DynamicLimit < cfg.Floor(limit)-tol {
+			return fmt.Errorf("entity %d: dyn %v below its floor %v though floors fit in C", i, o.DynamicLimit, cfg.Floor(limit))
+		}
+		// Floors never take from reservations.
+		if s.Scale == 1 && o.EffectiveReservation < res-tol {
+			return fmt.Errorf("entity %d: effRes %v below its unscaled reservation %v", i, o.EffectiveReservation, res)
 		}
 		if o.Demand <= o.Green+tol && o.DynamicLimit < o.Demand-tol {
 			return fmt.Errorf("entity %d: demand %v fits in green %v but limited to %v", i, o.Demand, o.Green, o.DynamicLimit)
@@ -131,6 +139,7 @@ func TestPropertyInvariantsAndOrderIndependence(t *testing.T) {
 		cfg.ActivityThreshold = []float64{0, 1}[r.IntN(2)]
 		cfg.MemoryCycles = 1 + r.IntN(3)
 		cfg.OvercommitConfirmCycles = 1 + r.IntN(3)
+		cfg.MinLimit = []float64{0, 0, 1, cfg.Capacity / 20, cfg.Capacity / 3}[r.IntN(5)]
 		inOrder, _ := New(cfg)
 		shuffled, _ := New(cfg)
 		entities := make([]Entity, r.IntN(12))

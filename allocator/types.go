@@ -63,6 +63,12 @@ type Config struct {
 	// OvercommitConfirmCycles: the overcommit alert changes only after this
 	// many consecutive cycles disagree with it.
 	OvercommitConfirmCycles int
+	// MinLimit is the floor under every dynamic and standby limit (capped
+	// by the entity's own limit L): a rate below it would make a Kafka
+	// client's largest request outlast its request timeout, so the client
+	// would retry the same request for ever. Floors are granted after
+	// reservations, from what reservations leave of C (Step 1b).
+	MinLimit float64
 }
 
 // DefaultConfig returns the defaults of DESIGN.md for a given capacity.
@@ -97,6 +103,8 @@ func (c Config) Validate() error {
 		return bad("memory_cycles", "must be >= 1", c.MemoryCycles)
 	case c.OvercommitConfirmCycles < 1:
 		return bad("overcommit_confirm_cycles", "must be >= 1", c.OvercommitConfirmCycles)
+	case !isFiniteNonNegative(c.MinLimit):
+		return bad("min_limit", "must be a finite number >= 0", c.MinLimit)
 	}
 	return nil
 }
@@ -124,7 +132,9 @@ type Entity struct {
 // `sluice explain` can show how the dynamic limit was derived.
 type Allocation struct {
 	State State
-	// EffectiveReservation = Reservation × Scale (Step 1); 0 when not active.
+	// EffectiveReservation = Reservation × Scale (Step 1), raised towards
+	// the floor min(MinLimit, L) by FloorScale of the gap (Step 1b); 0 when
+	// not active. The dynamic limit never falls below it.
 	EffectiveReservation float64
 	// Demand (Step 2): the limit when throttled (Unlimited if none), else
 	// max(Usage, MinDemand).
@@ -150,11 +160,18 @@ type Summary struct {
 	ReservedTotal float64
 	// Scale = min(1, C/R).
 	Scale float64
-	// PromisedRatio is R/C (+Inf when C is 0 and R is not).
+	// FloorTopUp is T = Σ max(0, floor_e − res_e) over active entities: what
+	// the floors add to reservations. FloorScale = min(1, (C − Σ res_e×Scale)/T)
+	// is the part of each top-up that fits; below 1 the floors themselves
+	// overcommit C.
+	FloorTopUp, FloorScale float64
+	// PromisedRatio is (R + T)/C: what reservations and floors promise (+Inf
+	// when C is 0 and they promise anything).
 	PromisedRatio float64
 	// GreenRatio is Σgreen/C.
 	GreenRatio float64
-	// Overcommitted is this cycle's raw R > C; Overcommit is the alert,
+	// Overcommitted is this cycle's raw R + T > C (reservations, or the
+	// floors on top of them, promise more than C); Overcommit is the alert,
 	// which follows it only after the confirmation cycles agree.
 	Overcommitted bool
 	Overcommit    bool

@@ -166,11 +166,25 @@ func (e Entities) Configured() int {
 // DefaultKey names a type's template in Entities maps.
 const DefaultKey = "default"
 
+// The floors under every dynamic limit (min_limit) default to what lets
+// Kafka's largest default request finish in half of the clients' default
+// request.timeout.ms (30 s), so a client held at the floor never retries:
+//   - fetch: a consumer's fetch.max.bytes (50 MiB) in 12.5 s → 4 MiB/s;
+//   - produce: a producer's max.request.size (1 MiB) in 8 s → 128 KiB/s.
+const (
+	KafkaRequestTimeout    = 30 * time.Second
+	KafkaFetchMaxBytes     = 50 << 20
+	KafkaMaxRequestSize    = 1 << 20
+	DefaultFetchMinLimit   = 4 << 20
+	DefaultProduceMinLimit = 128 << 10
+)
+
 // Default returns the configuration with every default of DESIGN.md.
 func Default() Config {
 	loop := allocator.DefaultConfig(0) // K and the confirmation cycles are the control loop's
 	loop.Capacity, loop.SafetyRatio, loop.ActivityThreshold = Disabled, 0.9, 1024
-	direction := Direction{Config: loop}
+	produce, fetch := Direction{Config: loop}, Direction{Config: loop}
+	produce.MinLimit, fetch.MinLimit = DefaultProduceMinLimit, DefaultFetchMinLimit
 	return Config{
 		Mode:                    ModeEnforce,
 		Shaper:                  "auto",
@@ -179,8 +193,8 @@ func Default() Config {
 		StaleAfter:              10 * time.Second,
 		RateWindow:              11,
 		MaxQueueDelay:           200 * time.Millisecond,
-		Produce:                 direction,
-		Fetch:                   direction,
+		Produce:                 produce,
+		Fetch:                   fetch,
 		Bootstrap:               []string{"127.0.0.1:9092"},
 		MetadataRefresh:         30 * time.Second,
 		MaxEntities:             MaxEntityIDs,

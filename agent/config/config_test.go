@@ -194,3 +194,52 @@ func TestParseRate(t *testing.T) {
 		t.Errorf("FormatRate: %s %s", FormatRate(400<<20), FormatRate(512))
 	}
 }
+
+// The floors default to Kafka's largest default request inside half its
+// default request timeout; a floor larger than C is refused naming the key;
+// a configured limit under the floor is a warning naming the entity's key.
+func TestMinLimitDefaultsRefusalAndWarnings(t *testing.T) {
+	cfg, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Produce.MinLimit != 128<<10 || cfg.Fetch.MinLimit != 4<<20 {
+		t.Errorf("min_limit defaults produce %v fetch %v, want 128KiB and 4MiB", cfg.Produce.MinLimit, cfg.Fetch.MinLimit)
+	}
+	if took := float64(KafkaFetchMaxBytes) / DefaultFetchMinLimit; took > KafkaRequestTimeout.Seconds()/2 {
+		t.Errorf("fetch.max.bytes at the default floor takes %v s, more than half of request.timeout.ms", took)
+	}
+	if took := float64(KafkaMaxRequestSize) / DefaultProduceMinLimit; took > KafkaRequestTimeout.Seconds()/2 {
+		t.Errorf("max.request.size at the default floor takes %v s, more than half of request.timeout.ms", took)
+	}
+	_, err = Parse([]byte(strings.Replace(minimal, "{capacity: 100MiB}", "{capacity: 100MiB, safety_ratio: 0.5, min_limit: 60MiB}", 1)))
+	if err == nil || !strings.Contains(err.Error(), "produce.min_limit: 60MiB exceeds") {
+		t.Errorf("a floor above C must be refused naming produce.min_limit, got %v", err)
+	}
+	_, err = Parse([]byte(strings.Replace(minimal, "{capacity: 100MiB}", "{capacity: 2MiB}", 1)))
+	if err != nil {
+		t.Errorf("the default produce floor fits 2MiB: %v", err)
+	}
+	_, err = Parse([]byte(strings.Replace(minimal, "{capacity: 100MiB}", "{capacity: 100KiB}", 1)))
+	if err == nil || !strings.Contains(err.Error(), "(the default;") {
+		t.Errorf("the default floor above a tiny capacity must be refused saying it is the default, got %v", err)
+	}
+	cfg, err = Parse([]byte(`
+interfaces: [veth0]
+listeners: [9092]
+produce: {capacity: 100MiB}
+fetch: {capacity: 100MiB}
+entities:
+  clients:
+    slow: {consumer_byte_rate: 1MiB, producer_byte_rate: 1MiB}
+    tiny: {producer_byte_rate: 64KiB}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Warnings()
+	if len(w) != 2 || w[0].Key != "entities.clients.slow.consumer_byte_rate" || w[1].Key != "entities.clients.tiny.producer_byte_rate" ||
+		!strings.Contains(w[0].Message, "takes 50s of its default 30s request timeout") {
+		t.Errorf("warnings %+v", w)
+	}
+}

@@ -68,7 +68,7 @@ var schema = map[string][]string{
 	"entities": {"clients", "topic-partitions"},
 }
 
-var directionKeys = []string{"capacity", "safety_ratio", "min_demand", "activity_threshold", "memory_cycles", "overcommit_confirm_cycles"}
+var directionKeys = []string{"capacity", "safety_ratio", "min_demand", "activity_threshold", "min_limit", "memory_cycles", "overcommit_confirm_cycles"}
 
 var quotaKeys = []string{"producer_byte_rate", "consumer_byte_rate", "producer_byte_reservation", "consumer_byte_reservation", "quota_weight"}
 
@@ -255,6 +255,19 @@ func (l *loader) globals() {
 	if !c.Produce.Enabled() && !c.Fetch.Enabled() {
 		l.fail("produce.capacity", "both directions are disabled (capacity -1): set produce.capacity or fetch.capacity")
 	}
+	for _, d := range []struct {
+		name string
+		dir  Direction
+	}{{"produce", c.Produce}, {"fetch", c.Fetch}} {
+		if d.dir.Enabled() && d.dir.MinLimit > d.dir.Distributable() {
+			set := ""
+			if !l.has(d.name + ".min_limit") {
+				set = " (the default; set it lower for so small a capacity)"
+			}
+			l.fail(d.name+".min_limit", "%s%s exceeds what the direction distributes (capacity × safety_ratio = %s): one entity's floor would take it all",
+				FormatRate(d.dir.MinLimit), set, FormatRate(d.dir.Distributable()))
+		}
+	}
 	if c.StaleAfter <= c.RefreshInterval {
 		l.fail("stale_after", "%v must exceed refresh_interval %v, or a healthy agent would look dead", c.StaleAfter, c.RefreshInterval)
 	}
@@ -287,7 +300,7 @@ func (l *loader) direction(name string, d *Direction) {
 	for _, r := range []struct {
 		key string
 		dst *float64
-	}{{"min_demand", &d.MinDemand}, {"activity_threshold", &d.ActivityThreshold}} {
+	}{{"min_demand", &d.MinDemand}, {"activity_threshold", &d.ActivityThreshold}, {"min_limit", &d.MinLimit}} {
 		if l.has(name + "." + r.key) {
 			if v, ok := l.rate(name + "." + r.key); ok {
 				*r.dst = v

@@ -66,7 +66,7 @@ func fromDocument(doc any) (*Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := onlyKeys("", root, "capacity", "safety_ratio", "min_demand", "activity_threshold", "memory_cycles", "overcommit_confirm_cycles", "entities", "cycles"); err != nil {
+	if err := onlyKeys("", root, "capacity", "safety_ratio", "min_demand", "activity_threshold", "min_limit", "memory_cycles", "overcommit_confirm_cycles", "entities", "cycles"); err != nil {
 		return nil, err
 	}
 	s := &Scenario{Config: allocator.DefaultConfig(0)}
@@ -91,6 +91,7 @@ func fromDocument(doc any) (*Scenario, error) {
 		}},
 		{"min_demand", &cfg.MinDemand, atLeast(0)},
 		{"activity_threshold", &cfg.ActivityThreshold, atLeast(0)},
+		{"min_limit", &cfg.MinLimit, atLeast(0)},
 	}
 	for _, n := range numbers {
 		if v, ok := root[n.key]; ok {

@@ -41,6 +41,9 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		return usageError{err}
 	}
 	fmt.Fprintf(stdout, "%s: configuration valid (%d clients, %d topic-partitions configured)\n", path, len(cfg.Entities.Clients), len(cfg.Entities.TopicPartitions))
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stdout, "warning: %s: %s\n", w.Key, w.Message)
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(stdout, "not root: the BPF programs were not loaded through the verifier")
 		return nil

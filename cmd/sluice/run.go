@@ -23,7 +23,6 @@ import (
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/learner"
-	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -42,8 +41,10 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	r := &runner{cfg: cfg, log: log, path: *path}
+	level := new(slog.LevelVar) // follows log_level on reload
+	level.Set(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	r := &runner{cfg: cfg, log: log, level: level, path: *path}
 	defer r.cleanup()
 	if err := r.setup(ctx); err != nil {
 		return err
@@ -54,12 +55,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 type runner struct {
 	cfg      config.Config
 	log      *slog.Logger
+	level    *slog.LevelVar
 	path     string
 	dp       *maps.Datapath
 	atts     []*attach.Attachment
-	shaper   shaper.Shaper
-	ifb      int
-	reason   string
+	agent    *agent.Agent // owns the shaper once built
 	kafka    *kgo.Client
 	samples  *maps.SampleReader
 	closers  []io.Closer
@@ -103,10 +103,6 @@ func (r *runner) setup(ctx context.Context) error {
 		r.atts = append(r.atts, a)
 		r.log.Info("attached", "interface", name, "mode", a.Mode.String())
 	}
-	if err := r.chooseShaper(); err != nil {
-		return err
-	}
-	r.log.Info("shaper chosen", "shaper", r.shaper.Kind(), "why", r.reason)
 	opts2, err := learner.ClientOptions(r.cfg)
 	if err != nil {
 		return err
@@ -120,54 +116,6 @@ func (r *runner) setup(ctx context.Context) error {
 	return nil
 }
 
-// chooseShaper picks the backend: shadow mode holds nothing back; auto
-// prefers edt where the fq qdisc exists (the state of the art: no queue in
-// sluice's path, ECN before drops) and otherwise htb, which works on every
-// kernel; police is a last-resort hard cap.
-func (r *runner) chooseShaper() error {
-	if r.cfg.Mode == config.ModeShadow || r.cfg.Shaper == "shadow" {
-		r.shaper, r.reason = shaper.Shadow{}, "mode shadow: count and compute, hold nothing back"
-		return nil
-	}
-	if r.cfg.Shaper == "police" {
-		r.shaper, r.reason = shaper.NewPolice(r.dp), "configured (a hard cap: greedy TCP retransmits under it)"
-		return nil
-	}
-	if len(r.atts) != 1 {
-		return fmt.Errorf("interfaces: the %s shaper drives one interface, %d are configured", r.cfg.Shaper, len(r.atts))
-	}
-	idx := r.atts[0].Index
-	fqErr := shaper.ProbeFQ(nil)
-	switch {
-	case r.cfg.Shaper == "edt" && fqErr != nil:
-		return fmt.Errorf("shaper: edt needs the fq qdisc: %v; use htb or auto", fqErr)
-	case r.cfg.Shaper == "edt" || (r.cfg.Shaper == "auto" && fqErr == nil):
-		e, err := shaper.NewEDT(idx, r.dp, nil)
-		if err != nil {
-			return err
-		}
-		r.shaper, r.ifb, r.reason = e, e.IFBIndex(), "the fq qdisc is available: earliest-departure-time pacing"
-		if r.cfg.Shaper == "edt" {
-			r.reason = "configured"
-		}
-		return nil
-	}
-	// Class ids pinned by an earlier agent mean nothing to a new tree.
-	if err := r.dp.ClearClasses(); err != nil {
-		return err
-	}
-	h, err := shaper.NewHTB(idx, r.dp, r.cfg.MaxQueueDelay, nil)
-	if err != nil {
-		return err
-	}
-	r.shaper, r.ifb = h, h.IFBIndex()
-	r.reason = fmt.Sprintf("edt needs the fq qdisc (%v); htb works on every kernel", fqErr)
-	if r.cfg.Shaper == "htb" {
-		r.reason = "configured"
-	}
-	return nil
-}
-
 func (r *runner) run(ctx context.Context, readyFile string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -177,10 +125,17 @@ func (r *runner) run(ctx context.Context, readyFile string) error {
 	}
 	topics := learner.NewMetadataTopics(r.kafka, r.cfg.MetadataRefresh, learner.DefaultMinRefreshGap, r.log)
 	go topics.Run(ctx)
-	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, Shaper: r.shaper, ShaperReason: r.reason, IFBIndex: r.ifb, Topics: topics, Log: r.log})
+	ifindexes := make([]int, len(r.atts))
+	for i, att := range r.atts {
+		ifindexes[i] = att.Index
+	}
+	newShaper := func(cfg config.Config) (agent.ShaperChoice, error) { return agent.ChooseShaper(cfg, r.dp, ifindexes) }
+	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, LogLevel: r.level, Topics: topics, Log: r.log})
 	if err != nil {
 		return err
 	}
+	r.agent = a
+	r.log.Info("shaper chosen", "shaper", a.ShaperKind(), "why", a.ShaperReason())
 	metrics := agent.NewMetrics(a, dp)
 	ml, err := net.Listen("tcp", r.cfg.MetricsAddress)
 	if err != nil {
@@ -265,8 +220,8 @@ func (r *runner) cleanup() {
 		}
 		errs = append(errs, a.Detach())
 	}
-	if r.shaper != nil && !keep {
-		errs = append(errs, r.shaper.Close())
+	if r.agent != nil && !keep {
+		errs = append(errs, r.agent.CloseShaper())
 	}
 	if r.dp != nil {
 		errs = append(errs, r.dp.Close())

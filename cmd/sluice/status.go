@@ -113,10 +113,11 @@ func writeExplain(w io.Writer, d agent.DirectionView, e agent.EntityView) {
 	fmt.Fprintf(w, "  measured        %s over the rate window; throttled last cycle: %v\n", rate(e.Rate), e.Throttled)
 	fmt.Fprintf(w, "  state           %s\n", e.State)
 	if e.State != "active" {
-		fmt.Fprintf(w, "  standby limit   min(limit, max(reservation, H = %s)) = %s\n", rate(d.H), rate(e.DynamicLimit))
+		fmt.Fprintf(w, "  standby limit   min(limit, max(reservation, H = %s, min_limit = %s)) = %s\n", rate(d.H), rate(d.MinLimit), rate(e.DynamicLimit))
 		return
 	}
-	fmt.Fprintf(w, "  step 1  effRes  reservation × scale %.4f = %s   (C %s, R/C %.3f)\n", d.Scale, rate(e.EffectiveReservation), rate(d.C), d.PromisedRatio)
+	fmt.Fprintf(w, "  step 1  effRes  reservation × scale %.4f, raised towards min_limit %s × floor scale %.4f = %s   (C %s, (R+floors)/C %.3f)\n",
+		d.Scale, rate(d.MinLimit), d.FloorScale, rate(e.EffectiveReservation), rate(d.C), d.PromisedRatio)
 	demandWhy := "max(measured, min_demand)"
 	if e.Throttled {
 		demandWhy = "throttled: claims its limit"

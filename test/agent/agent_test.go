@@ -233,3 +233,69 @@ func TestAgentIntegrationHotReload(t *testing.T) {
 		t.Fatalf("SIGHUP reload not applied: %v", err)
 	}
 }
+
+// TestAgentIntegrationShadowToEnforce rolls out as the README says: start in
+// shadow, then switch to enforce by editing the file and SIGHUP, and back.
+// The producer's rate is read from the broker's sockets (the kernel), and
+// the HTB tree from the kernel's qdisc list: in shadow nothing holds the
+// producer back and no tree exists; in enforce it is held to its limit.
+func TestAgentIntegrationShadowToEnforce(t *testing.T) {
+	w := newWorld(t)
+	const limit = 5e6 // far from H = 2 MB/s
+	cfgPath := w.WriteConfig("rollout", harness.Config{ProduceCapacity: "20MB", FetchCapacity: "20MB", Mode: "shadow",
+		Extra: "entities:\n  clients:\n    franz-producer: {producer_byte_rate: 5MB}\n"})
+	a := start(t, w, cfgPath)
+	defer a.Stop()
+	p := produce(t, w)
+	shaperIs := func(kind string) {
+		t.Helper()
+		if _, err := w.WaitFor(10*time.Second, func(s *agent.Snapshot) bool { return s.Shaper == kind }); err != nil {
+			t.Fatalf("shaper never became %s: %v", kind, err)
+		}
+	}
+	measure := func() (float64, bool) {
+		t.Helper()
+		time.Sleep(3 * time.Second) // settle
+		rates, err := w.MeterClients(0, 5*time.Second, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qdiscs, err := w.BrokerQdiscs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		htb := false
+		for _, q := range qdiscs {
+			htb = htb || q.Kind == "htb"
+		}
+		return rates[0], htb
+	}
+	setMode := func(mode string) {
+		t.Helper()
+		data, _ := os.ReadFile(cfgPath)
+		text := strings.Replace(string(data), "mode: shadow", "mode: "+mode, 1)
+		text = strings.Replace(text, "mode: enforce", "mode: "+mode, 1)
+		if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		a.Cmd.Process.Signal(syscall.SIGHUP)
+		shaperIs(map[string]string{"shadow": "shadow", "enforce": "htb"}[mode])
+	}
+	shaperIs("shadow")
+	shadowRate, shadowTree := measure()
+	setMode("enforce")
+	enforceRate, enforceTree := measure()
+	setMode("shadow")
+	backRate, backTree := measure()
+	t.Logf("producer (kernel meter): shadow %.0f B/s (htb tree %v), enforce %.0f B/s (htb tree %v), shadow again %.0f B/s (htb tree %v); limit %.0f",
+		shadowRate, shadowTree, enforceRate, enforceTree, backRate, backTree, limit)
+	if shadowRate < 4*limit || shadowTree {
+		t.Errorf("shadow held the producer: %.0f B/s (want ≥ %.0f), htb tree %v", shadowRate, 4*limit, shadowTree)
+	}
+	if enforceRate < 0.9*limit || enforceRate > 1.1*limit || !enforceTree {
+		t.Errorf("enforce after reload: %.0f B/s (want %.0f ±10%%), htb tree %v", enforceRate, limit, enforceTree)
+	}
+	if backRate < 4*limit || backTree {
+		t.Errorf("shadow again: %.0f B/s (want ≥ %.0f), htb tree %v", backRate, 4*limit, backTree)
+	}
+}

@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -145,7 +146,7 @@ entities:
 }
 
 // Connection churn: 200 connections a second opened, used (ApiVersions
-// and Metadata) and closed, for two minutes. The connection table (read
+// and Metadata) and closed, for five minutes. The connection table (read
 // from the kernel through its pins), the learner's per-connection state
 // and the agent's RSS (from /proc) stay flat: nothing a connection leaves
 // behind outlives it by more than a scan, and RSS after the first minute
@@ -154,7 +155,7 @@ func TestAdversarialConnectionChurn(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"orders"}})
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
 	defer a.Stop()
-	const perSecond, run, step = 200, 120 * time.Second, 15 * time.Second
+	const perSecond, run, step = 200, 300 * time.Second, 30 * time.Second
 	churn := client(t, w, harness.ClientSpec{Name: "churn", Lib: "raw", Mode: "churn", ClientID: "churner", Topic: "orders", Rate: perSecond})
 	type sample struct {
 		AtSeconds      float64 `json:"at_s"`
@@ -186,11 +187,12 @@ func TestAdversarialConnectionChurn(t *testing.T) {
 	// table holds at most about 20 s of churn.
 	bound := perSecond * 20
 	pass := churn.Moved() >= int64(0.8*perSecond*run.Seconds())
-	base := series[3].RSSBytes // at 60 s
+	atMinute := int(time.Minute/step) - 1
+	base := series[atMinute].RSSBytes
 	var most int64
 	for i, s := range series {
 		pass = pass && s.TableEntries <= bound && s.LearnerStates <= bound
-		if i >= 3 {
+		if i >= atMinute {
 			most = max(most, s.RSSBytes)
 		}
 	}
@@ -201,5 +203,195 @@ func TestAdversarialConnectionChurn(t *testing.T) {
 		Measured: map[string]any{"series": series, "connections_completed": churn.Moved(), "rss_growth_after_60s": float64(most)/float64(base) - 1},
 		Expected: map[string]any{"connections_min": int64(0.8 * perSecond * run.Seconds()), "table_entries_max": bound, "learner_states_max": bound,
 			"rss_growth_after_60s_max": 0.2},
+	})
+}
+
+// Client-id churn: a peer names a new random client-id on every connection,
+// 100 a second for three minutes, beside two configured tenants producing
+// at their reservations and a greedy unconfigured producer that takes
+// everything else. Each tenant keeps at least 95 % of its reservation in
+// every 10 s window (the socket meter), the unconfigured entities never
+// exceed their budget (from the agent's status: a bound on its own
+// registry), and the agent's RSS after the first minute stays within 20 %
+// of its level then.
+func TestAdversarialClientIDChurn(t *testing.T) {
+	w := world(t, harness.Options{Topics: []string{"orders"}})
+	const reservation, budget, perSecond = 10e6, 5000, 100
+	const run, step = 180 * time.Second, 10 * time.Second
+	a := start(t, w, harness.Config{ProduceCapacity: "40MB", Extra: fmt.Sprintf(`max_unconfigured_entities: %d
+new_entities_per_peer: %d
+entities:
+  clients:
+    tenant-a: {producer_byte_reservation: %d}
+    tenant-b: {producer_byte_reservation: %d}
+`, budget, 2*perSecond, int(reservation), int(reservation))})
+	defer a.Stop()
+	tenantA := client(t, w, harness.ClientSpec{Name: "tenant-a", Lib: "franz", Mode: "produce", ClientID: "tenant-a", Topic: "orders", Rate: reservation})
+	tenantB := client(t, w, harness.ClientSpec{Name: "tenant-b", Lib: "franz", Mode: "produce", ClientID: "tenant-b", Topic: "orders", Rate: reservation})
+	hog := client(t, w, harness.ClientSpec{Name: "hog", Lib: "franz", Mode: "produce", ClientID: "hog", Topic: "orders"})
+	time.Sleep(3 * time.Second) // the tenants reach their rates
+	churn := client(t, w, harness.ClientSpec{Name: "id-churn", Lib: "raw", Mode: "churn", ClientID: "rnd", Topic: "orders", Rate: perSecond,
+		Args: []string{"-random-ids"}})
+	type sample struct {
+		AtSeconds    float64 `json:"at_s"`
+		TenantA      float64 `json:"tenant_a_bps"`
+		TenantB      float64 `json:"tenant_b_bps"`
+		Hog          float64 `json:"hog_bps"`
+		Unconfigured int     `json:"unconfigured_entities"`
+		Overflowed   uint64  `json:"overflowed"`
+		RSSBytes     int64   `json:"rss_bytes"`
+		NewIDs       int64   `json:"client_ids_sent"`
+	}
+	var series []sample
+	began := time.Now()
+	for time.Since(began) < run {
+		rates, err := w.MeterClients(0, step, tenantA, tenantB, hog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rss, err := a.RSS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sample{AtSeconds: math.Round(time.Since(began).Seconds()), TenantA: rates[0], TenantB: rates[1], Hog: rates[2], RSSBytes: rss, NewIDs: churn.Moved()}
+		if st, err := w.Status(); err == nil {
+			s.Unconfigured, s.Overflowed = st.Unconfigured, st.Overflowed
+		}
+		series = append(series, s)
+	}
+	churn.Stop()
+	pass := churn.Moved() >= int64(0.8*perSecond*run.Seconds())
+	least, most, mostUnconfigured := math.Inf(1), int64(0), 0
+	base := series[5].RSSBytes // at 60 s
+	for i, s := range series {
+		least = math.Min(least, math.Min(s.TenantA, s.TenantB))
+		mostUnconfigured = max(mostUnconfigured, s.Unconfigured)
+		if i >= 5 {
+			most = max(most, s.RSSBytes)
+		}
+	}
+	errs, ok := noErrors(tenantA, tenantB)
+	// The budget was reached (the churn really pressed on it) and never passed.
+	pass = pass && ok && least >= 0.95*reservation && mostUnconfigured <= budget && mostUnconfigured >= budget*9/10 &&
+		float64(most) <= 1.2*float64(base)
+	record(t, Result{
+		Name: "client-id-churn",
+		Pass: pass,
+		Measured: map[string]any{"series": series, "tenant_least_bps": least, "client_ids_sent": churn.Moved(),
+			"most_unconfigured_entities": mostUnconfigured, "rss_growth_after_60s": float64(most)/float64(base) - 1,
+			"tenant_client_errors": errs, "measured_at": "broker sockets (tcp_info bytes_received), 10 s windows"},
+		Expected: map[string]any{"tenant_least_bps": 0.95 * reservation, "client_ids_min": int64(0.8 * perSecond * run.Seconds()),
+			"unconfigured_entities_max": budget, "unconfigured_entities_reached": budget * 9 / 10, "rss_growth_after_60s_max": 0.2,
+			"tenant_client_errors": 0},
+	})
+}
+
+// A tiny-segment flood: one connection writes pipelined requests one byte
+// per segment, 20,000 segments a second for 20 s, beside a configured
+// producer at its limit. The producer keeps its limit (socket meter), the
+// agent's CPU (from /proc) stays under a quarter of a core, and the samples
+// the learner sees stay within the per-connection budget
+// (samples_per_second, 200 by default, per connection).
+func TestAdversarialTinySegmentFlood(t *testing.T) {
+	w := world(t, harness.Options{Topics: []string{"orders"}})
+	const limit, segmentsPerSecond, samplesPerSecond = 10e6, 20000, 200
+	const window = 10 * time.Second
+	a := start(t, w, harness.Config{ProduceCapacity: "40MB", Extra: fmt.Sprintf(`samples_per_second: %d
+entities:
+  clients:
+    steady: {producer_byte_rate: %d}
+`, samplesPerSecond, int(limit))})
+	defer a.Stop()
+	steady := client(t, w, harness.ClientSpec{Name: "steady", Lib: "franz", Mode: "produce", ClientID: "steady", Topic: "orders"})
+	before, _ := metered(t, w, 0, []*harness.Client{steady}, nil)
+	flood := client(t, w, harness.ClientSpec{Name: "dribble", Lib: "raw", Mode: "dribble", ClientID: "dribbler", Topic: "orders",
+		Rate: segmentsPerSecond, Args: []string{"-duration", "20s"}})
+	time.Sleep(3 * time.Second) // past the connection's first, always-sampled requests
+	cpu0, err := a.CPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0, err := w.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent0, at0 := flood.Moved(), time.Now()
+	during, err := w.MeterClients(0, window, steady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu1, _ := a.CPU()
+	s1, err := w.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs := time.Since(at0).Seconds()
+	segments := float64(flood.Moved()-sent0) / secs
+	cpuShare := (cpu1 - cpu0).Seconds() / secs
+	samples := (s1.Learner.Parsed + s1.Learner.Failed) - (s0.Learner.Parsed + s0.Learner.Failed)
+	// Two connections are busy (the flood's and the producer's); each may
+	// spend a second's bucket plus samples_per_second. Unbudgeted, the
+	// flood alone would be sampled at every request start (~400/s, its
+	// ~50-byte requests at 20,000 bytes/s) and the producer at each of its
+	// produce requests.
+	const busy = 2
+	sampleBound := uint64(float64(samplesPerSecond) * (secs + 1) * busy)
+	errs, ok := noErrors(steady)
+	record(t, Result{
+		Name: "tiny-segment-flood",
+		Pass: ok && within(before[0], limit, 0.10) && within(during[0], limit, 0.10) && segments >= 0.8*segmentsPerSecond &&
+			cpuShare <= 0.25 && samples <= sampleBound,
+		Measured: map[string]any{"steady_before_bps": before[0], "steady_during_bps": during[0], "one_byte_segments_per_s": segments,
+			"agent_cpu_cores": cpuShare, "samples_learned": samples, "busy_connections": busy, "window_s": secs,
+			"client_errors": errs, "measured_at": "broker sockets (tcp_info), /proc/<agent>/stat, the flooding client's own writes"},
+		Expected: map[string]any{"steady_bps": limit, "tolerance": 0.10, "one_byte_segments_min_per_s": 0.8 * segmentsPerSecond,
+			"agent_cpu_cores_max": 0.25, "samples_max": sampleBound, "client_errors": 0},
+	})
+}
+
+// A consumer held at the floor: beside a greedy consumer of weight 1, a
+// consumer of weight 0.01 fetches with Kafka's defaults (fetch.max.bytes
+// 50 MiB, max.partition.fetch.bytes 1 MiB over 64 partitions, and a 30 s
+// request timeout as Java's request.timeout.ms). Its weighted share,
+// 36 MB/s × 0.01/1.01 ≈ 0.36 MB/s, would take 145 s per response: first
+// with a floor that low (256 KiB, 45 s) its requests time out, then with
+// the shipped min_limit (4 MiB) it reads for two minutes at the floor with
+// zero timeouts, counted by the client.
+func TestAdversarialConsumerAtTheFloor(t *testing.T) {
+	w := world(t, harness.Options{Topics: []string{"history", "bulk"}, Partitions: 64})
+	entities := `entities:
+  clients:
+    bulk: {quota_weight: 1}
+    history: {quota_weight: 0.01}
+`
+	javaDefaults := []string{"-partitions", "64", "-fetch-max-bytes", fmt.Sprint(50 << 20), "-request-timeout", "30s"}
+	runConsumers := func(name, floor string, over time.Duration) (slow float64, timeouts, largest int64) {
+		a := start(t, w, harness.Config{FetchCapacity: "40MB", MinLimit: floor, Extra: entities})
+		defer a.Stop()
+		bulk := client(t, w, harness.ClientSpec{Name: name + "-bulk", Lib: "franz", Mode: "consume", ClientID: "bulk", Topic: "bulk"})
+		history := client(t, w, harness.ClientSpec{Name: name + "-history", Lib: "franz", Mode: "consume", ClientID: "history", Topic: "history",
+			Args: javaDefaults})
+		rates, err := w.MeterClients(1, over, history)
+		if err != nil {
+			t.Fatal(err)
+		}
+		history.Stop()
+		bulk.Stop()
+		return rates[0], history.Errors(), history.Largest()
+	}
+	lowRate, lowTimeouts, _ := runConsumers("low-floor", "256KiB", 45*time.Second)
+	rate, timeouts, largest := runConsumers("shipped-floor", "shipped", 120*time.Second)
+	const floor = 4 << 20
+	// Both consumers are active and claim more: each gets its floor, and
+	// the rest of C is shared 1 : 0.01.
+	want := floor + (C-2*floor)*0.01/1.01
+	record(t, Result{
+		Name: "consumer-at-the-floor",
+		Pass: lowTimeouts > 0 && timeouts == 0 && rate >= 0.9*floor && rate <= 1.1*want && largest >= 40<<20,
+		Measured: map[string]any{"rate_bps": rate, "request_timeouts": timeouts, "largest_response_bytes": largest,
+			"low_floor_rate_bps": lowRate, "low_floor_request_timeouts": lowTimeouts,
+			"measured_at": "broker sockets (tcp_info bytes_acked) over the whole run; timeouts counted by the client"},
+		Expected: map[string]any{"rate_min_bps": 0.9 * floor, "rate_max_bps": 1.1 * want, "request_timeouts": 0,
+			"largest_response_min_bytes": 40 << 20, "low_floor_request_timeouts_min": 1},
 	})
 }

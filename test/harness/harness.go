@@ -170,8 +170,13 @@ type Config struct {
 	Mode                           string // enforce (default) or shadow
 	KeepAttached                   bool
 	StaleAfter                     string
-	MemoryCycles                   int    // K; 0 = the default
-	Extra                          string // more YAML (entities, ...)
+	MemoryCycles                   int // K; 0 = the default
+	// MinLimit is both directions' floor: "" gives the worlds' 256KiB (their
+	// capacities are a few dozen MB/s, so the shipped floors would hide the
+	// small weighted shares the scenarios check); "shipped" keeps
+	// deploy/sluice.yaml's defaults.
+	MinLimit string
+	Extra    string // more YAML (entities, ...)
 }
 
 // WriteConfig writes an agent configuration for this world.
@@ -194,11 +199,19 @@ func (w *World) WriteConfig(name string, c Config) string {
 	if c.MemoryCycles == 0 {
 		c.MemoryCycles = 10
 	}
+	floor := ", min_limit: 256KiB"
+	switch c.MinLimit {
+	case "":
+	case "shipped":
+		floor = ""
+	default:
+		floor = ", min_limit: " + c.MinLimit
+	}
 	yaml := fmt.Sprintf(`interfaces: [%s]
 listeners: [9092]
 mode: %s
-produce: {capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: %d}
-fetch: {capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: %d}
+produce: {capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: %d%s}
+fetch: {capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: %d%s}
 refresh_interval: 1s
 rate_window: 2
 stale_after: %s
@@ -209,7 +222,7 @@ socket: %s
 metrics_address: 127.0.0.1:9464
 keep_attached_on_exit: %v
 log_level: debug
-%s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), c.MemoryCycles, capacity(c.FetchCapacity), c.MemoryCycles, c.StaleAfter, w.Bootstrap(),
+%s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), c.MemoryCycles, floor, capacity(c.FetchCapacity), c.MemoryCycles, floor, c.StaleAfter, w.Bootstrap(),
 		w.Pins, w.Socket, c.KeepAttached, c.Extra)
 	path := filepath.Join(w.Dir, name+".yaml")
 	os.WriteFile(path, []byte(yaml), 0o600)
@@ -305,9 +318,10 @@ type Client struct {
 	cmd      *exec.Cmd
 	mu       sync.Mutex
 	// marks are (time, bytes moved so far) every 100 ms.
-	marks  []mark
-	errors int64
-	done   chan struct{}
+	marks   []mark
+	errors  int64
+	largest int64 // a consumer's largest Fetch response, bytes
+	done    chan struct{}
 	// final is what a producer reports when it stops: the records the
 	// broker acknowledged and the sum of their CRC-32s.
 	final    *Tally
@@ -359,9 +373,9 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			var line struct {
-				Ms, Bytes, Errors int64
-				Final             bool
-				Count, Checksum   uint64
+				Ms, Bytes, Errors, Largest int64
+				Final                      bool
+				Count, Checksum            uint64
 			}
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
@@ -374,7 +388,7 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 			}
 			c.mu.Lock()
 			c.marks = append(c.marks, mark{time.UnixMilli(line.Ms), line.Bytes})
-			c.errors = line.Errors
+			c.errors, c.largest = line.Errors, line.Largest
 			c.mu.Unlock()
 		}
 	}()
@@ -428,7 +442,16 @@ func (c *Client) Moved() int64 {
 	return c.marks[len(c.marks)-1].bytes
 }
 
-// Errors is the number of failed produce requests the client saw.
+// Largest is the largest Fetch response a franz consumer read, in bytes.
+func (c *Client) Largest() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.largest
+}
+
+// Errors is the number of failed requests the client saw: produce errors,
+// and for franz consumers fetch errors and Fetch responses that failed to
+// arrive (read deadline passed: a request timeout).
 func (c *Client) Errors() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

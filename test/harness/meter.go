@@ -312,3 +312,25 @@ func (w *World) ConnectionEntries() (int, error) {
 	}
 	return n, nil
 }
+
+// CPU is the CPU time (user + system) the agent process has used so far,
+// from /proc/<pid>/stat.
+func (a *Agent) CPU() (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.Cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which may hold spaces) start at ")".
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", a.Cmd.Process.Pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of proc(5)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %v, stime %v", a.Cmd.Process.Pid, err1, err2)
+	}
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks, nil
+}

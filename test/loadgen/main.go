@@ -35,6 +35,10 @@ type opts struct {
 	rate                                         float64       // bytes/s the client wants; 0 = as fast as it can
 	replicaID, localPort                         int           // -lib raw: the Fetch's replica id, the local port (0: any)
 	idleAfter, idleFor                           time.Duration // franz produce: go quiet once, keeping the connection
+	partitions                                   int           // consume: partitions [partition, partition+partitions); verify: all of the topic's
+	fetchMaxBytes                                int           // franz consume: fetch.max.bytes
+	requestTimeout                               time.Duration // franz consume: the whole deadline of a fetch (Java's request.timeout.ms); 0: franz's default
+	randomIDs                                    bool          // raw churn: a new client-id per connection
 }
 
 func main() {
@@ -54,8 +58,12 @@ func main() {
 	flag.IntVar(&o.valueBytes, "value-bytes", 16<<10, "record value size when producing")
 	flag.Float64Var(&o.rate, "rate", 0, "bytes/s to aim for (0: greedy)")
 	flag.DurationVar(&duration, "duration", 5*time.Minute, "stop after this long")
-	partitions := flag.Int("partitions", 1, "verify: partitions of the topic")
+	flag.IntVar(&o.partitions, "partitions", 1, "consume: how many partitions from -partition on; verify: partitions of the topic")
+	flag.IntVar(&o.fetchMaxBytes, "fetch-max-bytes", 4<<20, "franz consume: fetch.max.bytes (Kafka's default is 50 MiB)")
+	flag.DurationVar(&o.requestTimeout, "request-timeout", 0, "franz consume: a fetch's deadline, as Java's request.timeout.ms (0: franz's default)")
+	flag.BoolVar(&o.randomIDs, "random-ids", false, "raw churn: every connection names a new client-id (-client-id as prefix)")
 	flag.Parse()
+	partitions := &o.partitions
 	if o.group == "" {
 		o.group = o.clientID
 	}
@@ -72,12 +80,16 @@ func main() {
 	}
 	var moved, errs atomic.Int64
 	go report(ctx, &moved, &errs)
+	defer func() { // the last figures, so that a stopped client's counts are complete
+		enc := json.NewEncoder(os.Stdout)
+		enc.Encode(map[string]int64{"ms": time.Now().UnixMilli(), "bytes": moved.Load(), "errors": errs.Load(), "largest": largestResponse.Load()})
+	}()
 	var err error
 	switch o.lib + "/" + o.mode {
 	case "franz/produce":
 		err = franzProduce(ctx, o, &moved, &errs)
 	case "franz/consume":
-		err = franzConsume(ctx, o, &moved)
+		err = franzConsume(ctx, o, &moved, &errs)
 	case "sarama/consume":
 		err = saramaConsume(ctx, o, &moved)
 	case "raw/consume":
@@ -86,6 +98,8 @@ func main() {
 		err = rawProduce(ctx, o, &moved, &errs)
 	case "raw/churn":
 		err = rawChurn(ctx, o, &moved, &errs)
+	case "raw/dribble":
+		err = rawDribble(ctx, o, &moved, &errs)
 	case "kafkago/consume":
 		err = kafkagoConsume(ctx, o, &moved)
 	case "sarama/produce":
@@ -172,7 +186,11 @@ func verify(o opts, partitions int) error {
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{"verify": out})
 }
 
-// report prints {"ms": unix millis, "bytes": moved, "errors": n} lines.
+// largestResponse is the largest Fetch response a consumer read, in bytes:
+// evidence of what a request really carried.
+var largestResponse atomic.Int64
+
+// report prints {"ms": unix millis, "bytes": moved, "errors": n, "largest": bytes} lines.
 func report(ctx context.Context, moved, errs *atomic.Int64) {
 	enc := json.NewEncoder(os.Stdout)
 	t := time.NewTicker(100 * time.Millisecond)
@@ -182,7 +200,7 @@ func report(ctx context.Context, moved, errs *atomic.Int64) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			enc.Encode(map[string]int64{"ms": now.UnixMilli(), "bytes": moved.Load(), "errors": errs.Load()})
+			enc.Encode(map[string]int64{"ms": now.UnixMilli(), "bytes": moved.Load(), "errors": errs.Load(), "largest": largestResponse.Load()})
 		}
 	}
 }
@@ -248,10 +266,49 @@ func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 	return cl.Flush(flushCtx)
 }
 
-func franzConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: {int32(o.partition): kgo.NewOffset().AtStart()}}),
-		kgo.FetchMaxBytes(4<<20))
+// fetchReads counts Fetch responses that failed to arrive (a read error:
+// the request's deadline passed, or the connection died) and notes the
+// largest that did. franz-go retries such fetches by itself, so they never
+// reach PollFetches: this hook is where a consumer sees its timeouts.
+type fetchReads struct {
+	ctx  context.Context // once it ends, failed reads are the client closing
+	errs *atomic.Int64
+}
+
+func (h fetchReads) OnBrokerRead(_ kgo.BrokerMetadata, key int16, bytesRead int, _, _ time.Duration, err error) {
+	if key != 1 { // Fetch
+		return
+	}
+	if err != nil {
+		if h.ctx.Err() == nil {
+			h.errs.Add(1)
+			log.Printf("fetch response failed after %d bytes: %v", bytesRead, err)
+		}
+		return
+	}
+	for {
+		old := largestResponse.Load()
+		if int64(bytesRead) <= old || largestResponse.CompareAndSwap(old, int64(bytesRead)) {
+			return
+		}
+	}
+}
+
+func franzConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+	parts := map[int32]kgo.Offset{}
+	for p := o.partition; p < o.partition+max(o.partitions, 1); p++ {
+		parts[int32(p)] = kgo.NewOffset().AtStart()
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: parts}),
+		kgo.FetchMaxBytes(int32(o.fetchMaxBytes)), kgo.WithHooks(fetchReads{ctx, errs})}
+	if o.requestTimeout > 0 {
+		// As a Java consumer: fetch.max.wait.ms 500 and request.timeout.ms
+		// as given. franz-go's read deadline is its overhead plus the wait.
+		const wait = 500 * time.Millisecond
+		opts = append(opts, kgo.FetchMaxWait(wait), kgo.RequestTimeoutOverhead(o.requestTimeout-wait))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -260,6 +317,12 @@ func franzConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
 	for ctx.Err() == nil {
 		pace(ctx, start, moved.Load(), o.rate)
 		fs := cl.PollFetches(ctx)
+		fs.EachError(func(topic string, p int32, err error) {
+			if ctx.Err() == nil {
+				errs.Add(1)
+				log.Printf("fetch error %s/%d: %v", topic, p, err)
+			}
+		})
 		fs.EachRecord(func(r *kgo.Record) { moved.Add(int64(len(r.Value))) })
 	}
 	return nil

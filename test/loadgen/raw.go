@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +14,54 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
+
+// rawDribble is the tiny-segment flood: one connection that writes
+// pipelined ApiVersions requests one byte per write with Nagle off, so
+// that nearly every byte travels in a segment of its own, at -rate bytes
+// (segments) per second; a reader drains the responses. moved counts the
+// bytes written; errs counts write or read failures.
+func rawDribble(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+	if o.rate <= 0 {
+		return fmt.Errorf("dribble needs -rate (bytes, so segments, per second)")
+	}
+	r, err := dialRaw(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	r.conn.(*net.TCPConn).SetNoDelay(true)
+	go func() { // drain responses so the broker never blocks on us
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := r.conn.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.SetVersion(3)
+	av.ClientSoftwareName, av.ClientSoftwareVersion = "sluice-loadgen-dribble", "1"
+	start := time.Now()
+	var written int64
+	for ctx.Err() == nil {
+		r.corr++
+		for _, b := range r.format.AppendRequest(nil, av, r.corr) {
+			if written%256 == 0 {
+				pace(ctx, start, written, o.rate)
+			}
+			if _, err := r.conn.Write([]byte{b}); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				errs.Add(1)
+				return err
+			}
+			written++
+			moved.Store(written)
+		}
+	}
+	return nil
+}
 
 // rawConn is one connection speaking the Kafka protocol with kmsg, for
 // what no client library lets a test choose: the Fetch's replica id (a
@@ -187,7 +236,8 @@ func recordBatch(values [][]byte, timestamp int64) []byte {
 
 // rawChurn opens connections at -rate per second, each sending ApiVersions
 // and a Metadata request before it closes (FIN): connection churn. moved
-// counts connections completed.
+// counts connections completed. With -random-ids every connection names
+// itself a new client-id (client-id churn).
 func rawChurn(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 	if o.rate <= 0 {
 		return fmt.Errorf("churn needs -rate (connections per second)")
@@ -195,8 +245,12 @@ func rawChurn(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 	start := time.Now()
 	for n := int64(0); ctx.Err() == nil; n++ {
 		pace(ctx, start, n, o.rate)
+		co := o
+		if o.randomIDs {
+			co.clientID = fmt.Sprintf("%s-%d-%08x", o.clientID, n, mrand.Uint32())
+		}
 		go func() {
-			r, err := dialRaw(ctx, o)
+			r, err := dialRaw(ctx, co)
 			if err != nil {
 				if ctx.Err() == nil {
 					errs.Add(1)

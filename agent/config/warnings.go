@@ -1,0 +1,50 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Warnings lists what is valid but probably not what the operator wants,
+// each naming its key: today, configured limits under their direction's
+// min_limit. Such a limit wins over the floor (an explicit cap is the
+// operator's to set), so a client held to it may not finish Kafka's largest
+// default request inside its request timeout and would retry for ever.
+func (c Config) Warnings() Problems {
+	var out Problems
+	check := func(section string, quotas map[string]Quota) {
+		names := make([]string, 0, len(quotas))
+		for name := range quotas {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			q := quotas[name]
+			for _, l := range []struct {
+				key     string
+				limit   *float64
+				dir     Direction
+				dirName string
+				largest float64
+				what    string
+			}{
+				{"producer_byte_rate", q.ProducerByteRate, c.Produce, "produce", KafkaMaxRequestSize, "max.request.size"},
+				{"consumer_byte_rate", q.ConsumerByteRate, c.Fetch, "fetch", KafkaFetchMaxBytes, "fetch.max.bytes"},
+			} {
+				if l.limit == nil || !l.dir.Enabled() || *l.limit >= l.dir.MinLimit {
+					continue
+				}
+				msg := fmt.Sprintf("%s is under %s.min_limit %s: the configured limit wins", FormatRate(*l.limit), l.dirName, FormatRate(l.dir.MinLimit))
+				if *l.limit > 0 {
+					took := time.Duration(l.largest / *l.limit * float64(time.Second)).Round(100 * time.Millisecond)
+					msg += fmt.Sprintf(", and Kafka's default largest request (%s %s) takes %v of its default %v request timeout", l.what, FormatRate(l.largest), took, KafkaRequestTimeout)
+				}
+				out = append(out, Problem{Key: fmt.Sprintf("entities.%s.%s.%s", section, name, l.key), Message: msg})
+			}
+		}
+	}
+	check("clients", c.Entities.Clients)
+	check("topic-partitions", c.Entities.TopicPartitions)
+	return out
+}

@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// ShaperChoice is a built shaper backend and why it was chosen.
+type ShaperChoice struct {
+	Shaper   shaper.Shaper
+	Reason   string
+	IFBIndex int // the IFB device ingress is redirected to (0: none)
+}
+
+// ShaperFactory builds the backend a configuration asks for. The agent
+// calls it at start and again on a reload that changes mode, shaper or
+// max_queue_delay, after closing the previous backend.
+type ShaperFactory func(cfg config.Config) (ShaperChoice, error)
+
+// shaperSpec is what of a configuration the backend depends on.
+type shaperSpec struct {
+	mode   config.Mode
+	shaper string
+	delay  time.Duration
+}
+
+func specOf(cfg config.Config) shaperSpec {
+	return shaperSpec{mode: cfg.Mode, shaper: cfg.Shaper, delay: cfg.MaxQueueDelay}
+}
+
+// ChooseShaper is the factory of a real host: shadow mode holds nothing
+// back; auto prefers edt where the fq qdisc exists and otherwise htb, which
+// works on every kernel; police is a last-resort hard cap. htb and edt
+// drive one interface (ifindexes[0]).
+func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (ShaperChoice, error) {
+	if cfg.Mode == config.ModeShadow || cfg.Shaper == "shadow" {
+		return ShaperChoice{Shaper: shaper.Shadow{}, Reason: "mode shadow: count and compute, hold nothing back"}, nil
+	}
+	if cfg.Shaper == "police" {
+		return ShaperChoice{Shaper: shaper.NewPolice(dp), Reason: "configured (a hard cap: greedy TCP retransmits under it)"}, nil
+	}
+	if len(ifindexes) != 1 {
+		return ShaperChoice{}, fmt.Errorf("interfaces: the %s shaper drives one interface, %d are configured", cfg.Shaper, len(ifindexes))
+	}
+	idx := ifindexes[0]
+	fqErr := shaper.ProbeFQ(nil)
+	switch {
+	case cfg.Shaper == "edt" && fqErr != nil:
+		return ShaperChoice{}, fmt.Errorf("shaper: edt needs the fq qdisc: %v; use htb or auto", fqErr)
+	case cfg.Shaper == "edt" || (cfg.Shaper == "auto" && fqErr == nil):
+		e, err := shaper.NewEDT(idx, dp, nil)
+		if err != nil {
+			return ShaperChoice{}, err
+		}
+		reason := "the fq qdisc is available: earliest-departure-time pacing"
+		if cfg.Shaper == "edt" {
+			reason = "configured"
+		}
+		return ShaperChoice{Shaper: e, Reason: reason, IFBIndex: e.IFBIndex()}, nil
+	}
+	// Class ids pinned by an earlier agent or backend mean nothing to a new tree.
+	if err := dp.ClearClasses(); err != nil {
+		return ShaperChoice{}, err
+	}
+	h, err := shaper.NewHTB(idx, dp, cfg.MaxQueueDelay, nil)
+	if err != nil {
+		return ShaperChoice{}, err
+	}
+	reason := fmt.Sprintf("edt needs the fq qdisc (%v); htb works on every kernel", fqErr)
+	if cfg.Shaper == "htb" {
+		reason = "configured"
+	}
+	return ShaperChoice{Shaper: h, Reason: reason, IFBIndex: h.IFBIndex()}, nil
+}
+
+// switchShaper replaces the backend for a new configuration: the data path
+// stops using the old one first (no redirect to an IFB about to go), the
+// old one is closed, the new one built and given every rate in force. If
+// the new one cannot be built, the old configuration's is built again and
+// the error returned (the reload is refused).
+func (a *Agent) switchShaper(next config.Config) error {
+	if err := a.writeSettings(a.cfg, maps.ShaperNone, 0); err != nil {
+		return err
+	}
+	if err := a.deps.Shaper.Close(); err != nil {
+		a.log.Warn("closing the previous shaper", "shaper", a.deps.Shaper.Kind(), "err", err)
+	}
+	choice, err := a.deps.NewShaper(next)
+	if err != nil {
+		back, berr := a.deps.NewShaper(a.cfg)
+		if berr != nil {
+			// Nothing holds traffic back now; say so loudly. The data path
+			// counts on and the next reload tries again.
+			a.log.Error("no shaper: the new one failed and the previous one could not be rebuilt", "err", err, "rebuild_err", berr)
+			a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex = shaper.Shadow{}, "no shaper could be built: "+berr.Error(), 0
+			return err
+		}
+		a.useShaper(back)
+		return err
+	}
+	a.useShaper(choice)
+	a.log.Info("shaper switched", "shaper", choice.Shaper.Kind(), "why", choice.Reason)
+	return nil
+}
+
+// useShaper installs a backend and gives it every rate in force.
+func (a *Agent) useShaper(c ShaperChoice) {
+	a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex = c.Shaper, c.Reason, c.IFBIndex
+	for _, dc := range a.dirs {
+		if !dc.cfg.Enabled() {
+			continue
+		}
+		var rates []shaper.Rate
+		for id, r := range dc.applied {
+			if !math.IsNaN(r) { // a rate was decided
+				rates = append(rates, shaper.Rate{Entity: uint32(id), BytesPerSecond: r})
+			}
+		}
+		if err := c.Shaper.SetRates(maps.Direction(dc.dir), rates); err != nil {
+			a.log.Warn("rates for the new shaper; written again next cycle", "direction", dc.dir.String(), "err", err)
+			for _, r := range rates {
+				dc.applied[r.Entity] = math.NaN()
+			}
+		}
+	}
+}
