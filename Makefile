@@ -7,7 +7,7 @@ BIN     := bin/sluice
 # Every package but the end-to-end scenarios, which `make e2e` runs on its own.
 PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make
 
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -62,14 +62,19 @@ test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespa
 	$(MAKE) --no-print-directory shaping-check
 	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory adversarial
+	$(MAKE) --no-print-directory systemd-check
 
 .PHONY: e2e
 e2e: ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
 	$(GO) test -count=1 -v -timeout 20m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
 
 .PHONY: adversarial
-adversarial: ## hostile clients: forged replication, __mine, 4-tuple reuse, SYN flood; writes adversarial-results.json (root)
-	$(GO) test -count=1 -v -timeout 20m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json
+adversarial: ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)
+	$(GO) test -count=1 -v -timeout 30m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json
+
+.PHONY: systemd-check
+systemd-check: ## the unit under this machine's own systemd, booted in a PID+mount+net namespace: install, start, reload, restart, kill -9, stop (root)
+	./test/systemd/check.sh
 
 .PHONY: shaping-check
 shaping-check: ## measure the shapers with iperf3 in namespaces; writes shaping-results.json (root)

@@ -488,6 +488,63 @@ func TestAgentHostileClientIDsAreData(t *testing.T) {
 	if _, err := json.Marshal(s); err != nil {
 		t.Errorf("status with hostile client-ids: %v", err)
 	}
+
+	// Restart: an agent that keeps its registry in the data path's pinned
+	// map, and a second agent that restores it, show the same safe names
+	// under the same ids.
+	cfg, err := config.Parse([]byte(baseConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newStoringDataPath()
+	first, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range hostile {
+		req := maps.Sample{Conn: conn(uint16(46000 + i)), Data: kt.Frame(apiVersions(), 1, kt.Str(id)), Complete: true}
+		if err := first.Learn(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	saved := map[uint32]string{}
+	for id, e := range dp.names {
+		saved[id] = e.name
+	}
+	second, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clock.advance(time.Second)
+	if err := second.Cycle(); err != nil {
+		t.Fatal(err)
+	}
+	restored := map[uint32]string{}
+	for _, e := range second.Snapshot().Directions[maps.Fetch].Entities {
+		if e.Kind == "client" {
+			restored[e.ID] = e.Name
+		}
+	}
+	if len(saved) != len(hostile) || !sameNames(saved, restored) {
+		t.Errorf("after a restart the registry is %v, saved was %v", restored, saved)
+	}
+	for _, name := range restored {
+		if !utf8.ValidString(name) || len(name) > entity.MaxNameBytes || strings.ContainsAny(name, "\x00\x1b\n") {
+			t.Errorf("restored name %q is not safe to show", name)
+		}
+	}
+}
+
+func sameNames(a, b map[uint32]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // min_limit is a floor under every limit the agent writes: standby limits

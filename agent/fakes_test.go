@@ -134,3 +134,36 @@ type fakeClock struct{ t time.Time }
 func (c *fakeClock) Now() time.Time           { return c.t }
 func (c *fakeClock) Monotonic() time.Duration { return time.Duration(c.t.UnixNano()) }
 func (c *fakeClock) advance(d time.Duration)  { c.t = c.t.Add(d) }
+
+// storingDataPath is a fake data path that also keeps the registry, as the
+// pinned entity-name map does (names over maps.EntityNameMax are not kept).
+type storingDataPath struct {
+	*fakeDataPath
+	names map[uint32]savedEntity
+}
+
+type savedEntity struct {
+	kind uint8
+	name string
+}
+
+func newStoringDataPath() *storingDataPath {
+	return &storingDataPath{fakeDataPath: newFakeDataPath(), names: map[uint32]savedEntity{}}
+}
+
+func (s *storingDataPath) SaveEntity(id uint32, kind uint8, name string) (bool, error) {
+	if len(name) > maps.EntityNameMax {
+		return false, nil
+	}
+	s.names[id] = savedEntity{kind, name}
+	return true, nil
+}
+
+func (s *storingDataPath) DeleteEntity(id uint32) error { delete(s.names, id); return nil }
+
+func (s *storingDataPath) EachEntity(fn func(id uint32, kind uint8, name string)) error {
+	for id, e := range s.names {
+		fn(id, e.kind, e.name)
+	}
+	return nil
+}

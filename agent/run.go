@@ -318,9 +318,12 @@ func (a *Agent) Run(ctx context.Context, samples Samples, ready func()) error {
 		case <-ticker.C:
 			if err := a.Cycle(); err != nil {
 				// A failed cycle is logged and retried; the data path fails
-				// open by itself if the heartbeat stops.
+				// open by itself if the heartbeat stops, and systemd's
+				// watchdog (WatchdogSec) restarts an agent that stays wedged.
 				a.log.Error("control cycle failed", "err", err)
+				continue
 			}
+			NotifyWatchdog()
 		}
 	}
 }

@@ -103,6 +103,10 @@ func NotifyReady(readyFile string) error {
 	return sdNotify("READY=1")
 }
 
+// NotifyWatchdog tells systemd's watchdog that a cycle succeeded (a no-op
+// outside systemd).
+func NotifyWatchdog() { sdNotify("WATCHDOG=1") }
+
 // NotifyStopping tells systemd the agent is stopping.
 func NotifyStopping() error { return sdNotify("STOPPING=1") }
 

@@ -1,0 +1,124 @@
+#!/bin/bash
+# make systemd-check: the unit under a real systemd. This machine's own
+# systemd boots as PID 1 of a new PID + mount + network namespace, with
+# fresh tmpfs over /tmp, /var/tmp, /run and the directories `make install`
+# writes (so the host's files are untouched: its tmpfiles setup would
+# otherwise empty the shared /tmp). Then: make install; start on an empty
+# bpffs (a fresh boot) reaches active through sd_notify; systemctl reload
+# applies an edit; systemctl restart comes back; kill -9 is restarted by
+# Restart=on-failure and re-adopts; stop detaches everything. Prints a
+# transcript; exits non-zero on the first failure, always tearing down.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /var/tmp/sluice-systemd-check.XXXXXX)
+canary=/tmp/sluice-systemd-check-canary.$$
+touch "$canary"
+made_etc_sluice=
+[ -d /etc/sluice ] || { mkdir /etc/sluice; made_etc_sluice=1; }
+sdpid=
+
+say() { printf '\n== %s\n' "$*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ns() { nsenter -t "$sdpid" -m -p -n "$@"; }
+
+teardown() {
+	if [ -n "$sdpid" ] && kill -0 "$sdpid" 2>/dev/null; then
+		ns systemctl stop sluice >/dev/null 2>&1 || true
+		kill -KILL "$sdpid" 2>/dev/null || true # PID 1 of its namespace: every process in it goes too
+		for _ in $(seq 50); do kill -0 "$sdpid" 2>/dev/null || break; sleep 0.1; done
+	fi
+	[ -n "$made_etc_sluice" ] && rmdir /etc/sluice 2>/dev/null || true
+	rm -rf "$work"
+	if [ -e "$canary" ]; then rm -f "$canary"; else echo "FAIL: the host's /tmp was emptied" >&2; exit 1; fi
+}
+trap teardown EXIT
+
+cat > "$work/boot.sh" <<'BOOT'
+#!/bin/bash
+set -e
+for d in /tmp /var/tmp /run /etc/systemd/system /var/log/journal /var/lib/systemd /usr/local/bin /etc/sluice /usr/share/doc; do
+	[ -d "$d" ] && mount -t tmpfs tmpfs "$d"
+done
+ip link set lo up
+# What PID 1 does at boot on a systemd host (this machine's init does not):
+# an empty bpffs at /sys/fs/bpf, private to this namespace.
+mount -t bpf -o mode=0700 bpf /sys/fs/bpf
+exec /lib/systemd/systemd --system --unit=basic.target
+BOOT
+chmod +x "$work/boot.sh"
+# The boot script lives in /var/tmp/…, which the namespace covers with a
+# tmpfs only after it started.
+setsid unshare --pid --fork --mount --net --mount-proc --propagation private "$work/boot.sh" >"$work/boot.log" 2>&1 &
+for _ in $(seq 100); do
+	sdpid=$(pgrep -f '^/lib/systemd/systemd --system --unit=basic.target' | head -1 || true)
+	[ -n "$sdpid" ] && ns systemctl is-system-running --wait >/dev/null 2>&1 && break
+	sleep 0.2
+done
+[ -n "$sdpid" ] || fail "systemd did not boot: $(cat "$work/boot.log")"
+say "systemd $(ns systemctl --version | sed -n 1p | cut -d' ' -f2) booted as PID 1 of its namespace: $(ns systemctl is-system-running)"
+
+say "make install"
+ns make -C "$repo" --no-print-directory install >/dev/null
+ns ls -l /usr/local/bin/sluice /etc/systemd/system/sluice.service /etc/sluice/sluice.yaml
+# A broker-like interface for the agent to attach to.
+ns ip link add sd0 type veth peer name sd1
+ns ip addr add 198.18.5.1/24 dev sd0
+ns ip link set sd0 up
+ns ip link set sd1 up
+cat > "$work/sluice.yaml" <<YAML
+interfaces: [sd0]
+listeners: [9092]
+mode: enforce
+produce: {capacity: 100MiB}
+fetch: {capacity: 100MiB}
+bootstrap: [198.18.5.1:9092]
+YAML
+ns sh -c "cat > /etc/sluice/sluice.yaml" < "$work/sluice.yaml" # $work is hidden inside (tmpfs over /var/tmp)
+ns systemctl daemon-reload
+
+say "start on an empty bpffs (a fresh boot)"
+ns test ! -e /sys/fs/bpf/sluice || fail "sluice pins present before the first start"  # a fresh bpffs holds only the kernel's maps.debug, progs.debug
+ns systemctl start sluice || { ns journalctl -u sluice --no-pager | tail -30; ns stat -f -c "bpffs type: %T" /sys/fs/bpf; ns findmnt /sys/fs/bpf; fail "start"; }
+ns systemctl is-active sluice
+ns sluice status --socket /run/sluice/sluice.sock | sed -n 1,3p
+ns ls /sys/fs/bpf/sluice | sed -n 1,3p
+
+say "systemctl reload applies an edit (produce capacity 100MiB -> 50MiB)"
+ns sed -i 's/produce: {capacity: 100MiB}/produce: {capacity: 50MiB}/' /etc/sluice/sluice.yaml
+ns systemctl reload sluice
+for _ in $(seq 50); do
+	ns sluice status --socket /run/sluice/sluice.sock 2>/dev/null | grep -q 'produce.*50MiB' && break
+	sleep 0.2
+done
+ns sluice status --socket /run/sluice/sluice.sock | grep produce || true
+ns sluice status --socket /run/sluice/sluice.sock | grep -q 'produce.*50MiB' || fail "reload not applied"
+
+say "systemctl restart"
+ns systemctl restart sluice
+ns systemctl is-active sluice
+
+say "kill -9 of the agent: Restart=on-failure brings it back"
+main=$(ns systemctl show -p MainPID --value sluice)
+ns kill -KILL "$main"
+for _ in $(seq 100); do
+	now=$(ns systemctl show -p MainPID --value sluice)
+	[ "$now" != "$main" ] && [ "$now" != 0 ] && ns systemctl is-active sluice >/dev/null && break
+	sleep 0.2
+done
+ns systemctl show -p NRestarts -p ActiveState sluice
+[ "$(ns systemctl show -p NRestarts --value sluice)" -ge 1 ] || fail "not restarted after kill -9"
+ns journalctl -u sluice --no-pager -o cat | grep -E 're-adopted|attached' | tail -2 || true
+
+say "stop: everything detached"
+ns systemctl stop sluice
+ns systemctl is-active sluice || true
+left=$(ns tc qdisc show dev sd0 | grep -v -E 'noqueue|^$' || true)
+[ -z "$left" ] || fail "qdiscs left on sd0: $left"
+ns ip -o link | grep -q slifb && fail "IFB device left"
+ns test ! -e /sys/fs/bpf/sluice || fail "pins left in /sys/fs/bpf/sluice"
+echo "nothing left attached"
+
+say "systemd-analyze security sluice"
+ns systemd-analyze security sluice --no-pager | tail -1
+echo
+echo "systemd-check: PASS"
