@@ -32,9 +32,14 @@ type Deps struct {
 	NewShaper ShaperFactory
 	// LogLevel, when set, follows log_level on reload.
 	LogLevel *slog.LevelVar
-	Topics   learner.TopicNames
-	Clock    Clock
-	Log      *slog.Logger
+	// NewTopics, when set, builds the topic-ID source (the metadata client)
+	// at start and again when a reload changes bootstrap, sasl, tls or
+	// metadata_refresh; stop ends one. It overrides Topics. Without it those
+	// keys need a restart.
+	NewTopics func(cfg config.Config) (topics learner.TopicNames, stop func(), err error)
+	Topics    learner.TopicNames
+	Clock     Clock
+	Log       *slog.Logger
 }
 
 // Agent runs the control loop and the learner. Its methods are safe for
@@ -73,6 +78,8 @@ type Agent struct {
 	// rateWriteFailures counts cycles whose rate writes failed (retried the
 	// next cycle; no heartbeat meanwhile).
 	rateWriteFailures uint64
+	// stopTopics ends the metadata client NewTopics built.
+	stopTopics func()
 	// intervalChanged carries a reloaded refresh_interval to Run's ticker.
 	intervalChanged chan time.Duration
 	// lastRead is when counters were last read; elapsed[k] is the time
@@ -158,12 +165,12 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		deps.Log = slog.Default()
 	}
 	if deps.NewShaper != nil {
-		choice, err := deps.NewShaper(cfg)
-		if err != nil {
-			return nil, err
+		choice, serr := deps.NewShaper(cfg)
+		if serr != nil {
+			return nil, serr
 		}
 		deps.Shaper, deps.ShaperReason, deps.IFBIndex = choice.Shaper, choice.Reason, choice.IFBIndex
-		defer func() { // an agent that fails to start leaves no tree behind
+		defer func() { // err: New's result; an agent that fails to start leaves no tree behind
 			if err != nil {
 				choice.Shaper.Close()
 			}
@@ -171,6 +178,19 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	}
 	if deps.Shaper == nil {
 		deps.Shaper = shaper.Shadow{}
+	}
+	stopTopics := func() {}
+	if deps.NewTopics != nil {
+		topics, stop, terr := deps.NewTopics(cfg)
+		if terr != nil {
+			return nil, fmt.Errorf("metadata client: %w", terr)
+		}
+		deps.Topics, stopTopics = topics, stop
+		defer func() { // err: New's result
+			if err != nil {
+				stop()
+			}
+		}()
 	}
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
@@ -182,6 +202,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		registry:        entity.NewRegistry(cfg.MaxEntities),
 		newPerPeer:      entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
 		learner:         learner.New[maps.ConnKey](policy, deps.Topics),
+		stopTopics:      stopTopics,
 		observeCycle:    func(time.Duration) {},
 		intervalChanged: make(chan time.Duration, 1),
 		elapsed:         make([]float64, cfg.RateWindow),

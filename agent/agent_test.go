@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
+	"github.com/sluice-dev/sluice/agent/learner"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -648,8 +649,8 @@ func TestAgentReloadSwitchesTheShaper(t *testing.T) {
 // Keys bound at start refuse the reload, naming each key; nothing changes.
 func TestAgentReloadRefusesRestartOnlyKeys(t *testing.T) {
 	r := newRig(t, "")
-	err := reloadWith(t, r, baseConfig+"max_entities: 100\nbootstrap: [10.0.0.1:9092]\nmode: shadow\n")
-	if err == nil || !strings.Contains(err.Error(), "bootstrap, max_entities: cannot change while the agent runs") {
+	err := reloadWith(t, r, baseConfig+"max_entities: 100\nsocket: /run/other.sock\nmode: shadow\n")
+	if err == nil || !strings.Contains(err.Error(), "max_entities, socket: cannot change while the agent runs") {
 		t.Errorf("restart-only keys: %v", err)
 	}
 	if r.a.ReloadFailures() != 1 || r.cycle().Mode != "enforce" || len(r.built) != 1 {
@@ -703,5 +704,44 @@ func TestAgentFailedRateWritesAreRetriedWithoutHeartbeat(t *testing.T) {
 	r.cycle()
 	if _, ok := r.sh.rates[maps.Fetch][id]; !ok || len(r.dp.heartbeats) != beats+1 {
 		t.Errorf("not retried: rate present %v, heartbeats %d (want %d)", ok, len(r.dp.heartbeats), beats+1)
+	}
+}
+
+// An agent that fails to start closes the shaper and the metadata client
+// it built; a reload that changes the metadata client's keys rebuilds it.
+func TestAgentOwnsItsShaperAndMetadataClient(t *testing.T) {
+	cfg, err := config.Parse([]byte(baseConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, stopped := 0, 0
+	sh := newFakeShaper()
+	deps := Deps{DataPath: newFakeDataPath(), Clock: &fakeClock{t: time.Unix(1_000_000, 0)},
+		NewShaper: func(config.Config) (ShaperChoice, error) { return ShaperChoice{Shaper: sh}, nil },
+		NewTopics: func(config.Config) (learner.TopicNames, func(), error) {
+			built++
+			return nil, func() { stopped++ }, nil
+		}}
+	bad := cfg
+	bad.Fetch.MemoryCycles = 0 // the allocator refuses it after both were built
+	if _, err := New(bad, deps); err == nil || !sh.closed || stopped != 1 {
+		t.Fatalf("failed start: err %v, shaper closed %v, metadata stopped %d", err, sh.closed, stopped)
+	}
+	sh = newFakeShaper()
+	a, err := New(cfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := cfg
+	next.Bootstrap = []string{"10.1.2.3:9092"}
+	if err := a.Reload(next, nil); err != nil {
+		t.Fatal(err)
+	}
+	if built != 3 || stopped != 2 {
+		t.Errorf("bootstrap change: built %d stopped %d, want 3 and 2", built, stopped)
+	}
+	a.StopMetadata()
+	if stopped != 3 {
+		t.Errorf("StopMetadata: stopped %d, want 3", stopped)
 	}
 }

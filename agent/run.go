@@ -147,6 +147,13 @@ func (a *Agent) RateWriteFailures() uint64 {
 	return a.rateWriteFailures
 }
 
+// StopMetadata ends the metadata client the agent built (Deps.NewTopics).
+func (a *Agent) StopMetadata() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopTopics()
+}
+
 // CloseShaper takes the shaper the agent built (Deps.NewShaper) off the
 // devices; the caller decides whether to (keep_attached_on_exit).
 func (a *Agent) CloseShaper() error {
@@ -194,7 +201,7 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	if loadErr != nil {
 		return refuse(loadErr)
 	}
-	if keys := restartOnly(a.cfg, cfg); len(keys) > 0 {
+	if keys := restartOnly(a.cfg, cfg, a.deps.NewTopics != nil); len(keys) > 0 {
 		return refuse(fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", ")))
 	}
 	for _, dc := range a.dirs {
@@ -212,6 +219,16 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 			a.applyDataPathSettings() // the rebuilt old backend's settings
 			return refuse(fmt.Errorf("shaper: %w", err))
 		}
+	}
+	if a.deps.NewTopics != nil && anyChanged(metadataChanges(a.cfg, cfg)) {
+		topics, stop, err := a.deps.NewTopics(cfg)
+		if err != nil {
+			return refuse(fmt.Errorf("metadata client: %w", err))
+		}
+		a.stopTopics()
+		a.learner.SetTopics(topics)
+		a.stopTopics = stop
+		a.log.Info("metadata client rebuilt", "bootstrap", cfg.Bootstrap, "metadata_refresh", cfg.MetadataRefresh)
 	}
 	for _, dc := range a.dirs {
 		next := directionConfig(cfg, dc.dir)
@@ -248,22 +265,43 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	return nil
 }
 
+// metadataChanges says which of the metadata client's keys differ.
+func metadataChanges(old, next config.Config) map[string]bool {
+	return map[string]bool{
+		"bootstrap": !equalStrings(old.Bootstrap, next.Bootstrap), "sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS,
+		"metadata_refresh": old.MetadataRefresh != next.MetadataRefresh,
+	}
+}
+
+func anyChanged(keys map[string]bool) bool {
+	for _, changed := range keys {
+		if changed {
+			return true
+		}
+	}
+	return false
+}
+
 // restartOnly names the keys that differ between two configurations and
-// cannot change while the agent runs.
-func restartOnly(old, next config.Config) []string {
+// cannot change while the agent runs (the metadata client's can when
+// metadataLive: the agent rebuilds it).
+func restartOnly(old, next config.Config, metadataLive bool) []string {
 	var keys []string
 	if !equalStrings(old.Interfaces, next.Interfaces) {
 		keys = append(keys, "interfaces")
 	}
-	if !equalStrings(old.Bootstrap, next.Bootstrap) {
-		keys = append(keys, "bootstrap")
+	if !metadataLive {
+		for name, changed := range metadataChanges(old, next) {
+			if changed {
+				keys = append(keys, name)
+			}
+		}
 	}
 	for name, changed := range map[string]bool{
 		"pin_path":     old.PinPath != next.PinPath,
 		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
 		"socket": old.Socket != next.Socket, "metrics_address": old.MetricsAddress != next.MetricsAddress,
-		"sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS, "metadata_refresh": old.MetadataRefresh != next.MetadataRefresh,
 	} {
 		if changed {
 			keys = append(keys, name)

@@ -82,6 +82,10 @@ func New[C comparable](policy *entity.Policy, topics TopicNames) *Learner[C] {
 // re-resolved as their next requests arrive.
 func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p }
 
+// SetTopics replaces the topic-ID source (a reload changed the metadata
+// client's settings).
+func (l *Learner[C]) SetTopics(t TopicNames) { l.topics = t }
+
 // Retain keeps the state of the connections keep returns true for and
 // frees the rest (the agent's scans pass what the data path still holds).
 // It returns how many it freed.

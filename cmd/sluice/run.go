@@ -60,7 +60,6 @@ type runner struct {
 	dp       *maps.Datapath
 	atts     []*attach.Attachment
 	agent    *agent.Agent // owns the shaper once built
-	kafka    *kgo.Client
 	samples  *maps.SampleReader
 	closers  []io.Closer
 	keepPins bool
@@ -103,13 +102,6 @@ func (r *runner) setup(ctx context.Context) error {
 		r.atts = append(r.atts, a)
 		r.log.Info("attached", "interface", name, "mode", a.Mode.String())
 	}
-	opts2, err := learner.ClientOptions(r.cfg)
-	if err != nil {
-		return err
-	}
-	if r.kafka, err = kgo.NewClient(opts2...); err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
 	if r.samples, err = d.NewSampleReader(); err != nil {
 		return err
 	}
@@ -123,14 +115,28 @@ func (r *runner) run(ctx context.Context, readyFile string) error {
 	if err != nil {
 		return err
 	}
-	topics := learner.NewMetadataTopics(r.kafka, r.cfg.MetadataRefresh, learner.DefaultMinRefreshGap, r.log)
-	go topics.Run(ctx)
+	// The metadata client (topic IDs → names); the agent rebuilds it when a
+	// reload changes bootstrap, sasl, tls or metadata_refresh.
+	newTopics := func(c config.Config) (learner.TopicNames, func(), error) {
+		opts, err := learner.ClientOptions(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		client, err := kgo.NewClient(opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bootstrap: %w", err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		topics := learner.NewMetadataTopics(client, c.MetadataRefresh, learner.DefaultMinRefreshGap, r.log)
+		go topics.Run(runCtx)
+		return topics, func() { stop(); client.Close() }, nil
+	}
 	ifindexes := make([]int, len(r.atts))
 	for i, att := range r.atts {
 		ifindexes[i] = att.Index
 	}
 	newShaper := func(cfg config.Config) (agent.ShaperChoice, error) { return agent.ChooseShaper(cfg, r.dp, ifindexes) }
-	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, LogLevel: r.level, Topics: topics, Log: r.log})
+	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewTopics: newTopics, LogLevel: r.level, Log: r.log})
 	if err != nil {
 		return err
 	}
@@ -208,8 +214,8 @@ func (r *runner) cleanup() {
 	if r.samples != nil {
 		r.samples.Close()
 	}
-	if r.kafka != nil {
-		r.kafka.Close()
+	if r.agent != nil {
+		r.agent.StopMetadata()
 	}
 	keep := r.cfg.KeepAttachedOnExit
 	var errs []error
