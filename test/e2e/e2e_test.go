@@ -402,10 +402,14 @@ func TestScenarioWeightedFairness(t *testing.T) {
 		client(t, w, harness.ClientSpec{Name: "w2-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "group-w2", Topic: "events"}),
 	}
 	rates, own := metered(t, w, 1, cs, []harness.Ref{{Kind: "client", Name: "group-w5"}, {Kind: "client", Name: "group-w3"}, {Kind: "client", Name: "group-w2"}})
+	// Each group's floor (min_limit), then the rest of C by weight.
+	const floor = harness.WorldMinLimit
 	shares := []float64{0.5, 0.3, 0.2}
+	want := make([]float64, len(shares))
 	pass := true
 	for i, share := range shares {
-		pass = pass && within(rates[i], share*C, 0.10)
+		want[i] = floor + share*(C-3*floor)
+		pass = pass && within(rates[i], want[i], 0.10)
 	}
 	errs, ok := noErrors(cs...)
 	record(t, Result{
@@ -413,7 +417,7 @@ func TestScenarioWeightedFairness(t *testing.T) {
 		Pass: pass && ok,
 		Measured: map[string]any{"w5_franz_bps": rates[0], "w3_sarama_bps": rates[1], "w2_kafkago_bps": rates[2], "client_errors": errs,
 			"measured_at": meteredAt, "sluice_vs_kernel": differences(rates, own), "exactly_once": consumersOnly},
-		Expected: map[string]any{"w5_bps": 0.5 * C, "w3_bps": 0.3 * C, "w2_bps": 0.2 * C, "tolerance": 0.10, "client_errors": 0},
+		Expected: map[string]any{"w5_bps": want[0], "w3_bps": want[1], "w2_bps": want[2], "tolerance": 0.10, "client_errors": 0},
 	})
 }
 
@@ -461,22 +465,28 @@ func TestScenarioContentionReclaim(t *testing.T) {
 	coreGreedy := client(t, w, harness.ClientSpec{Name: "core-franz-greedy", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events"})
 	// "within 3 s": metered settles 3 s before its window.
 	after, ownAfter := metered(t, w, 1, []*harness.Client{coreGreedy, backfill, normal}, refs)
-	// Shares after the rise: core's green is its reservation; the rest goes
-	// by weight 1 : 1 : 0.1.
-	spare := C - res
-	wantCore, wantBackfill, wantNormal := res+spare/2.1, spare*0.1/2.1, spare/2.1
+	// Shares after the rise: core's green is its reservation, backfill's
+	// and normal's their floors (min_limit); the rest goes by weight
+	// 1 : 1 : 0.1.
+	const floor = harness.WorldMinLimit
+	spare := C - res - 2*floor
+	wantCore, wantBackfill, wantNormal := res+spare/2.1, floor+spare*0.1/2.1, floor+spare/2.1
+	// Before: core used 10 MB/s of its reservation; the other two shared
+	// what was left above their floors 0.1 : 1.
+	spareBefore := C - coreDemand - 2*floor
+	wantRatio := (floor + spareBefore*0.1/1.1) / (floor + spareBefore/1.1)
 	ratio := before[1] / before[2]
 	errs, ok := noErrors(core, backfill, normal, coreGreedy)
 	record(t, Result{
 		Name: "contention-reclaim",
-		Pass: before[0] >= 0.95*math.Min(res, coreDemand) && within(ratio, 0.1, 0.15) &&
+		Pass: before[0] >= 0.95*math.Min(res, coreDemand) && within(ratio, wantRatio, 0.15) &&
 			after[0] >= 0.95*res && within(after[2], wantNormal, 0.15) && within(after[1], wantBackfill, 0.15) && ok,
 		Measured: map[string]any{"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
 			"backfill_to_normal": ratio, "core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
 			"after_window": "3-8 s after the rise", "measured_at": meteredAt, "client_errors": errs,
 			"sluice_vs_kernel_before": differences(before, ownBefore), "sluice_vs_kernel_after": differences(after, ownAfter),
 			"core_after_for_information_bps": wantCore, "exactly_once": consumersOnly},
-		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": 0.1, "backfill_to_normal_tolerance": 0.15,
+		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": wantRatio, "backfill_to_normal_tolerance": 0.15,
 			"core_after_min_bps": 0.95 * res, "normal_after_bps": wantNormal, "backfill_after_bps": wantBackfill,
 			"tolerance": 0.15, "client_errors": 0},
 	})

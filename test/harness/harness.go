@@ -199,7 +199,7 @@ func (w *World) WriteConfig(name string, c Config) string {
 	if c.MemoryCycles == 0 {
 		c.MemoryCycles = 10
 	}
-	floor := ", min_limit: 256KiB"
+	floor := fmt.Sprintf(", min_limit: %d", WorldMinLimit)
 	switch c.MinLimit {
 	case "":
 	case "shipped":
@@ -228,6 +228,11 @@ log_level: debug
 	os.WriteFile(path, []byte(yaml), 0o600)
 	return path
 }
+
+// WorldMinLimit is the worlds' floor under every limit (bytes/s) unless a
+// scenario asks for another: their capacities are a few dozen MB/s, so the
+// shipped floors would hide the small weighted shares the scenarios check.
+const WorldMinLimit = 256 << 10
 
 // Agent is a running `sluice run`. One goroutine waits for it; Stop and
 // Kill wait on that, never on the process again.
