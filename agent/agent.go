@@ -84,10 +84,12 @@ type Agent struct {
 	intervalChanged chan time.Duration
 	// lastRead is when counters were last read; elapsed[k] is the time
 	// between the readings k+1 and k cycles ago (newest first), so rates
-	// divide by the time that passed, not the nominal interval.
-	lastRead time.Time
-	elapsed  []float64
-	conns    connStats
+	// divide by the time that passed, not the nominal interval; elapsedSum[f]
+	// is the sum of the newest f (a window filled f slots deep covers it).
+	lastRead   time.Time
+	elapsed    []float64
+	elapsedSum []float64
+	conns      connStats
 	// cycleSeconds observes each cycle's duration, for metrics.
 	observeCycle func(time.Duration)
 }
@@ -206,6 +208,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		observeCycle:    func(time.Duration) {},
 		intervalChanged: make(chan time.Duration, 1),
 		elapsed:         make([]float64, cfg.RateWindow),
+		elapsedSum:      make([]float64, cfg.RateWindow+1),
 	}
 	ids := a.registry.Limit()
 	for _, d := range entity.Directions {
@@ -433,6 +436,9 @@ func (a *Agent) Cycle() error {
 	a.lastRead = start
 	copy(a.elapsed[1:], a.elapsed[:len(a.elapsed)-1])
 	a.elapsed[0] = since
+	for f, e := range a.elapsed {
+		a.elapsedSum[f+1] = a.elapsedSum[f] + e
+	}
 	if !a.primed {
 		// Counters may hold history (pinned maps from an earlier agent):
 		// the first reading is the baseline, not one interval's use.
@@ -504,12 +510,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		if int(dc.filled[i]) < w {
 			dc.filled[i]++
 		}
-		var sum, secs float64
-		for k, v := range slot[:dc.filled[i]] {
-			sum += v
-			secs += a.elapsed[k]
-		}
-		usage := sum / secs
+		usage := a.windowRate(slot, int(dc.filled[i]))
 		if delta > 0 {
 			a.registry.Touch(id, now)
 		}
@@ -564,7 +565,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			dc.applied[id] = rate
 		}
 	}
-	consider(uint32(entity.UnknownID), dc.alloc.Config().StandbyLimit(0, allocator.Unlimited))
+	consider(uint32(entity.UnknownID), dc.alloc.Config().UnknownLimit())
 	for i, in := range dc.inputs {
 		consider(in.Slot, dc.outputs[i].DynamicLimit)
 	}
@@ -581,6 +582,19 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.cycle, "active", summary.Active, "standby", summary.Standby,
 		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", len(changes))
 	return nil
+}
+
+// windowRate is an entity's rate over the newest filled slots of its
+// window: their bytes over the time they covered.
+func (a *Agent) windowRate(slot []float64, filled int) float64 {
+	if filled == 0 {
+		return 0
+	}
+	var sum float64
+	for _, v := range slot[:filled] {
+		sum += v
+	}
+	return sum / a.elapsedSum[filled]
 }
 
 // atLimitFraction: an entity the shaper held back counts as throttled only

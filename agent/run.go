@@ -32,18 +32,8 @@ func (a *Agent) publish(now time.Time) {
 			p.bytes = append(p.bytes, a.counters[dc.dir][in.Slot].Bytes)
 		}
 		p.unknown.bytes = a.counters[dc.dir][entity.UnknownID].Bytes
-		p.unknown.rate = 0
-		if f := int(dc.filled[0]); f > 0 {
-			var s float64
-			for _, b := range dc.window[:f] {
-				s += b
-			}
-			var secs float64
-			for _, e := range a.elapsed[:f] {
-				secs += e
-			}
-			p.unknown.rate = s / secs
-		}
+		w, u := a.cfg.RateWindow, int(entity.UnknownID)
+		p.unknown.rate = a.windowRate(dc.window[u*w:(u+1)*w], int(dc.filled[u]))
 	}
 }
 
@@ -94,7 +84,7 @@ func (a *Agent) view() *Snapshot {
 					ShapedBytes: h.Sent,
 				})
 			}
-			unknownLimit := Bps(allocatorConfig(p.cfg).StandbyLimit(0, math.Inf(1)))
+			unknownLimit := Bps(allocatorConfig(p.cfg).UnknownLimit())
 			v.Entities = append(v.Entities, EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
 				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit})
 			sort.Slice(v.Entities, func(i, j int) bool {
@@ -216,7 +206,6 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 			return refuse(errors.New("mode, shaper, max_queue_delay: this agent's shaper is fixed; restart it to apply"))
 		}
 		if err := a.switchShaper(cfg); err != nil {
-			a.applyDataPathSettings() // the rebuilt old backend's settings
 			return refuse(fmt.Errorf("shaper: %w", err))
 		}
 	}

@@ -81,8 +81,8 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (Shaper
 // switchShaper replaces the backend for a new configuration: the data path
 // stops using the old one first (no redirect to an IFB about to go), the
 // old one is closed, the new one built and given every rate in force. If
-// the new one cannot be built, the old configuration's is built again and
-// the error returned (the reload is refused).
+// the new one cannot be built, the old configuration's is built again, the
+// data path told to use it, and the error returned (the reload is refused).
 func (a *Agent) switchShaper(next config.Config) error {
 	if err := a.writeSettings(a.cfg, maps.ShaperNone, 0); err != nil {
 		return err
@@ -101,6 +101,9 @@ func (a *Agent) switchShaper(next config.Config) error {
 			return err
 		}
 		a.useShaper(back)
+		if serr := a.applyDataPathSettings(); serr != nil { // the rebuilt backend's settings
+			a.log.Error("settings for the rebuilt shaper", "err", serr)
+		}
 		return err
 	}
 	a.useShaper(choice)

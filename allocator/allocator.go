@@ -70,6 +70,10 @@ func (c Config) StandbyLimit(reservation, limit float64) float64 {
 	return math.Min(limit, max(math.Min(reservation, limit), c.Headroom(), c.MinLimit))
 }
 
+// UnknownLimit is the unknown entity's limit (no reservation, no cap):
+// max(H, MinLimit).
+func (c Config) UnknownLimit() float64 { return c.StandbyLimit(0, Unlimited) }
+
 // Floor is an entity's floor: MinLimit, capped by its own limit (an operator's
 // explicit cap wins; check-config warns about it).
 func (c Config) Floor(limit float64) float64 { return math.Min(c.MinLimit, limit) }
@@ -109,7 +113,9 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 		if last != 0 && a.cycle-last < k {
 			o.State = Active
 			s.Active++
-			s.ReservedTotal += math.Min(e.Reservation, e.Limit)
+			res := math.Min(e.Reservation, e.Limit)
+			s.ReservedTotal += res
+			s.FloorTopUp += math.Max(0, cfg.Floor(e.Limit)-res)
 		} else {
 			o.State = Standby
 			s.Standby++
@@ -123,15 +129,10 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 		s.Scale = c / s.ReservedTotal
 	}
 	// Step 1b: floors. Each active entity's effective reservation is raised
-	// towards its floor, from what the reservations leave of C, so that
-	// floors never take a reservation's bandwidth (many small clients
-	// cannot crowd out a reserved tenant) and Σ effRes ≤ C still holds.
-	for i := range entities {
-		if out[i].State == Active {
-			e := &entities[i]
-			s.FloorTopUp += math.Max(0, cfg.Floor(e.Limit)-math.Min(e.Reservation, e.Limit))
-		}
-	}
+	// towards its floor (top-ups summed in Step 0), from what the
+	// reservations leave of C, so that floors never take a reservation's
+	// bandwidth (many small clients cannot crowd out a reserved tenant) and
+	// Σ effRes ≤ C still holds.
 	s.FloorScale = 1
 	if s.FloorTopUp > 0 {
 		s.FloorScale = math.Min(1, math.Max(0, c-s.ReservedTotal*s.Scale)/s.FloorTopUp)
