@@ -91,6 +91,15 @@ install: build ## install the binary, the systemd unit and an example /etc/sluic
 	else install -D -m 0640 deploy/sluice.yaml $(DESTDIR)/etc/sluice/sluice.yaml; fi
 	install -D -m 0644 README.md $(DESTDIR)/usr/share/doc/sluice/README.md
 
+.PHONY: uninstall
+uninstall: ## stop the unit, remove what the agent left attached (sluice unload) and what install wrote; keeps /etc/sluice/sluice.yaml
+	-systemctl disable --now sluice.service 2>/dev/null
+	@if [ -x $(DESTDIR)$(PREFIX)/bin/sluice ] && [ -e $(DESTDIR)/etc/sluice/sluice.yaml ]; then \
+		$(DESTDIR)$(PREFIX)/bin/sluice unload --config $(DESTDIR)/etc/sluice/sluice.yaml; fi
+	rm -f $(DESTDIR)$(PREFIX)/bin/sluice $(DESTDIR)/etc/systemd/system/sluice.service
+	rm -rf $(DESTDIR)/usr/share/doc/sluice
+	-systemctl daemon-reload 2>/dev/null
+
 .PHONY: vet
 vet: ## go vet and gofmt
 	$(GO) vet $(PKGS)

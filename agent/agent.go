@@ -80,6 +80,10 @@ type Agent struct {
 	rateWriteFailures uint64
 	// stopTopics ends the metadata client NewTopics built.
 	stopTopics func()
+	// openMetrics (ServeMetrics) opens a metrics listener; stopMetrics
+	// closes the one in use.
+	openMetrics MetricsOpener
+	stopMetrics func()
 	// intervalChanged carries a reloaded refresh_interval to Run's ticker.
 	intervalChanged chan time.Duration
 	// lastRead is when counters were last read; elapsed[k] is the time

@@ -745,3 +745,48 @@ func TestAgentOwnsItsShaperAndMetadataClient(t *testing.T) {
 		t.Errorf("StopMetadata: stopped %d, want 3", stopped)
 	}
 }
+
+// A reloaded metrics_address moves the listener: the new one opens before
+// the old closes; one that cannot open refuses the reload naming the key
+// and keeps the old; one opened for a reload refused later is closed again.
+func TestAgentReloadMovesTheMetricsListener(t *testing.T) {
+	r := newRig(t, "")
+	open := map[string]bool{}
+	opener := func(addr string) (func(), error) {
+		if addr == "busy:1" {
+			return nil, errors.New("address already in use")
+		}
+		open[addr] = true
+		return func() { delete(open, addr) }, nil
+	}
+	if err := r.a.ServeMetrics(opener); err != nil {
+		t.Fatal(err)
+	}
+	first := r.a.Config()
+	at := func(addr string) config.Config { c := first; c.MetricsAddress = addr; return c }
+	if err := r.a.Reload(at("127.0.0.1:19999"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if open[first.MetricsAddress] || !open["127.0.0.1:19999"] || len(open) != 1 {
+		t.Errorf("after the move: open %v, want only 127.0.0.1:19999", open)
+	}
+	err := r.a.Reload(at("busy:1"), nil)
+	if err == nil || !strings.Contains(err.Error(), "metrics_address") || !open["127.0.0.1:19999"] {
+		t.Errorf("an address that cannot open: err %v, open %v", err, open)
+	}
+	// Opens, then the allocator refuses the reload: the new listener must
+	// not stay open.
+	bad := at("127.0.0.1:20001")
+	bad.Fetch.MemoryCycles = 0
+	err = r.a.Reload(bad, nil)
+	if err == nil || open["127.0.0.1:20001"] || !open["127.0.0.1:19999"] || r.a.Config().MetricsAddress != "127.0.0.1:19999" {
+		t.Errorf("a refused reload: err %v, open %v", err, open)
+	}
+	if r.a.ReloadFailures() != 2 {
+		t.Errorf("reload failures %d, want 2", r.a.ReloadFailures())
+	}
+	r.a.StopMetrics()
+	if len(open) != 0 {
+		t.Errorf("StopMetrics left %v open", open)
+	}
+}

@@ -51,16 +51,31 @@ func NewMetrics(a *Agent, dp DataPath) *Metrics {
 	return m
 }
 
-// Serve serves /metrics on addr until the listener closes.
+// Serve serves /metrics until the listener closes.
 func (m *Metrics) Serve(l net.Listener) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	err := srv.Serve(l)
+	err := m.server().Serve(l)
 	if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
+}
+
+// Open listens on addr and serves /metrics there until stop is called: the
+// agent's MetricsOpener, so that a reloaded metrics_address moves it.
+func (m *Metrics) Open(addr string) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := m.server()
+	go srv.Serve(l)
+	return func() { srv.Close() }, nil
+}
+
+func (m *Metrics) server() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }
 
 type collector struct {

@@ -144,6 +144,33 @@ func (a *Agent) StopMetadata() {
 	a.stopTopics()
 }
 
+// MetricsOpener starts serving metrics on an address; stop ends it.
+type MetricsOpener func(addr string) (stop func(), err error)
+
+// ServeMetrics serves metrics on metrics_address through open, and moves
+// them when a reload changes the address (the new listener opens first; if
+// it cannot, the reload is refused naming the key).
+func (a *Agent) ServeMetrics(open MetricsOpener) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	stop, err := open(a.cfg.MetricsAddress)
+	if err != nil {
+		return fmt.Errorf("metrics_address: %w", err)
+	}
+	a.openMetrics, a.stopMetrics = open, stop
+	return nil
+}
+
+// StopMetrics closes the metrics listener ServeMetrics opened.
+func (a *Agent) StopMetrics() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopMetrics != nil {
+		a.stopMetrics()
+		a.stopMetrics = nil
+	}
+}
+
 // CloseShaper takes the shaper the agent built (Deps.NewShaper) off the
 // devices; the caller decides whether to (keep_attached_on_exit).
 func (a *Agent) CloseShaper() error {
@@ -165,6 +192,13 @@ func (a *Agent) ShaperReason() string {
 	return a.deps.ShaperReason
 }
 
+// Config is the configuration in force (the last one applied).
+func (a *Agent) Config() config.Config {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg
+}
+
 // ReloadFailures counts refused reloads.
 func (a *Agent) ReloadFailures() uint64 {
 	a.mu.Lock()
@@ -177,9 +211,10 @@ func (a *Agent) ReloadFailures() uint64 {
 // Everything that can change live does, through the same steps as at
 // start: the shaper backend (mode, shaper, max_queue_delay: shadow ↔
 // enforce, htb ↔ police), the allocators, entities and their pins, the
-// data path's settings, the control loop's interval and the log level.
-// Keys sized or bound at start (interfaces, map sizes, pin path, sockets,
-// the metadata client) need a restart: changing them refuses the reload.
+// data path's settings, the control loop's interval, the log level,
+// the metadata client and the metrics listener. Keys sized or bound at
+// start (interfaces, map sizes, pin path, rate_window, sample_bytes, the
+// status socket) need a restart: changing them refuses the reload.
 func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -191,8 +226,24 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	if loadErr != nil {
 		return refuse(loadErr)
 	}
-	if keys := restartOnly(a.cfg, cfg, a.deps.NewTopics != nil); len(keys) > 0 {
+	if keys := restartOnly(a.cfg, cfg, a.deps.NewTopics != nil, a.openMetrics != nil); len(keys) > 0 {
 		return refuse(fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", ")))
+	}
+	// A new metrics listener opens before anything else changes and
+	// replaces the old one only if the whole reload is applied, so a
+	// refused reload keeps the address scrapers use.
+	var stopNewMetrics func()
+	if a.openMetrics != nil && cfg.MetricsAddress != a.cfg.MetricsAddress {
+		stop, err := a.openMetrics(cfg.MetricsAddress)
+		if err != nil {
+			return refuse(fmt.Errorf("metrics_address: %w", err))
+		}
+		stopNewMetrics = stop
+		defer func() {
+			if stopNewMetrics != nil { // the reload was refused after all
+				stopNewMetrics()
+			}
+		}()
 	}
 	for _, dc := range a.dirs {
 		if next := directionConfig(cfg, dc.dir); next.Enabled() {
@@ -248,6 +299,11 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	if a.deps.LogLevel != nil {
 		a.deps.LogLevel.Set(cfg.LogLevel)
 	}
+	if stopNewMetrics != nil {
+		a.stopMetrics()
+		a.stopMetrics, stopNewMetrics = stopNewMetrics, nil
+		a.log.Info("metrics listener moved", "metrics_address", cfg.MetricsAddress)
+	}
 	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.deps.Shaper.Kind(), "refresh_interval", cfg.RefreshInterval,
 		"clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
 	a.logWarnings(cfg)
@@ -273,8 +329,8 @@ func anyChanged(keys map[string]bool) bool {
 
 // restartOnly names the keys that differ between two configurations and
 // cannot change while the agent runs (the metadata client's can when
-// metadataLive: the agent rebuilds it).
-func restartOnly(old, next config.Config, metadataLive bool) []string {
+// metadataLive: the agent rebuilds it; metrics_address when metricsLive).
+func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []string {
 	var keys []string
 	if !equalStrings(old.Interfaces, next.Interfaces) {
 		keys = append(keys, "interfaces")
@@ -290,7 +346,7 @@ func restartOnly(old, next config.Config, metadataLive bool) []string {
 		"pin_path":     old.PinPath != next.PinPath,
 		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
-		"socket": old.Socket != next.Socket, "metrics_address": old.MetricsAddress != next.MetricsAddress,
+		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
 	} {
 		if changed {
 			keys = append(keys, name)

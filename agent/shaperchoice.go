@@ -38,6 +38,15 @@ func specOf(cfg config.Config) shaperSpec {
 // works on every kernel; police is a last-resort hard cap. htb and edt
 // drive one interface (ifindexes[0]).
 func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (ShaperChoice, error) {
+	if shapesWithoutTrees(cfg) {
+		// Trees an earlier agent left (keep_attached_on_exit) would hold
+		// nothing back here, but stay in every packet's way.
+		for _, idx := range ifindexes {
+			if err := shaper.RemoveLeftoverTrees(idx, nil); err != nil {
+				return ShaperChoice{}, err
+			}
+		}
+	}
 	if cfg.Mode == config.ModeShadow || cfg.Shaper == "shadow" {
 		return ShaperChoice{Shaper: shaper.Shadow{}, Reason: "mode shadow: count and compute, hold nothing back"}, nil
 	}
@@ -63,10 +72,6 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (Shaper
 		}
 		return ShaperChoice{Shaper: e, Reason: reason, IFBIndex: e.IFBIndex()}, nil
 	}
-	// Class ids pinned by an earlier agent or backend mean nothing to a new tree.
-	if err := dp.ClearClasses(); err != nil {
-		return ShaperChoice{}, err
-	}
 	h, err := shaper.NewHTB(idx, dp, cfg.MaxQueueDelay, nil)
 	if err != nil {
 		return ShaperChoice{}, err
@@ -76,6 +81,11 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (Shaper
 		reason = "configured"
 	}
 	return ShaperChoice{Shaper: h, Reason: reason, IFBIndex: h.IFBIndex()}, nil
+}
+
+// shapesWithoutTrees: the configuration's backend uses no qdisc tree.
+func shapesWithoutTrees(cfg config.Config) bool {
+	return cfg.Mode == config.ModeShadow || cfg.Shaper == "shadow" || cfg.Shaper == "police"
 }
 
 // switchShaper replaces the backend for a new configuration: the data path

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"github.com/cilium/ebpf"
 )
@@ -179,4 +180,28 @@ func eachConn[K any](table *ebpf.Map, conn func(K) ConnKey, fn func(Binding)) er
 // new connection unbound.
 func (s sluiceConnState) bound() bool {
 	return s.Bound.Entity != [2]uint32{EntityUnknown, EntityUnknown}
+}
+
+// PinnedBindings reads the connection tables an agent pinned under dir,
+// without loading the data path: for tools and tests that look at what a
+// running (or departed) agent left in the kernel.
+func PinnedBindings(dir string) ([]Binding, error) {
+	var all []Binding
+	collect := func(b Binding) { all = append(all, b) }
+	for _, name := range []string{"conns4", "conns6"} {
+		table, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("open pinned %s: %w", name, err)
+		}
+		if name == "conns4" {
+			err = eachConn(table, fromRaw4, collect)
+		} else {
+			err = eachConn(table, fromRaw, collect)
+		}
+		table.Close()
+		if err != nil {
+			return nil, fmt.Errorf("scan pinned %s: %w", name, err)
+		}
+	}
+	return all, nil
 }

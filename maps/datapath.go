@@ -234,11 +234,20 @@ func (d *Datapath) Unpin() error {
 	return Unpin(d.pinDir)
 }
 
-// Unpin removes a pin directory left by an agent (`sluice unload`).
+// Unpin removes a pin directory left by an agent (`sluice unload`). It
+// refuses one a running agent holds (ErrPinDirBusy).
 func Unpin(dir string) error {
 	if !strings.HasPrefix(filepath.Clean(dir), "/") {
 		return fmt.Errorf("unpin %q: not an absolute path", dir)
 	}
+	lock, err := lockDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // nothing pinned
+	}
+	if err != nil {
+		return fmt.Errorf("unpin %s: %w (stop the agent first)", dir, err)
+	}
+	defer lock.Close() // the directory goes; its lock with it
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("unpin %s: %w", dir, err)
 	}

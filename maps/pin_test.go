@@ -37,7 +37,15 @@ func TestPinnedStateSurvivesReload(t *testing.T) {
 	if _, err := Load(opts); !errors.Is(err, ErrPinDirBusy) {
 		t.Errorf("second load while the first holds the pins: %v, want ErrPinDirBusy", err)
 	}
+	// Nor can `sluice unload` remove them under it.
+	if err := Unpin(opts.PinDir); !errors.Is(err, ErrPinDirBusy) {
+		t.Errorf("unpin while an agent holds the pins: %v, want ErrPinDirBusy", err)
+	}
 	h.d.Close()
+	// What the departed agent left is readable without loading programs.
+	if left, err := PinnedBindings(opts.PinDir); err != nil || len(left) != 1 || left[0].Conn != key || left[0].Produce != 9 || left[0].Fetch != 10 {
+		t.Errorf("PinnedBindings: %+v %v, want %s bound to 9/10", left, err, key)
+	}
 
 	// A restarted agent re-adopts bindings, counters and listeners.
 	d2, err := Load(opts)

@@ -236,6 +236,29 @@ func (d *Datapath) SetClass(dir Direction, entity uint32, classID uint32) error 
 	return nil
 }
 
+// Classes lists a direction's entities with a class (entity → class id).
+func (d *Datapath) Classes(dir Direction) (map[uint32]uint32, error) {
+	n := uint32(d.opts.MaxEntities)
+	keys := make([]uint32, 4096)
+	values := make([]uint32, 4096)
+	out := map[uint32]uint32{}
+	var cursor ebpf.MapBatchCursor
+	for {
+		count, err := d.objs.Classes.BatchLookup(&cursor, keys, values, nil)
+		for i := range count {
+			if keys[i]/n == uint32(dir) && values[i] != 0 {
+				out[keys[i]%n] = values[i]
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil // the end of the map
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read classes: %w", err)
+		}
+	}
+}
+
 // ClearClasses unsets every entity's class (a shaper rebuilt its trees:
 // class ids from before mean nothing now).
 func (d *Datapath) ClearClasses() error {

@@ -45,7 +45,7 @@ func TestDefaults(t *testing.T) {
 	if cfg.RefreshInterval != time.Second || cfg.StaleAfter != 10*time.Second || cfg.MaxEntities != MaxEntityIDs || cfg.MaxUnconfiguredEntities != MaxEntityIDs-4096 || cfg.NewEntitiesPerPeer != 50 ||
 		cfg.EntityIdleTimeout != time.Hour || cfg.MetricsAddress != "127.0.0.1:9464" || cfg.Mode != ModeEnforce ||
 		cfg.UpdateThreshold != d.UpdateThreshold || cfg.RateWindow != 11 || cfg.MaxQueueDelay != 200*time.Millisecond ||
-		cfg.Bootstrap[0] != "127.0.0.1:9092" || cfg.MaxConnections < 256*1024 || cfg.SampleBytes < 256 || cfg.SamplesPerSecond != 200 {
+		cfg.Bootstrap[0] != "127.0.0.1:9092" || !cfg.KeepAttachedOnExit || cfg.MaxConnections < 256*1024 || cfg.SampleBytes < 256 || cfg.SamplesPerSecond != 200 {
 		t.Errorf("defaults not applied: %+v", cfg)
 	}
 	if cfg.Fetch.Enabled() || !cfg.Produce.Enabled() {

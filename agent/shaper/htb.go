@@ -27,8 +27,9 @@ import (
 // What survives an agent restart: the data path's pinned maps
 // (connection attribution, classes) and, with keep_attached_on_exit, the
 // trees and the IFB. A restarted agent recognises its own trees (root
-// 1: htb and the IFB it names) and rebuilds them; connections are not reset,
-// and at most the packets queued at that moment are dropped and resent.
+// 1: htb on the device and on the IFB it names) and adopts them with their
+// classes, so every entity stays held at its last rate while the new agent
+// starts; nothing is dropped or let through by the restart itself.
 
 const (
 	rootMajor = 1
@@ -126,13 +127,27 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 	}
 	h := &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock}
 	// A tree left by an earlier sluice agent (keep_attached_on_exit) is
-	// rebuilt from scratch.
-	if old, err := netlink.LinkByName(IFBName(ifindex)); err == nil {
-		netlink.LinkDel(old)
+	// adopted as it stands: its classes keep holding their entities at the
+	// last rates while this agent starts, and the data path's class ids
+	// stay valid. Anything less than both of our trees is rebuilt.
+	if ifb, err := netlink.LinkByName(IFBName(ifindex)); err == nil {
+		if ownTree(dev) && ownTree(ifb) {
+			if err := h.adopt(dev, ifb); err == nil {
+				return h, nil
+			}
+			h.trees = [2]*htbTree{}
+		}
+		netlink.LinkDel(ifb)
 		deleteRoot(dev)
+	}
+	// Class ids pinned by an earlier agent or backend mean nothing to a new tree.
+	if err := classes.ClearClasses(); err != nil {
+		h.close()
+		return nil, err
 	}
 	egress, err := newTree(dev)
 	if err != nil {
+		h.close()
 		return nil, fmt.Errorf("htb on %s: %w", dev.Attrs().Name, err)
 	}
 	h.trees[maps.Fetch] = egress
@@ -158,6 +173,105 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 	}
 	h.trees[maps.Produce] = ingress
 	return h, nil
+}
+
+// RemoveLeftoverTrees deletes the htb trees an earlier agent left on the
+// interface (keep_attached_on_exit) when this one shapes without them
+// (shadow, police): its IFB and the root htb it names.
+func RemoveLeftoverTrees(ifindex int, in func(func() error) error) error {
+	if in == nil {
+		in = InCurrentNamespace
+	}
+	return in(func() error {
+		ifb, err := netlink.LinkByName(IFBName(ifindex))
+		if err != nil {
+			return nil // none left
+		}
+		dev, err := netlink.LinkByIndex(ifindex)
+		if err != nil {
+			return fmt.Errorf("htb: find interface %d: %w", ifindex, err)
+		}
+		if ownTree(dev) {
+			if err := deleteRoot(dev); err != nil {
+				return fmt.Errorf("htb: delete the tree left on %s: %w", dev.Attrs().Name, err)
+			}
+		}
+		if err := netlink.LinkDel(ifb); err != nil {
+			return fmt.Errorf("htb: delete %s left by an earlier agent: %w", ifb.Attrs().Name, err)
+		}
+		return nil
+	})
+}
+
+// ownTree: the link's root qdisc is the htb sluice puts there.
+func ownTree(link netlink.Link) bool {
+	qdiscs, err := netlink.QdiscList(link)
+	if err != nil {
+		return false
+	}
+	for _, q := range qdiscs {
+		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT {
+			return q.Type() == "htb" && a.Handle == netlink.MakeHandle(rootMajor, 0)
+		}
+	}
+	return false
+}
+
+// adopt takes over the trees an earlier agent left: each entity the data
+// path steers into one of its classes keeps that class (and its rate until
+// the first cycle writes one); entries pointing at no class are unset, and
+// classes no entity uses are removed.
+func (h *HTB) adopt(dev, ifb netlink.Link) error {
+	for dir, link := range map[maps.Direction]netlink.Link{maps.Fetch: dev, maps.Produce: ifb} {
+		list, err := h.nl.ClassList(link, netlink.MakeHandle(rootMajor, 0))
+		if err != nil {
+			return fmt.Errorf("htb: list classes of %s: %w", link.Attrs().Name, err)
+		}
+		existing := map[uint16]*netlink.HtbClass{}
+		for _, cl := range list {
+			htb, ok := cl.(*netlink.HtbClass)
+			minor := uint16(cl.Attrs().Handle & 0xffff)
+			if ok && cl.Attrs().Handle>>16 == rootMajor && minor >= firstMinor && minor <= lastMinor {
+				existing[minor] = htb
+			}
+		}
+		bound, err := h.classes.Classes(dir)
+		if err != nil {
+			return err
+		}
+		t := &htbTree{link: link, entity: map[uint32]*htbClass{}, next: firstMinor}
+		used := map[uint16]bool{}
+		for entity, classID := range bound {
+			minor := uint16(classID & 0xffff)
+			cl := existing[minor]
+			if classID>>16 != rootMajor || cl == nil || used[minor] {
+				if err := h.classes.SetClass(dir, entity, 0); err != nil {
+					return err
+				}
+				continue
+			}
+			used[minor] = true
+			c := &htbClass{minor: minor, wire: float64(cl.Rate)} // the kernel reports bytes/s
+			if st := cl.Attrs().Statistics; st != nil && st.Queue != nil {
+				c.drops, c.overlimits = st.Queue.Drops, st.Queue.Overlimits
+			}
+			t.entity[entity] = c
+			t.next = max(t.next, minor+1)
+		}
+		for minor, cl := range existing {
+			if !used[minor] {
+				h.nl.ClassDel(cl)
+			}
+		}
+		for minor := uint16(firstMinor); minor < t.next; minor++ {
+			if !used[minor] {
+				t.free = append(t.free, minor)
+			}
+		}
+		h.trees[dir] = t
+	}
+	h.ifb = ifb
+	return nil
 }
 
 // IFBIndex is the ingress redirect target the data path needs.

@@ -58,6 +58,11 @@ type Shaper interface {
 // ClassWriter is the data path's entity → class table (maps.Datapath).
 type ClassWriter interface {
 	SetClass(dir maps.Direction, entity uint32, classID uint32) error
+	// Classes lists a direction's entities that have a class (a restarted
+	// agent adopts the tree they point into).
+	Classes(dir maps.Direction) (map[uint32]uint32, error)
+	// ClearClasses unsets every entity's class (a tree built anew).
+	ClearClasses() error
 }
 
 var _ ClassWriter = (*maps.Datapath)(nil)

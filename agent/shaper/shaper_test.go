@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,21 @@ func (c *classes) SetClass(dir maps.Direction, entity, classID uint32) error {
 		c.set = map[[2]uint32]uint32{}
 	}
 	c.set[[2]uint32{uint32(dir), entity}] = classID
+	return nil
+}
+
+func (c *classes) Classes(dir maps.Direction) (map[uint32]uint32, error) {
+	out := map[uint32]uint32{}
+	for k, v := range c.set {
+		if k[0] == uint32(dir) && v != 0 {
+			out[k[1]] = v
+		}
+	}
+	return out, nil
+}
+
+func (c *classes) ClearClasses() error {
+	c.set = nil
 	return nil
 }
 
@@ -100,6 +116,80 @@ func TestHTBCloseRestoresDevice(t *testing.T) {
 			t.Errorf("class %v left set to %x", k, v)
 		}
 	}
+}
+
+// A restarted agent adopts the trees an earlier one left attached: same
+// IFB, same classes at the same rates, the data path's class ids untouched;
+// a class id pointing at no class is unset, and new entities get classes
+// that collide with none.
+func TestHTBAdoptsTheTreesItLeft(t *testing.T) {
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	cw := &classes{}
+	first, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 20e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.SetRates(maps.Produce, []Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
+		t.Fatal(err)
+	}
+	ifb := first.IFBIndex()
+	bound := map[[2]uint32]uint32{}
+	for k, v := range cw.set {
+		bound[k] = v
+	}
+	cw.SetClass(maps.Fetch, 9, netlink.MakeHandle(1, 0x77)) // no such class
+	// The trees without their counters (a stray packet may pass meanwhile).
+	counters := regexp.MustCompile(`direct_packets_stat \d+`)
+	treeNow := func() string { return counters.ReplaceAllString(tcState(t, pair.Broker, pair.BrokerDev), "") }
+	tree := treeNow()
+	// The first agent exits leaving everything (keep_attached_on_exit).
+	second, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := treeNow(); second.IFBIndex() != ifb || now != tree {
+		t.Errorf("trees rebuilt, not adopted: IFB %d -> %d\nbefore: %s\nafter:  %s", ifb, second.IFBIndex(), tree, now)
+	}
+	for k, v := range bound {
+		if cw.set[k] != v {
+			t.Errorf("class of %v: %x before, %x after adoption", k, v, cw.set[k])
+		}
+	}
+	if cw.set[[2]uint32{uint32(maps.Fetch), 9}] != 0 {
+		t.Error("a class id pointing at no class was kept")
+	}
+	if c := second.trees[maps.Fetch].entity[6]; c == nil || math.Abs(c.wire-wireRate(1e6)) > 8 {
+		t.Errorf("entity 6's class adopted as %+v, want its wire rate %.0f", c, wireRate(1e6))
+	}
+	if err := second.SetRates(maps.Fetch, []Rate{{Entity: 7, BytesPerSecond: 2e6}, {Entity: 6, BytesPerSecond: 3e6}}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]bool{}
+	for k, v := range cw.set {
+		if k[0] == uint32(maps.Fetch) && v != 0 {
+			if seen[v] {
+				t.Errorf("class %x given to two entities: %v", v, cw.set)
+			}
+			seen[v] = true
+		}
+	}
+	// An agent that shapes without trees (police, shadow) removes them.
+	if err := RemoveLeftoverTrees(idx, pair.Broker.Do); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+		t.Errorf("leftover trees not removed.\nbefore: %s\nafter:  %s", before, after)
+	}
+	if err := RemoveLeftoverTrees(idx, pair.Broker.Do); err != nil {
+		t.Errorf("with nothing left: %v", err)
+	}
+	second.Close()
 }
 
 // A root qdisc someone else configured is never replaced.

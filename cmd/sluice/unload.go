@@ -28,6 +28,10 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// The pins first: a running agent holds them, and then nothing is touched.
+	if err := maps.Unpin(cfg.PinPath); err != nil {
+		return err
+	}
 	var errs []error
 	for _, name := range cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
@@ -42,7 +46,6 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 			errs = append(errs, netlink.QdiscDel(netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT})))
 		}
 	}
-	errs = append(errs, maps.Unpin(cfg.PinPath))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

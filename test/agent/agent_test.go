@@ -4,6 +4,7 @@
 package agent_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,9 +40,11 @@ func newWorld(t *testing.T) *harness.World {
 	return w
 }
 
-// The producer's configured limit: 2 MB/s on a 20 MB/s pool.
+// The producer's configured limit: 2 MB/s on a 100 MB/s pool, far from the
+// unknown entity's headroom H (10 % of 90 MB/s), so a held rate tells
+// attribution from none.
 func config(w *harness.World, keepAttached bool) string {
-	return w.WriteConfig("agent", harness.Config{ProduceCapacity: "20MB", FetchCapacity: "20MB", KeepAttached: keepAttached,
+	return w.WriteConfig("agent", harness.Config{ProduceCapacity: "100MB", FetchCapacity: "100MB", KeepAttached: keepAttached,
 		Extra: "entities:\n  clients:\n    franz-producer: {producer_byte_rate: 2MB}\n"})
 }
 
@@ -241,8 +244,8 @@ func TestAgentIntegrationHotReload(t *testing.T) {
 // producer back and no tree exists; in enforce it is held to its limit.
 func TestAgentIntegrationShadowToEnforce(t *testing.T) {
 	w := newWorld(t)
-	const limit = 5e6 // far from H = 2 MB/s
-	cfgPath := w.WriteConfig("rollout", harness.Config{ProduceCapacity: "20MB", FetchCapacity: "20MB", Mode: "shadow",
+	const limit = 5e6 // far from H = 9 MB/s
+	cfgPath := w.WriteConfig("rollout", harness.Config{ProduceCapacity: "100MB", FetchCapacity: "100MB", Mode: "shadow",
 		Extra: "entities:\n  clients:\n    franz-producer: {producer_byte_rate: 5MB}\n"})
 	a := start(t, w, cfgPath)
 	defer a.Stop()
@@ -297,5 +300,133 @@ func TestAgentIntegrationShadowToEnforce(t *testing.T) {
 	}
 	if backRate < 4*limit || backTree {
 		t.Errorf("shadow again: %.0f B/s (want ≥ %.0f), htb tree %v", backRate, 4*limit, backTree)
+	}
+}
+
+// TestAgentIntegrationRestartUnderLoad measures what a restart costs a
+// loaded broker, per shaper and keep_attached_on_exit, from outside sluice:
+// the producer's rate from the broker sockets' tcp_info in 250 ms steps,
+// the segments TCP had to resend (the client namespace's RetransSegs), and
+// the connection table's bindings read from the kernel through the pins
+// while no agent runs. Its figures chose keep_attached_on_exit's default
+// and are the README's restart cost.
+func TestAgentIntegrationRestartUnderLoad(t *testing.T) {
+	for _, shaper := range []string{"htb", "police"} {
+		for _, keep := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/keep_attached=%v", shaper, keep), func(t *testing.T) { restartUnderLoad(t, shaper, keep) })
+		}
+	}
+}
+
+func restartUnderLoad(t *testing.T, shaper string, keep bool) {
+	const limit = 5e6
+	w := newWorld(t)
+	cfg := w.WriteConfig("agent", harness.Config{ProduceCapacity: "100MB", FetchCapacity: "100MB", KeepAttached: keep,
+		Extra: "shaper: " + shaper + "\nentities:\n  clients:\n    franz-producer: {producer_byte_rate: 5MB}\n"})
+	first := start(t, w, cfg)
+	prod := produce(t, w)
+	limited := func(s *agent.Snapshot) bool {
+		e, ok := producerView(s)
+		return ok && e.State == "active" && float64(e.DynamicLimit) == limit
+	}
+	if _, err := w.WaitFor(20*time.Second, limited); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // settle into the limit before the baseline
+	trace := w.TraceClient(0, 250*time.Millisecond, prod)
+	retrans := func() uint64 {
+		t.Helper()
+		n, err := w.Retransmissions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const steady = 4 * time.Second
+	retransStart := retrans()
+	time.Sleep(steady) // the baseline window
+	before, err := w.Bindings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	retransStop := retrans()
+	stopped := time.Now()
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// While no agent runs: what the kernel kept of the connections' entities.
+	left, leftErr := w.Bindings()
+	second := start(t, w, cfg)
+	up := time.Now()
+	if _, err := w.WaitFor(20*time.Second, limited); err != nil {
+		t.Fatalf("limit not back after the restart: %v", err)
+	}
+	limitedAgain := time.Now()
+	time.Sleep(steady) // the window after the restart
+	retransEnd := retrans()
+	across := time.Since(stopped)
+	points, err := trace.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	producerConns, kept := 0, 0
+	for conn, b := range before {
+		if b.Produce == maps.EntityUnknown || b.Produce == maps.NotGoverned {
+			continue
+		}
+		producerConns++
+		if l, ok := left[conn]; ok && l.Produce == b.Produce {
+			kept++
+		}
+	}
+	baseline := harness.TraceRate(points, stopped.Add(-steady), stopped)
+	after := harness.TraceRate(points, limitedAgain, limitedAgain.Add(steady))
+	peak, _ := harness.PeakRate(points, time.Second, stopped.Add(-time.Second), limitedAgain)
+	peakBefore, _ := harness.PeakRate(points, time.Second, stopped.Add(-steady), stopped.Add(-time.Second))
+	transient := harness.TraceRate(points, stopped, limitedAgain.Add(time.Second))
+	extraBytes := (transient - limit) * limitedAgain.Add(time.Second).Sub(stopped).Seconds()
+	retransBefore, retransAcross := retransStop-retransStart, retransEnd-retransStop
+	t.Logf("restart under load (%s, keep_attached_on_exit %v), limit %.2f MB/s, rates from the broker's tcp_info:", shaper, keep, limit/1e6)
+	t.Logf("  agent down %v, limited again %v after it was up; connections bound %d, kept across the restart %d (re-learned %d; pins while down: %v)",
+		up.Sub(stopped).Round(time.Millisecond), limitedAgain.Sub(up).Round(time.Millisecond), producerConns, kept, producerConns-kept, leftErr == nil)
+	t.Logf("  rate: before %.2f MB/s, after %.2f MB/s; worst 1 s window %.2f MB/s before, %.2f MB/s across the restart; bytes past the limit %.2f MB",
+		baseline/1e6, after/1e6, peakBefore/1e6, peak/1e6, max(extraBytes, 0)/1e6)
+	t.Logf("  segments resent by the client: %d in the %v before, %d in the %v from the stop to the end of the window after",
+		retransBefore, steady, retransAcross, across.Round(time.Millisecond))
+
+	if producerConns == 0 {
+		t.Fatalf("no producer connection bound before the restart: %v", before)
+	}
+	if keep && kept != producerConns {
+		t.Errorf("keep_attached_on_exit: %d of %d connections kept their entity while the agent was down", kept, producerConns)
+	}
+	// Kept, the trees and rates stay in force while the agent restarts:
+	// what passes the limit across it stays under 1.5 s of the limit (a
+	// rebuilt tree or a reset rate lets tens of MB through; detached, the
+	// producer runs unlimited until it is learned again), and TCP resends no
+	// more than it does at the limit anyway (police drops to hold it; htb
+	// queues).
+	resentPerSecond := func(n uint64, d time.Duration) float64 { return float64(n) / d.Seconds() }
+	if keep && extraBytes > 1.5*limit {
+		t.Errorf("keep_attached_on_exit: %.2f MB past the limit across the restart, want ≤ %.2f MB", extraBytes/1e6, 1.5*limit/1e6)
+	}
+	if keep && resentPerSecond(retransAcross, across) > 1.5*resentPerSecond(retransBefore, steady)+20 {
+		t.Errorf("keep_attached_on_exit: %d segments resent in %v across the restart against %d in %v before", retransAcross, across, retransBefore, steady)
+	}
+	if !keep && leftErr == nil && len(left) > 0 {
+		t.Errorf("without keep_attached_on_exit the stopped agent left %d bindings", len(left))
+	}
+	if after < 0.85*limit || after > 1.1*limit {
+		t.Errorf("after the restart the producer moved %.0f B/s, want %.0f ±10%%", after, limit)
+	}
+	if prod.Errors() != 0 {
+		t.Errorf("%d produce errors across the restart: clients must never see errors", prod.Errors())
+	}
+	if err := second.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !keep {
+		assertRestored(t, w)
 	}
 }

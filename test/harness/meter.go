@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/cilium/ebpf"
+	"github.com/sluice-dev/sluice/maps"
 )
 
 // The socket meter: what decides a scenario comes from the kernel, never
@@ -293,24 +292,127 @@ func (a *Agent) RSS() (int64, error) {
 // ConnectionEntries counts the entries of the data path's connection
 // tables, read from the kernel through their pins.
 func (w *World) ConnectionEntries() (int, error) {
-	n := 0
-	for _, name := range []string{"conns4", "conns6"} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(w.Pins, name), nil)
-		if err != nil {
-			return 0, err
+	b, err := maps.PinnedBindings(w.Pins)
+	return len(b), err
+}
+
+// Bindings reads the data path's connection → entity bindings from the
+// kernel through their pins, keyed by connection.
+func (w *World) Bindings() (map[maps.ConnKey]maps.Binding, error) {
+	all, err := maps.PinnedBindings(w.Pins)
+	if err != nil {
+		return nil, err
+	}
+	byConn := make(map[maps.ConnKey]maps.Binding, len(all))
+	for _, b := range all {
+		byConn[b.Conn] = b
+	}
+	return byConn, nil
+}
+
+// MeterPoint is a client's cumulative bytes in one direction, as the
+// socket meter read them at an instant.
+type MeterPoint struct {
+	At    time.Time
+	Bytes uint64
+}
+
+// MeterTrace reads one client process's broker-side counters every period
+// in the background, for rates over any window afterwards (a restart's
+// transient, say). Connections opened meanwhile count from zero.
+type MeterTrace struct {
+	stop   chan struct{}
+	done   chan struct{}
+	points []MeterPoint
+	err    error
+}
+
+// TraceClient starts a MeterTrace of a client in a direction.
+func (w *World) TraceClient(dir int, every time.Duration, c *Client) *MeterTrace {
+	t := &MeterTrace{stop: make(chan struct{}), done: make(chan struct{})}
+	pid := c.Pid()
+	go func() {
+		defer close(t.done)
+		base, last := map[uint16]uint64{}, map[uint16]uint64{}
+		first := true
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			r, err := w.readMeter()
+			if err != nil {
+				t.err = err
+				return
+			}
+			var total uint64
+			for port, c := range r.socks {
+				if r.owner[port] != pid {
+					continue
+				}
+				if _, seen := last[port]; !seen && first {
+					base[port] = c.Of(dir)
+				}
+				last[port] = max(last[port], c.Of(dir))
+			}
+			for port, v := range last {
+				total += v - min(v, base[port])
+			}
+			first = false
+			t.points = append(t.points, MeterPoint{At: r.at, Bytes: total})
+			select {
+			case <-t.stop:
+				return
+			case <-tick.C:
+			}
 		}
-		var key, value []byte
-		it := m.Iterate()
-		for it.Next(&key, &value) {
-			n++
+	}()
+	return t
+}
+
+// Stop ends the trace and returns its points.
+func (t *MeterTrace) Stop() ([]MeterPoint, error) {
+	close(t.stop)
+	<-t.done
+	return t.points, t.err
+}
+
+// TraceRate is the rate between the first point at or after from and the
+// last at or before to (0 when the window holds fewer than two points).
+func TraceRate(points []MeterPoint, from, to time.Time) float64 {
+	var a, b *MeterPoint
+	for i := range points {
+		p := &points[i]
+		if a == nil && !p.At.Before(from) {
+			a = p
 		}
-		err = it.Err()
-		m.Close()
-		if err != nil {
-			return 0, err
+		if !p.At.After(to) {
+			b = p
 		}
 	}
-	return n, nil
+	if a == nil || b == nil || !b.At.After(a.At) {
+		return 0
+	}
+	return float64(b.Bytes-a.Bytes) / b.At.Sub(a.At).Seconds()
+}
+
+// PeakRate is the highest rate over any window of at least the given
+// length that starts at a point in [from, to], and where it starts.
+func PeakRate(points []MeterPoint, window time.Duration, from, to time.Time) (float64, time.Time) {
+	var peak float64
+	var at time.Time
+	for i := range points {
+		if points[i].At.Before(from) || points[i].At.After(to) {
+			continue
+		}
+		for j := i + 1; j < len(points); j++ {
+			if d := points[j].At.Sub(points[i].At); d >= window {
+				if r := float64(points[j].Bytes-points[i].Bytes) / d.Seconds(); r > peak {
+					peak, at = r, points[i].At
+				}
+				break
+			}
+		}
+	}
+	return peak, at
 }
 
 // CPU is the CPU time (user + system) the agent process has used so far,

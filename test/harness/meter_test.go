@@ -52,3 +52,20 @@ func TestTCPCounter(t *testing.T) {
 		t.Error("a missing field was found")
 	}
 }
+
+func TestTraceRates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// 1 MB/s, then a 500 ms burst of 4 MB, then 1 MB/s again.
+	points := []MeterPoint{{at(0), 0}, {at(500), 500e3}, {at(1000), 1e6}, {at(1500), 5e6}, {at(2000), 5.5e6}, {at(2500), 6e6}}
+	if r := TraceRate(points, at(0), at(1000)); r != 1e6 {
+		t.Errorf("TraceRate over the first second: %v, want 1e6", r)
+	}
+	if r := TraceRate(points, at(2600), at(3000)); r != 0 {
+		t.Errorf("TraceRate with no points: %v, want 0", r)
+	}
+	peak, start := PeakRate(points, time.Second, at(0), at(2500))
+	if peak != 4.5e6 || !start.Equal(at(500)) && !start.Equal(at(1000)) {
+		t.Errorf("PeakRate: %v at %v, want 4.5e6 from 500 or 1000 ms", peak, start.Sub(t0))
+	}
+}

@@ -5,9 +5,12 @@
 # writes (so the host's files are untouched: its tmpfiles setup would
 # otherwise empty the shared /tmp). Then: make install; start on an empty
 # bpffs (a fresh boot) reaches active through sd_notify; systemctl reload
-# applies an edit; systemctl restart comes back; kill -9 is restarted by
-# Restart=on-failure and re-adopts; stop detaches everything. Prints a
-# transcript; exits non-zero on the first failure, always tearing down.
+# applies an edit; systemctl restart re-adopts what the agent left
+# (keep_attached_on_exit, the default); kill -9 is restarted by
+# Restart=on-failure and re-adopts; a hung agent is restarted by the
+# watchdog; `sluice unload` refuses while the agent runs; make uninstall
+# leaves nothing attached or installed. Prints a transcript; exits non-zero
+# on the first failure, always tearing down.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /var/tmp/sluice-systemd-check.XXXXXX)
@@ -93,9 +96,11 @@ done
 ns sluice status --socket /run/sluice/sluice.sock | grep produce || true
 ns sluice status --socket /run/sluice/sluice.sock | grep -q 'produce.*50MiB' || fail "reload not applied"
 
-say "systemctl restart"
+say "systemctl restart: the new agent re-adopts the programs and pins the old one left"
+since=$(ns date +%s)
 ns systemctl restart sluice
 ns systemctl is-active sluice
+ns journalctl -u sluice --no-pager -o cat --since "@$since" | grep -E 're-adopted' || fail "restart did not re-adopt"
 
 say "kill -9 of the agent: Restart=on-failure brings it back"
 main=$(ns systemctl show -p MainPID --value sluice)
@@ -109,16 +114,49 @@ ns systemctl show -p NRestarts -p ActiveState sluice
 [ "$(ns systemctl show -p NRestarts --value sluice)" -ge 1 ] || fail "not restarted after kill -9"
 ns journalctl -u sluice --no-pager -o cat | grep -E 're-adopted|attached' | tail -2 || true
 
-say "stop: everything detached"
+say "a hung agent: the watchdog restarts it (WatchdogSec shortened to 2s by a drop-in)"
+ns mkdir -p /etc/systemd/system/sluice.service.d
+ns sh -c 'printf "[Service]\nWatchdogSec=2s\nTimeoutAbortSec=2s\n" > /etc/systemd/system/sluice.service.d/watchdog.conf'
+ns systemctl daemon-reload
+ns systemctl restart sluice
+restarts=$(ns systemctl show -p NRestarts --value sluice)
+main=$(ns systemctl show -p MainPID --value sluice)
+ns kill -STOP "$main"
+for _ in $(seq 150); do
+	now=$(ns systemctl show -p MainPID --value sluice)
+	[ "$now" != "$main" ] && [ "$now" != 0 ] && ns systemctl is-active sluice >/dev/null && break
+	sleep 0.2
+done
+ns systemctl show -p NRestarts -p ActiveState sluice
+[ "$(ns systemctl show -p NRestarts --value sluice)" -gt "$restarts" ] || fail "the watchdog did not restart a hung agent"
+ns journalctl -u sluice --no-pager -o cat | grep -i 'watchdog timeout' | tail -1 || fail "no watchdog timeout in the journal"
+ns rm -r /etc/systemd/system/sluice.service.d
+ns systemctl daemon-reload
+
+say "sluice unload refuses while the agent runs"
+if out=$(ns sluice unload --config /etc/sluice/sluice.yaml 2>&1); then fail "unload under a running agent: $out"; fi
+echo "$out"
+ns test -e /sys/fs/bpf/sluice || fail "a refused unload removed the pins"
+
+say "stop: the data path stays for the next start (keep_attached_on_exit: true, the default)"
 ns systemctl stop sluice
 ns systemctl is-active sluice || true
+ns test -e /sys/fs/bpf/sluice || fail "pins gone after stop"
+ns tc qdisc show dev sd0 | grep -q htb || fail "the htb tree went with the agent"
+
+say "systemd-analyze security sluice"
+ns systemd-analyze security sluice --no-pager | tail -1
+
+say "make uninstall: nothing left attached or installed"
+ns make -C "$repo" --no-print-directory uninstall
 left=$(ns tc qdisc show dev sd0 | grep -v -E 'noqueue|^$' || true)
 [ -z "$left" ] || fail "qdiscs left on sd0: $left"
 ns ip -o link | grep -q slifb && fail "IFB device left"
 ns test ! -e /sys/fs/bpf/sluice || fail "pins left in /sys/fs/bpf/sluice"
-echo "nothing left attached"
+ns test ! -e /usr/local/bin/sluice || fail "binary left"
+ns test ! -e /etc/systemd/system/sluice.service || fail "unit left"
+ns test -e /etc/sluice/sluice.yaml || fail "uninstall removed the configuration"
+echo "nothing left attached or installed; /etc/sluice/sluice.yaml kept"
 
-say "systemd-analyze security sluice"
-ns systemd-analyze security sluice --no-pager | tail -1
 echo
 echo "systemd-check: PASS"

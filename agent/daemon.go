@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/fsnotify/fsnotify"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sluice-dev/sluice/agent/attach"
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/learner"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// RunDaemon is `sluice run`: the agent's whole lifecycle on a host. It
+// loads the configuration, loads and pins the data path, attaches it to
+// every interface (or re-adopts what a previous agent left attached),
+// builds the agent with its real edges (shaper backends, metadata client,
+// metrics listener, status socket), reloads on SIGHUP and file changes,
+// and on return (ctx ended, or a failure at any step) detaches everything
+// it attached, unless keep_attached_on_exit leaves it for the next agent.
+// readyFile, when set, is written once the first cycle has run (systemd's
+// READY=1 is sent either way).
+func RunDaemon(ctx context.Context, configPath, readyFile string, stderr io.Writer) error {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return fmt.Errorf("%s: %w", configPath, err)
+	}
+	level := new(slog.LevelVar) // follows log_level on reload
+	level.Set(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	r := &daemon{cfg: cfg, log: log, level: level, path: configPath}
+	defer r.cleanup()
+	if err := r.setup(); err != nil {
+		return err
+	}
+	return r.run(ctx, readyFile)
+}
+
+type daemon struct {
+	cfg     config.Config
+	log     *slog.Logger
+	level   *slog.LevelVar
+	path    string
+	dp      *maps.Datapath
+	atts    []*attach.Attachment
+	agent   *Agent // owns the shaper, metadata client and metrics listener once built
+	samples *maps.SampleReader
+	closers []io.Closer
+}
+
+func (r *daemon) setup() error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("raise memlock limit: %w", err)
+	}
+	if err := maps.MountBPFFS(filepath.Dir(r.cfg.PinPath)); err != nil {
+		return err
+	}
+	opts := maps.DefaultOptions()
+	opts.MaxEntities = r.cfg.MaxEntities + 2 // unknown and overflow
+	opts.MaxConnections = r.cfg.MaxConnections
+	opts.SampleBytes = min(r.cfg.SampleBytes, maps.SampleMax)
+	opts.PinDir = r.cfg.PinPath
+	d, err := maps.Load(opts)
+	if err != nil {
+		return err
+	}
+	r.dp = d
+	for _, name := range r.cfg.Interfaces {
+		link, err := netlink.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("interfaces: %s: %w", name, err)
+		}
+		idx := link.Attrs().Index
+		a, err := attach.Adopt(r.cfg.PinPath, idx, d.IngressProgram(), d.EgressProgram())
+		if err == nil {
+			r.log.Info("re-adopted programs left attached by the previous agent", "interface", name)
+		} else if a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), attach.Auto); err != nil {
+			return err
+		} else if err := a.Pin(r.cfg.PinPath); err != nil {
+			// Pinned links outlive a killed agent: the data path keeps the
+			// last rates until stale_after, then fails open.
+			a.Detach()
+			return err
+		}
+		r.atts = append(r.atts, a)
+		r.log.Info("attached", "interface", name, "mode", a.Mode.String())
+	}
+	if r.samples, err = d.NewSampleReader(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (r *daemon) run(ctx context.Context, readyFile string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dp, err := NewLoadedDataPath(r.dp)
+	if err != nil {
+		return err
+	}
+	// The metadata client (topic IDs → names); the agent rebuilds it when a
+	// reload changes bootstrap, sasl, tls or metadata_refresh.
+	newTopics := func(c config.Config) (learner.TopicNames, func(), error) {
+		opts, err := learner.ClientOptions(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		client, err := kgo.NewClient(opts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bootstrap: %w", err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		topics := learner.NewMetadataTopics(client, c.MetadataRefresh, learner.DefaultMinRefreshGap, r.log)
+		go topics.Run(runCtx)
+		return topics, func() { stop(); client.Close() }, nil
+	}
+	ifindexes := make([]int, len(r.atts))
+	for i, att := range r.atts {
+		ifindexes[i] = att.Index
+	}
+	newShaper := func(cfg config.Config) (ShaperChoice, error) { return ChooseShaper(cfg, r.dp, ifindexes) }
+	a, err := New(r.cfg, Deps{DataPath: dp, NewShaper: newShaper, NewTopics: newTopics, LogLevel: r.level, Log: r.log})
+	if err != nil {
+		return err
+	}
+	r.agent = a
+	r.log.Info("shaper chosen", "shaper", a.ShaperKind(), "why", a.ShaperReason())
+	metrics := NewMetrics(a, dp)
+	if err := a.ServeMetrics(metrics.Open); err != nil {
+		return err
+	}
+	sl, err := ListenStatus(r.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	r.closers = append(r.closers, sl)
+	go a.ServeStatus(sl)
+	go r.watchConfig(ctx, a)
+
+	ready := func() {
+		if err := NotifyReady(readyFile); err != nil {
+			r.log.Warn("readiness notification", "err", err)
+		}
+		r.log.Info("sluice agent running", "interfaces", r.cfg.Interfaces, "listeners", r.cfg.Listeners, "mode", r.cfg.Mode,
+			"metrics", r.cfg.MetricsAddress, "socket", r.cfg.Socket)
+	}
+	err = a.Run(ctx, r.samples, ready)
+	r.samples = nil // closed by Run
+	NotifyStopping()
+	return err
+}
+
+// watchConfig reloads on SIGHUP and when the file changes (editors and
+// configuration management replace files, so the directory is watched).
+func (r *daemon) watchConfig(ctx context.Context, a *Agent) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var events chan fsnotify.Event
+	if w, err := fsnotify.NewWatcher(); err == nil {
+		defer w.Close()
+		if err := w.Add(filepath.Dir(r.path)); err == nil {
+			events = w.Events
+		}
+	}
+	reload := func(why string) {
+		cfg, err := config.Load(r.path)
+		r.log.Info("reloading configuration", "why", why)
+		a.Reload(cfg, err)
+	}
+	var debounce <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			reload("SIGHUP")
+		case ev := <-events:
+			if filepath.Clean(ev.Name) == filepath.Clean(r.path) {
+				debounce = time.After(200 * time.Millisecond)
+			}
+		case <-debounce:
+			reload("file changed")
+		}
+	}
+}
+
+// cleanup detaches everything, unless keep_attached_on_exit leaves the
+// programs, trees and pins for the next agent to adopt.
+func (r *daemon) cleanup() {
+	for _, c := range r.closers {
+		c.Close()
+	}
+	if r.samples != nil {
+		r.samples.Close()
+	}
+	if r.agent != nil {
+		r.agent.StopMetadata()
+		r.agent.StopMetrics()
+	}
+	keep := r.cfg.KeepAttachedOnExit
+	if r.agent != nil { // a reload may have changed it
+		keep = r.agent.Config().KeepAttachedOnExit
+	}
+	var errs []error
+	for _, a := range r.atts {
+		if keep {
+			a.Release() // the links are pinned since attach
+			continue
+		}
+		errs = append(errs, a.Detach())
+	}
+	if r.agent != nil && !keep {
+		errs = append(errs, r.agent.CloseShaper())
+	}
+	if r.dp != nil {
+		errs = append(errs, r.dp.Close())
+		if !keep {
+			errs = append(errs, r.dp.Unpin())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.log.Error("cleanup", "err", err)
+	} else if keep {
+		r.log.Info("left attached for the next agent (keep_attached_on_exit)", "pins", r.cfg.PinPath)
+	} else {
+		r.log.Info("detached; devices restored")
+	}
+}
