@@ -110,7 +110,10 @@ type direction struct {
 	lastBytes []uint64
 	lastHeld  []uint64 // held-back bytes the data path counted (edt, police)
 	applied   []float64
-	held      map[uint32]shaper.Held
+	// guaranteed[id] is the guarantee last written with applied[id] (the
+	// effective reservation; 0 for standby entities).
+	guaranteed []float64
+	held       map[uint32]shaper.Held
 	// paramsOf[id] caches the entity's resolved parameters; paramsGen[id]
 	// says for which policy (a reload resolves them again).
 	paramsOf  []entity.Params
@@ -230,17 +233,18 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			applied[i] = math.NaN()
 		}
 		a.dirs[d] = &direction{
-			dir:       d,
-			cfg:       dc,
-			alloc:     alloc,
-			window:    make([]float64, ids*cfg.RateWindow),
-			filled:    make([]uint8, ids),
-			lastBytes: make([]uint64, ids),
-			lastHeld:  make([]uint64, ids),
-			applied:   applied,
-			held:      map[uint32]shaper.Held{},
-			paramsOf:  make([]entity.Params, ids),
-			paramsGen: make([]uint64, ids),
+			dir:        d,
+			cfg:        dc,
+			alloc:      alloc,
+			window:     make([]float64, ids*cfg.RateWindow),
+			filled:     make([]uint8, ids),
+			lastBytes:  make([]uint64, ids),
+			lastHeld:   make([]uint64, ids),
+			applied:    applied,
+			guaranteed: make([]float64, ids),
+			held:       map[uint32]shaper.Held{},
+			paramsOf:   make([]entity.Params, ids),
+			paramsGen:  make([]uint64, ids),
 		}
 	}
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
@@ -336,7 +340,27 @@ func (a *Agent) applyDataPathSettings() error {
 	if a.cfg.Mode == config.ModeEnforce {
 		mode = dataPathShaper[a.deps.Shaper.Kind()]
 	}
-	return a.writeSettings(a.cfg, mode, a.deps.IFBIndex)
+	if err := a.writeSettings(a.cfg, mode, a.deps.IFBIndex); err != nil {
+		return err
+	}
+	return a.applyCapacities(a.deps.Shaper)
+}
+
+// applyCapacities caps each direction's governed traffic at its capacity
+// in the shaper's hierarchy (htb): Σ effective reservations ≤ C and the
+// unknown entity's guarantee H make up at most the capacity, so every
+// guarantee can be kept while the rest is lent out up to the ceilings.
+func (a *Agent) applyCapacities(s shaper.Shaper) error {
+	for _, dc := range a.dirs {
+		capacity := math.Inf(1)
+		if dc.cfg.Enabled() {
+			capacity = dc.cfg.Capacity
+		}
+		if err := s.SetCapacity(maps.Direction(dc.dir), capacity); err != nil {
+			return fmt.Errorf("%s capacity: %w", dc.dir, err)
+		}
+	}
+	return nil
 }
 
 func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb int) error {
@@ -411,11 +435,13 @@ func (a *Agent) applyStandby(id uint32, key entity.Key) {
 		}
 		p := a.policy.Params(key, dc.dir)
 		limit := dc.alloc.Config().StandbyLimit(p.Reservation, p.Limit)
+		// Nothing guaranteed until the loop knows it: HTB lends it what the
+		// guarantees leave, up to the limit.
 		if err := a.deps.Shaper.SetRates(maps.Direction(dc.dir), []shaper.Rate{{Entity: id, BytesPerSecond: limit}}); err != nil {
 			a.log.Warn("set standby limit", "entity", key.String(), "direction", dc.dir.String(), "err", err)
 			continue
 		}
-		dc.applied[id] = limit
+		dc.applied[id], dc.guaranteed[id] = limit, 0
 	}
 }
 
@@ -559,19 +585,22 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			a.log.Info("overcommit left", "direction", dc.dir.String(), "entities", summary.Active, "promised_ratio", summary.PromisedRatio)
 		}
 	}
-	// Apply: changed rates only, in one batch; the unknown entity is held
-	// to the headroom H, or the floor if that is higher.
+	// Apply: changed rates and guarantees only, in one batch. The unknown
+	// entity is held to the headroom H (or the floor if that is higher) and
+	// guaranteed H: the capacity's share no reservation is taken from.
 	var changes []shaper.Rate
-	consider := func(id uint32, rate float64) {
-		old := dc.applied[id]
-		if math.IsNaN(old) || math.Abs(rate-old) > a.cfg.UpdateThreshold*old || (math.IsInf(rate, 1) != math.IsInf(old, 1)) {
-			changes = append(changes, shaper.Rate{Entity: id, BytesPerSecond: rate})
-			dc.applied[id] = rate
+	moved := func(old, now float64) bool {
+		return math.IsNaN(old) || math.Abs(now-old) > a.cfg.UpdateThreshold*old || math.IsInf(now, 1) != math.IsInf(old, 1)
+	}
+	consider := func(id uint32, rate, guaranteed float64) {
+		if moved(dc.applied[id], rate) || moved(dc.guaranteed[id], guaranteed) {
+			changes = append(changes, shaper.Rate{Entity: id, BytesPerSecond: rate, Guaranteed: guaranteed})
+			dc.applied[id], dc.guaranteed[id] = rate, guaranteed
 		}
 	}
-	consider(uint32(entity.UnknownID), dc.alloc.Config().UnknownLimit())
+	consider(uint32(entity.UnknownID), dc.alloc.Config().UnknownLimit(), dc.alloc.Config().Headroom())
 	for i, in := range dc.inputs {
-		consider(in.Slot, dc.outputs[i].DynamicLimit)
+		consider(in.Slot, dc.outputs[i].DynamicLimit, dc.outputs[i].EffectiveReservation)
 	}
 	if len(changes) > 0 {
 		if err := a.deps.Shaper.SetRates(dir, changes); err != nil {

@@ -790,3 +790,42 @@ func TestAgentReloadMovesTheMetricsListener(t *testing.T) {
 		t.Errorf("StopMetrics left %v open", open)
 	}
 }
+
+// The shaper's hierarchy gets each direction's capacity, and each entity a
+// guarantee: its effective reservation once active, nothing while standby;
+// the unknown entity is guaranteed the headroom H. A reload moves the
+// capacity.
+func TestAgentGuaranteesAndCapacityReachTheShaper(t *testing.T) {
+	r := newRig(t, `
+entities:
+  clients:
+    core: {consumer_byte_reservation: 300, consumer_byte_rate: 500}
+`)
+	if r.sh.capacity != [2]float64{1000, 1000} {
+		t.Errorf("capacities %v, want 1000 both ways", r.sh.capacity)
+	}
+	core := r.learn(40000, "core", apiVersions()).Fetch
+	plain := r.learn(40001, "plain", apiVersions()).Fetch
+	if g := r.sh.guaranteed[maps.Fetch][core]; g != 0 {
+		t.Errorf("standby core guaranteed %v, want 0 until the loop knows it", g)
+	}
+	r.cycle()
+	r.dp.add(maps.Fetch, core, 200)
+	r.dp.add(maps.Fetch, plain, 200)
+	r.cycle()
+	if g := r.sh.guaranteed[maps.Fetch][core]; g != 300 {
+		t.Errorf("active core guaranteed %v, want its reservation 300", g)
+	}
+	if g := r.sh.guaranteed[maps.Fetch][plain]; g != 0 {
+		t.Errorf("plain guaranteed %v, want 0", g)
+	}
+	if g := r.sh.guaranteed[maps.Fetch][uint32(entity.UnknownID)]; g != 100 {
+		t.Errorf("unknown guaranteed %v, want H = 100", g)
+	}
+	if err := reloadWith(t, r, strings.Replace(baseConfig, "fetch:   {capacity: 1000", "fetch:   {capacity: 2000", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if r.sh.capacity[maps.Fetch] != 2000 {
+		t.Errorf("after the reload the fetch capacity is %v, want 2000", r.sh.capacity[maps.Fetch])
+	}
+}

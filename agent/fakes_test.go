@@ -86,17 +86,19 @@ func (f *fakeDataPath) SetExempt(p []netip.Prefix) error  { f.exempt = p; return
 func (f *fakeDataPath) Stats() (maps.Stats, error)        { return maps.Stats{}, nil }
 
 type fakeShaper struct {
-	kind      string // "" reads as htb
-	closed    bool
-	failWrite bool
-	rates     [2]map[uint32]float64
-	writes    int
-	throttled [2]map[uint32]bool
-	removed   []uint32
+	kind       string // "" reads as htb
+	closed     bool
+	failWrite  bool
+	rates      [2]map[uint32]float64
+	guaranteed [2]map[uint32]float64
+	capacity   [2]float64
+	writes     int
+	throttled  [2]map[uint32]bool
+	removed    []uint32
 }
 
 func newFakeShaper() *fakeShaper {
-	return &fakeShaper{rates: [2]map[uint32]float64{{}, {}}, throttled: [2]map[uint32]bool{{}, {}}}
+	return &fakeShaper{rates: [2]map[uint32]float64{{}, {}}, guaranteed: [2]map[uint32]float64{{}, {}}, throttled: [2]map[uint32]bool{{}, {}}}
 }
 
 func (s *fakeShaper) Kind() string {
@@ -111,8 +113,13 @@ func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaper.Rate) error {
 	}
 	for _, r := range rates {
 		s.rates[dir][r.Entity] = r.BytesPerSecond
+		s.guaranteed[dir][r.Entity] = r.Guaranteed
 		s.writes++
 	}
+	return nil
+}
+func (s *fakeShaper) SetCapacity(dir maps.Direction, bps float64) error {
+	s.capacity[dir] = bps
 	return nil
 }
 func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {

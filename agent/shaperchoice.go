@@ -34,9 +34,12 @@ func specOf(cfg config.Config) shaperSpec {
 }
 
 // ChooseShaper is the factory of a real host: shadow mode holds nothing
-// back; auto prefers edt where the fq qdisc exists and otherwise htb, which
-// works on every kernel; police is a last-resort hard cap. htb and edt
-// drive one interface (ifindexes[0]).
+// back; auto picks htb, which works on every kernel and is the backend
+// measured carrying traffic (make shaping-check). edt stays selectable but
+// is not auto's choice until it has passed shaping-check on a host with
+// fq: on ingress a departure time written before the redirect to the IFB
+// may not survive it (docs/edt-manual-check.md). police is a last-resort
+// hard cap. htb and edt drive one interface (ifindexes[0]).
 func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (ShaperChoice, error) {
 	if shapesWithoutTrees(cfg) {
 		// Trees an earlier agent left (keep_attached_on_exit) would hold
@@ -57,31 +60,30 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (Shaper
 		return ShaperChoice{}, fmt.Errorf("interfaces: the %s shaper drives one interface, %d are configured", cfg.Shaper, len(ifindexes))
 	}
 	idx := ifindexes[0]
-	fqErr := shaper.ProbeFQ(nil)
-	switch {
-	case cfg.Shaper == "edt" && fqErr != nil:
-		return ShaperChoice{}, fmt.Errorf("shaper: edt needs the fq qdisc: %v; use htb or auto", fqErr)
-	case cfg.Shaper == "edt" || (cfg.Shaper == "auto" && fqErr == nil):
+	if cfg.Shaper == "edt" {
+		if fqErr := shaper.ProbeFQ(nil); fqErr != nil {
+			return ShaperChoice{}, fmt.Errorf("shaper: edt needs the fq qdisc: %v; use htb or auto", fqErr)
+		}
 		e, err := shaper.NewEDT(idx, dp, nil)
 		if err != nil {
 			return ShaperChoice{}, err
 		}
-		reason := "the fq qdisc is available: earliest-departure-time pacing"
-		if cfg.Shaper == "edt" {
-			reason = "configured"
-		}
-		return ShaperChoice{Shaper: e, Reason: reason, IFBIndex: e.IFBIndex()}, nil
+		return ShaperChoice{Shaper: e, Reason: "configured (unmeasured here: see docs/edt-manual-check.md)", IFBIndex: e.IFBIndex()}, nil
 	}
 	h, err := shaper.NewHTB(idx, dp, cfg.MaxQueueDelay, nil)
 	if err != nil {
 		return ShaperChoice{}, err
 	}
-	reason := fmt.Sprintf("edt needs the fq qdisc (%v); htb works on every kernel", fqErr)
-	if cfg.Shaper == "htb" {
-		reason = "configured"
+	reason := "configured"
+	if cfg.Shaper == "auto" {
+		reason = autoReason
 	}
 	return ShaperChoice{Shaper: h, Reason: reason, IFBIndex: h.IFBIndex()}, nil
 }
+
+// autoReason is why auto picks htb, for the log and `sluice status`.
+const autoReason = "auto: htb holds reservations and capacity between cycles on every kernel and is measured by make shaping-check; " +
+	"edt is not chosen until it has passed shaping-check on a host with fq (docs/edt-manual-check.md)"
 
 // shapesWithoutTrees: the configuration's backend uses no qdisc tree.
 func shapesWithoutTrees(cfg config.Config) bool {
@@ -124,6 +126,9 @@ func (a *Agent) switchShaper(next config.Config) error {
 // useShaper installs a backend and gives it every rate in force.
 func (a *Agent) useShaper(c ShaperChoice) {
 	a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex = c.Shaper, c.Reason, c.IFBIndex
+	if err := a.applyCapacities(c.Shaper); err != nil {
+		a.log.Warn("capacities for the new shaper; set again by the reload", "err", err)
+	}
 	for _, dc := range a.dirs {
 		if !dc.cfg.Enabled() {
 			continue
@@ -131,7 +136,7 @@ func (a *Agent) useShaper(c ShaperChoice) {
 		var rates []shaper.Rate
 		for id, r := range dc.applied {
 			if !math.IsNaN(r) { // a rate was decided
-				rates = append(rates, shaper.Rate{Entity: uint32(id), BytesPerSecond: r})
+				rates = append(rates, shaper.Rate{Entity: uint32(id), BytesPerSecond: r, Guaranteed: dc.guaranteed[id]})
 			}
 		}
 		if err := c.Shaper.SetRates(maps.Direction(dc.dir), rates); err != nil {

@@ -81,7 +81,11 @@ static __always_inline int edt(struct __sk_buff *skb, int dir, __u32 slot, __u32
 		if (wait > cfg->ecn_ns)
 			bpf_skb_ecn_set_ce(skb);
 	}
-	skb->tstamp = next;
+	// A delivery time on the monotonic clock, said so: written at ingress
+	// as a plain skb->tstamp it is taken for a receive time and cleared on
+	// the redirect to the IFB, so fq there would never see it (a probe on
+	// the IFB measured tstamp 0; test/datapath TestEDTIngress…).
+	bpf_skb_set_tstamp(skb, next, BPF_SKB_TSTAMP_DELIVERY_MONO);
 	if (dir == DIR_PRODUCE)
 		return bpf_redirect(cfg->ifb_ifindex, 0);
 	return PASS;

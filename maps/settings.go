@@ -273,3 +273,14 @@ func (d *Datapath) ClearClasses() error {
 	}
 	return nil
 }
+
+// DepartureClock is an entity's edt virtual clock: the departure time
+// (CLOCK_MONOTONIC) its next segment will be stamped with, unless the
+// clock has fallen behind the present.
+func (d *Datapath) DepartureClock(dir Direction, entity uint32) (time.Duration, error) {
+	var c sluiceEdtClock
+	if err := d.objs.Clocks.Lookup(uint32(int(dir)*d.opts.MaxEntities)+entity, &c); err != nil {
+		return 0, fmt.Errorf("read the clock of entity %d: %w", entity, err)
+	}
+	return time.Duration(c.NextNs), nil
+}

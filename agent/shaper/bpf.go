@@ -137,6 +137,10 @@ func (b *BPF) SetRates(dir maps.Direction, rates []Rate) error {
 	return b.rates.SetEntityRates(dir, out)
 }
 
+// SetCapacity implements Shaper: edt and police hold each entity to its
+// own rate, with no shared parent (the hierarchy is htb's).
+func (b *BPF) SetCapacity(maps.Direction, float64) error { return nil }
+
 // Remove implements Shaper.
 func (b *BPF) Remove(dir maps.Direction, entity uint32) error {
 	delete(b.set[dir], entity)

@@ -21,8 +21,16 @@ import (
 // kind of tree; the IFB re-injects them into the receive path. Everything
 // not classified takes HTB's direct queue: never shaped.
 //
-// Each entity class has rate = ceil = its dynamic limit (converted to
-// wire bytes) and a bfifo leaf sized from the rate and the delay bound.
+// Each tree is a hierarchy (the seed design's Phase 2 at the NIC): under
+// the root, one parent class 1:1 at the direction's capacity; under it,
+// every entity's class, with a guaranteed rate equal to its effective
+// reservation and a ceiling equal to its dynamic limit (both converted to
+// wire bytes), and a bfifo leaf sized from the ceiling and the delay bound.
+// HTB serves each class's guarantee first and lends what is left of the
+// parent up to each ceiling, so between control cycles reservations hold
+// and the direction's total never passes its capacity, however many new
+// entities arrive before the loop sees them. The control loop still moves
+// the ceilings each second.
 //
 // What survives an agent restart: the data path's pinned maps
 // (connection attribution, classes) and, with keep_attached_on_exit, the
@@ -33,6 +41,9 @@ import (
 
 const (
 	rootMajor = 1
+	// parentMinor is the class at the direction's capacity every entity's
+	// class hangs under.
+	parentMinor = 1
 	// minors 1..0xfffe; 0 and 0xffff are reserved by tc
 	firstMinor = 2
 	lastMinor  = 0xfffe
@@ -42,7 +53,12 @@ const (
 	directQueue = 10000
 	// minRate is the least rate any shaper sets (bytes/s): a limit of 0
 	// would stop an entity outright and leave HTB's arithmetic undefined.
+	// It is also the guarantee of a class that is promised nothing: HTB
+	// needs a rate, and its burst in time (128 KiB at 1 KiB/s) must fit the
+	// kernel's 32-bit tick count.
 	minRate = 1024
+	// unlimitedWire is the parent's rate while no capacity is set: 100 Gbit/s.
+	unlimitedWire = 100e9 / 8
 )
 
 // ErrForeignRootQdisc: the device's root qdisc was configured by someone
@@ -75,16 +91,18 @@ func InCurrentNamespace(fn func() error) error { return fn() }
 var _ Shaper = (*HTB)(nil)
 
 type htbTree struct {
-	link    netlink.Link
-	entity  map[uint32]*htbClass
-	free    []uint16
-	next    uint16
-	removed bool
+	link     netlink.Link
+	capacity float64 // the parent's wire bytes/s
+	entity   map[uint32]*htbClass
+	free     []uint16
+	next     uint16
+	removed  bool
 }
 
 type htbClass struct {
 	minor      uint16
-	wire       float64 // wire bytes/s set
+	wire       float64 // ceiling set, wire bytes/s
+	guaranteed float64 // rate set, wire bytes/s
 	queue      uint32  // leaf limit set
 	drops      uint32
 	overlimits uint32
@@ -228,18 +246,28 @@ func (h *HTB) adopt(dev, ifb netlink.Link) error {
 			return fmt.Errorf("htb: list classes of %s: %w", link.Attrs().Name, err)
 		}
 		existing := map[uint16]*netlink.HtbClass{}
+		var parent *netlink.HtbClass
 		for _, cl := range list {
 			htb, ok := cl.(*netlink.HtbClass)
 			minor := uint16(cl.Attrs().Handle & 0xffff)
-			if ok && cl.Attrs().Handle>>16 == rootMajor && minor >= firstMinor && minor <= lastMinor {
+			switch {
+			case !ok || cl.Attrs().Handle>>16 != rootMajor:
+			case minor == parentMinor: // its parent reads as the root (TC_H_ROOT)
+				parent = htb
+			case minor >= firstMinor && minor <= lastMinor && cl.Attrs().Parent == netlink.MakeHandle(rootMajor, parentMinor):
 				existing[minor] = htb
 			}
+		}
+		if parent == nil {
+			// A flat tree from an agent before the hierarchy: classes
+			// cannot change parent, so it is rebuilt.
+			return fmt.Errorf("htb: %s has no parent class 1:%d", link.Attrs().Name, parentMinor)
 		}
 		bound, err := h.classes.Classes(dir)
 		if err != nil {
 			return err
 		}
-		t := &htbTree{link: link, entity: map[uint32]*htbClass{}, next: firstMinor}
+		t := &htbTree{link: link, capacity: float64(parent.Rate), entity: map[uint32]*htbClass{}, next: firstMinor}
 		used := map[uint16]bool{}
 		for entity, classID := range bound {
 			minor := uint16(classID & 0xffff)
@@ -251,7 +279,7 @@ func (h *HTB) adopt(dev, ifb netlink.Link) error {
 				continue
 			}
 			used[minor] = true
-			c := &htbClass{minor: minor, wire: float64(cl.Rate)} // the kernel reports bytes/s
+			c := &htbClass{minor: minor, wire: float64(cl.Ceil), guaranteed: float64(cl.Rate)} // the kernel reports bytes/s
 			if st := cl.Attrs().Statistics; st != nil && st.Queue != nil {
 				c.drops, c.overlimits = st.Queue.Drops, st.Queue.Overlimits
 			}
@@ -308,7 +336,11 @@ func newTree(link netlink.Link) (*htbTree, error) {
 	if err := netlink.QdiscReplace(root); err != nil {
 		return nil, fmt.Errorf("add root htb: %w", err)
 	}
-	return &htbTree{link: link, entity: map[uint32]*htbClass{}, next: firstMinor}, nil
+	t := &htbTree{link: link, capacity: unlimitedWire, entity: map[uint32]*htbClass{}, next: firstMinor}
+	if err := netlink.ClassReplace(t.parentClass()); err != nil {
+		return nil, fmt.Errorf("add the parent class: %w", err)
+	}
+	return t, nil
 }
 
 func deleteRoot(link netlink.Link) error {
@@ -335,21 +367,22 @@ func (h *HTB) setRates(dir maps.Direction, rates []Rate) error {
 			continue
 		}
 		wire := math.Max(wireRate(r.BytesPerSecond), minRate)
+		guaranteed := math.Min(math.Max(wireRate(r.Guaranteed), minRate), wire)
 		c := t.entity[r.Entity]
 		if c == nil {
 			var err error
-			if c, err = h.addClass(dir, t, r.Entity, wire); err != nil {
+			if c, err = h.addClass(dir, t, r.Entity, guaranteed, wire); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		if c.wire == wire {
+		if c.wire == wire && c.guaranteed == guaranteed {
 			continue
 		}
-		if err := b.add(classChange(t.htbClass(c.minor, wire))); err != nil {
+		if err := b.add(classChange(t.htbClass(c.minor, guaranteed, wire))); err != nil {
 			return err
 		}
-		c.wire = wire
+		c.wire, c.guaranteed = wire, guaranteed
 		// Keep the queue bound to the delay bound as the rate moves.
 		if q := queueBytes(wire, h.delay); q > c.queue*5/4 || q < c.queue*4/5 {
 			if err := b.add(t.leaf(c.minor, q).request(unix.NLM_F_CREATE | unix.NLM_F_REPLACE)); err != nil {
@@ -367,7 +400,7 @@ func (h *HTB) setRates(dir maps.Direction, rates []Rate) error {
 	return errors.Join(errs...)
 }
 
-func (h *HTB) addClass(dir maps.Direction, t *htbTree, entity uint32, wire float64) (*htbClass, error) {
+func (h *HTB) addClass(dir maps.Direction, t *htbTree, entity uint32, guaranteed, wire float64) (*htbClass, error) {
 	var minor uint16
 	if n := len(t.free); n > 0 {
 		minor, t.free = t.free[n-1], t.free[:n-1]
@@ -378,18 +411,18 @@ func (h *HTB) addClass(dir maps.Direction, t *htbTree, entity uint32, wire float
 		minor = t.next
 		t.next++
 	}
-	c := &htbClass{minor: minor, wire: wire, queue: queueBytes(wire, h.delay)}
-	if err := h.nl.ClassReplace(t.htbClass(minor, wire)); err != nil {
+	c := &htbClass{minor: minor, wire: wire, guaranteed: guaranteed, queue: queueBytes(wire, h.delay)}
+	if err := h.nl.ClassReplace(t.htbClass(minor, guaranteed, wire)); err != nil {
 		t.free = append(t.free, minor)
 		return nil, fmt.Errorf("htb: add class for entity %d: %w", entity, err)
 	}
 	if err := t.leaf(minor, c.queue).replace(); err != nil {
-		netlink.ClassDel(t.htbClass(minor, wire))
+		netlink.ClassDel(t.htbClass(minor, guaranteed, wire))
 		t.free = append(t.free, minor)
 		return nil, fmt.Errorf("htb: add queue for entity %d: %w", entity, err)
 	}
 	if err := h.classes.SetClass(dir, entity, netlink.MakeHandle(rootMajor, minor)); err != nil {
-		netlink.ClassDel(t.htbClass(minor, wire))
+		netlink.ClassDel(t.htbClass(minor, guaranteed, wire))
 		t.free = append(t.free, minor)
 		return nil, err
 	}
@@ -397,18 +430,48 @@ func (h *HTB) addClass(dir maps.Direction, t *htbTree, entity uint32, wire float
 	return c, nil
 }
 
-// htbClass describes class 1:minor at a wire rate. The burst covers 10 ms
-// at the rate and at least two GSO segments, so large segments do not
-// stall the class.
-func (t *htbTree) htbClass(minor uint16, wire float64) *netlink.HtbClass {
-	burst := uint32(math.Max(wire*0.01, 2*64<<10))
-	bits := uint64(wire * 8)
-	c := netlink.NewHtbClass(netlink.ClassAttrs{
+// htbClass describes entity class 1:minor under the parent, guaranteed a
+// wire rate and capped at a ceiling. Each burst covers 10 ms at its rate
+// and at least two GSO segments, so large segments do not stall the class.
+func (t *htbTree) htbClass(minor uint16, guaranteed, ceil float64) *netlink.HtbClass {
+	return netlink.NewHtbClass(netlink.ClassAttrs{
+		LinkIndex: t.link.Attrs().Index,
+		Parent:    netlink.MakeHandle(rootMajor, parentMinor),
+		Handle:    netlink.MakeHandle(rootMajor, minor),
+	}, netlink.HtbClassAttrs{Rate: uint64(guaranteed * 8), Ceil: uint64(ceil * 8), Buffer: burst(guaranteed), Cbuffer: burst(ceil), Quantum: classQuantum})
+}
+
+// parentClass is 1:1 at the tree's capacity.
+func (t *htbTree) parentClass() *netlink.HtbClass {
+	bits := uint64(t.capacity * 8)
+	return netlink.NewHtbClass(netlink.ClassAttrs{
 		LinkIndex: t.link.Attrs().Index,
 		Parent:    netlink.MakeHandle(rootMajor, 0),
-		Handle:    netlink.MakeHandle(rootMajor, minor),
-	}, netlink.HtbClassAttrs{Rate: bits, Ceil: bits, Buffer: burst, Cbuffer: burst, Quantum: classQuantum})
-	return c
+		Handle:    netlink.MakeHandle(rootMajor, parentMinor),
+	}, netlink.HtbClassAttrs{Rate: bits, Ceil: bits, Buffer: burst(t.capacity), Cbuffer: burst(t.capacity), Quantum: classQuantum})
+}
+
+func burst(wire float64) uint32 { return uint32(math.Max(wire*0.01, 2*64<<10)) }
+
+// SetCapacity implements Shaper: the parent class's rate and ceiling.
+func (h *HTB) SetCapacity(dir maps.Direction, bytesPerSecond float64) error {
+	return h.in(func() error {
+		t := h.trees[dir]
+		wire := unlimitedWire
+		if !math.IsInf(bytesPerSecond, 1) && bytesPerSecond > 0 {
+			wire = math.Max(wireRate(bytesPerSecond), minRate)
+		}
+		if t.capacity == wire {
+			return nil
+		}
+		old := t.capacity
+		t.capacity = wire
+		if err := h.nl.ClassChange(t.parentClass()); err != nil {
+			t.capacity = old
+			return fmt.Errorf("htb: set the capacity of %s: %w", t.link.Attrs().Name, err)
+		}
+		return nil
+	})
 }
 
 func (t *htbTree) leaf(minor uint16, limit uint32) bfifo {
@@ -431,7 +494,7 @@ func (h *HTB) remove(dir maps.Direction, entity uint32) error {
 		return err
 	}
 	delete(t.entity, entity)
-	if err := h.nl.ClassDel(t.htbClass(c.minor, c.wire)); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := h.nl.ClassDel(t.htbClass(c.minor, c.guaranteed, c.wire)); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("htb: remove class of entity %d: %w", entity, err)
 	}
 	t.free = append(t.free, c.minor)

@@ -8,8 +8,9 @@ type Shadow struct{}
 
 var _ Shaper = Shadow{}
 
-func (Shadow) Kind() string                          { return "shadow" }
-func (Shadow) SetRates(maps.Direction, []Rate) error { return nil }
-func (Shadow) Remove(maps.Direction, uint32) error   { return nil }
-func (Shadow) Held(maps.Direction) ([]Held, error)   { return nil, nil }
-func (Shadow) Close() error                          { return nil }
+func (Shadow) Kind() string                              { return "shadow" }
+func (Shadow) SetRates(maps.Direction, []Rate) error     { return nil }
+func (Shadow) Remove(maps.Direction, uint32) error       { return nil }
+func (Shadow) SetCapacity(maps.Direction, float64) error { return nil }
+func (Shadow) Held(maps.Direction) ([]Held, error)       { return nil, nil }
+func (Shadow) Close() error                              { return nil }

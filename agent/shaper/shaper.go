@@ -14,10 +14,14 @@ import (
 )
 
 // Rate is an entity's rate in one direction, in payload bytes per second;
-// +Inf removes any hold on the entity.
+// +Inf removes any hold on the entity. Guaranteed is what the entity may
+// always send, even while others take the rest (its effective reservation);
+// a backend with a hierarchy (htb) gives it first, from the direction's
+// capacity, between control cycles. 0 guarantees nothing.
 type Rate struct {
 	Entity         uint32
 	BytesPerSecond float64
+	Guaranteed     float64
 }
 
 // Held is what a shaper held back of an entity since the last call.
@@ -46,6 +50,11 @@ type Shaper interface {
 	// SetRates sets many entities' rates in one direction at once,
 	// creating what an entity needs on first use.
 	SetRates(dir maps.Direction, rates []Rate) error
+	// SetCapacity caps the direction's governed traffic as a whole (payload
+	// bytes per second; +Inf: no cap): every entity borrows what others
+	// leave from it, after the guarantees. Backends without a hierarchy
+	// (police, edt, shadow) hold each entity alone and ignore it.
+	SetCapacity(dir maps.Direction, bytesPerSecond float64) error
 	// Remove releases an entity (reclaimed by the registry).
 	Remove(dir maps.Direction, entity uint32) error
 	// Held reports, per entity with a rate, what was held back since the

@@ -58,14 +58,10 @@ func tcState(t testing.TB, ns *netns.NS, dev string) string {
 	return string(out) + "links: " + strings.Join(names, " ")
 }
 
-// The HTB shaper's trees come and go without a trace: tc shows the device
-// as before and the IFB is gone.
-func TestHTBCloseRestoresDevice(t *testing.T) {
-	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
-	pair := netns.NewPair(t)
-	idx, _ := pair.Broker.Index(pair.BrokerDev)
-	before := tcState(t, pair.Broker, pair.BrokerDev)
-	cw := &classes{}
+// htbWithThreeClasses builds the htb shaper with entities 5 and 6 on
+// egress (20 and 1 MB/s) and 5 on ingress (5 MB/s).
+func htbWithThreeClasses(t *testing.T, pair *netns.Pair, idx int, cw *classes) *HTB {
+	t.Helper()
 	h, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +72,18 @@ func TestHTBCloseRestoresDevice(t *testing.T) {
 	if err := h.SetRates(maps.Produce, []Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
 		t.Fatal(err)
 	}
+	return h
+}
+
+// The HTB shaper's trees come and go without a trace: tc shows the device
+// as before and the IFB is gone.
+func TestHTBCloseRestoresDevice(t *testing.T) {
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	cw := &classes{}
+	h := htbWithThreeClasses(t, pair, idx, cw)
 	during := tcState(t, pair.Broker, pair.BrokerDev)
 	if !strings.Contains(during, "htb") || !strings.Contains(during, IFBName(idx)) {
 		t.Errorf("trees not visible:\n%s", during)
@@ -97,13 +105,13 @@ func TestHTBCloseRestoresDevice(t *testing.T) {
 		list, err := netlink.ClassList(link, netlink.MakeHandle(1, 0))
 		for _, c := range list {
 			if hc, ok := c.(*netlink.HtbClass); ok && hc.Handle == cw.set[[2]uint32{uint32(maps.Fetch), 5}] {
-				got = hc.Rate
+				got = hc.Ceil // the limit; the rate is the guarantee (none here)
 			}
 		}
 		return err
 	})
 	if want := uint64(wireRate(10e6)); got < want-8 || got > want+8 {
-		t.Errorf("class rate in the kernel %d B/s, want %d (10 MB/s of payload in wire bytes)", got, want)
+		t.Errorf("class ceiling in the kernel %d B/s, want %d (10 MB/s of payload in wire bytes)", got, want)
 	}
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
@@ -128,16 +136,7 @@ func TestHTBAdoptsTheTreesItLeft(t *testing.T) {
 	idx, _ := pair.Broker.Index(pair.BrokerDev)
 	before := tcState(t, pair.Broker, pair.BrokerDev)
 	cw := &classes{}
-	first, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := first.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 20e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := first.SetRates(maps.Produce, []Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
-		t.Fatal(err)
-	}
+	first := htbWithThreeClasses(t, pair, idx, cw)
 	ifb := first.IFBIndex()
 	bound := map[[2]uint32]uint32{}
 	for k, v := range cw.set {
@@ -190,6 +189,49 @@ func TestHTBAdoptsTheTreesItLeft(t *testing.T) {
 		t.Errorf("with nothing left: %v", err)
 	}
 	second.Close()
+}
+
+// Each tree is a hierarchy: the parent 1:1 at the capacity, each entity's
+// class under it guaranteed its reservation and capped at its limit.
+func TestHTBHierarchy(t *testing.T) {
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	cw := &classes{}
+	h, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.SetCapacity(maps.Fetch, 40e6); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 30e6, Guaranteed: 10e6}, {Entity: 6, BytesPerSecond: 4e6}}); err != nil {
+		t.Fatal(err)
+	}
+	type class struct{ parent, rate, ceil uint64 }
+	got := map[uint32]class{}
+	pair.Broker.Do(func() error {
+		link, _ := netlink.LinkByIndex(idx)
+		list, err := netlink.ClassList(link, netlink.MakeHandle(1, 0))
+		for _, c := range list {
+			if hc, ok := c.(*netlink.HtbClass); ok {
+				got[hc.Handle] = class{uint64(hc.Parent), hc.Rate, hc.Ceil}
+			}
+		}
+		return err
+	})
+	near := func(a uint64, b float64) bool { return math.Abs(float64(a)-b) <= 8 }
+	parent := got[netlink.MakeHandle(1, 1)]
+	if parent.parent != uint64(netlink.HANDLE_ROOT) || !near(parent.rate, wireRate(40e6)) || !near(parent.ceil, wireRate(40e6)) {
+		t.Errorf("parent class %+v, want 1:1 under the root at %.0f wire B/s", parent, wireRate(40e6))
+	}
+	for entity, want := range map[uint32][2]float64{5: {wireRate(10e6), wireRate(30e6)}, 6: {minRate, wireRate(4e6)}} {
+		c := got[cw.set[[2]uint32{uint32(maps.Fetch), entity}]]
+		if c.parent != uint64(netlink.MakeHandle(1, 1)) || !near(c.rate, want[0]) || !near(c.ceil, want[1]) {
+			t.Errorf("entity %d class %+v, want under 1:1 with rate %.0f ceil %.0f", entity, c, want[0], want[1])
+		}
+	}
 }
 
 // A root qdisc someone else configured is never replaced.

@@ -5,7 +5,8 @@
 //
 // Cases: htb egress (fetch) and ingress (produce), 1 and 8 greedy flows, at
 // 5, 20 and 80 MB/s; two entities at 10 and 30 MB/s at once; a step
-// 40 → 10 → 40 MB/s; ungoverned and governed-unshaped throughput with the
+// 40 → 10 → 40 MB/s; a reservation that holds in 100 ms windows against 8
+// newcomers under the capacity (hierarchy.go); ungoverned and governed-unshaped throughput with the
 // data path attached versus not (paired windows, throughput.go). Recorded,
 // not gated: police.
 //
@@ -143,6 +144,13 @@ func run(outFile, only string) error {
 				record(c)
 			}
 		}
+		if name := fmt.Sprintf("htb-%s-reservation-holds-against-8-newcomers", hook(dir)); want(name) {
+			c, err := e.hierarchy(name, dir)
+			if err != nil {
+				return err
+			}
+			record(c)
+		}
 		if name := fmt.Sprintf("htb-%s-step-40-10-40MB", hook(dir)); want(name) {
 			c, err := e.step(name, dir, []float64{40 * mb, 10 * mb, 40 * mb})
 			if err != nil {
@@ -219,7 +227,7 @@ func setup() (*env, error) {
 		e.teardown()
 		return nil, err
 	}
-	if err := e.d.SetListeners([]uint16{governed, governed2}); err != nil {
+	if err := e.d.SetListeners([]uint16{governed, governed2, hierReservedPort, hierNewcomerPort}); err != nil {
 		e.teardown()
 		return nil, err
 	}
@@ -235,7 +243,7 @@ func setup() (*env, error) {
 		e.teardown()
 		return nil, err
 	}
-	for _, port := range []int{governed, governed2, ungoverned, ungoverned2} {
+	for _, port := range []int{governed, governed2, ungoverned, ungoverned2, hierReservedPort, hierNewcomerPort} {
 		cmd := exec.Command("ip", "netns", "exec", pair.Broker.Name, "iperf3", "-s", "-p", fmt.Sprint(port))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -245,7 +253,7 @@ func setup() (*env, error) {
 		e.server = append(e.server, cmd)
 	}
 	// Ready when each server accepts a connection.
-	for _, port := range []int{governed, governed2, ungoverned, ungoverned2} {
+	for _, port := range []int{governed, governed2, ungoverned, ungoverned2, hierReservedPort, hierNewcomerPort} {
 		if err := waitListening(pair, port); err != nil {
 			e.teardown()
 			return nil, err
@@ -512,16 +520,22 @@ func (e *env) twoEntities(name string, dir maps.Direction, rateA, rateB float64)
 }
 
 // bindByPort keeps the data path's connections whose client port is one
-// of ports bound to that port's entity, until ctx ends. It reconciles on
-// every pass: a new connection's SYN clears whatever an earlier connection
-// on the same 4-tuple left.
+// of ports bound to that port's entity, until ctx ends.
 func (e *env) bindByPort(ctx context.Context, ports map[uint16]uint32) {
+	e.bindWhile(ctx, func(b maps.Binding) uint32 { return ports[b.Conn.Peer.Port()] })
+}
+
+// bindWhile keeps every connection bound to the entity entityOf gives it
+// (0: leave it), until ctx ends. It reconciles on every pass: a new
+// connection's SYN clears whatever an earlier connection on the same
+// 4-tuple left.
+func (e *env) bindWhile(ctx context.Context, entityOf func(maps.Binding) uint32) {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		var binds []maps.Binding
 		e.d.EachBinding(func(b maps.Binding) {
-			if ent, ok := ports[b.Conn.Peer.Port()]; ok && (b.Produce != ent || b.Fetch != ent) {
+			if ent := entityOf(b); ent != 0 && (b.Produce != ent || b.Fetch != ent) {
 				binds = append(binds, maps.Binding{Conn: b.Conn, Produce: ent, Fetch: ent})
 			}
 		})

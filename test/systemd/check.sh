@@ -23,6 +23,15 @@ sdpid=
 say() { printf '\n== %s\n' "$*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ns() { nsenter -t "$sdpid" -m -p -n "$@"; }
+# wait_for_new_main PID: until the unit is active again under another main
+# process (at most 30 s).
+wait_for_new_main() {
+	for _ in $(seq 150); do
+		now=$(ns systemctl show -p MainPID --value sluice)
+		[ "$now" != "$1" ] && [ "$now" != 0 ] && ns systemctl is-active sluice >/dev/null && return 0
+		sleep 0.2
+	done
+}
 
 teardown() {
 	if [ -n "$sdpid" ] && kill -0 "$sdpid" 2>/dev/null; then
@@ -105,11 +114,7 @@ ns journalctl -u sluice --no-pager -o cat --since "@$since" | grep -E 're-adopte
 say "kill -9 of the agent: Restart=on-failure brings it back"
 main=$(ns systemctl show -p MainPID --value sluice)
 ns kill -KILL "$main"
-for _ in $(seq 100); do
-	now=$(ns systemctl show -p MainPID --value sluice)
-	[ "$now" != "$main" ] && [ "$now" != 0 ] && ns systemctl is-active sluice >/dev/null && break
-	sleep 0.2
-done
+wait_for_new_main "$main"
 ns systemctl show -p NRestarts -p ActiveState sluice
 [ "$(ns systemctl show -p NRestarts --value sluice)" -ge 1 ] || fail "not restarted after kill -9"
 ns journalctl -u sluice --no-pager -o cat | grep -E 're-adopted|attached' | tail -2 || true
@@ -122,11 +127,7 @@ ns systemctl restart sluice
 restarts=$(ns systemctl show -p NRestarts --value sluice)
 main=$(ns systemctl show -p MainPID --value sluice)
 ns kill -STOP "$main"
-for _ in $(seq 150); do
-	now=$(ns systemctl show -p MainPID --value sluice)
-	[ "$now" != "$main" ] && [ "$now" != 0 ] && ns systemctl is-active sluice >/dev/null && break
-	sleep 0.2
-done
+wait_for_new_main "$main"
 ns systemctl show -p NRestarts -p ActiveState sluice
 [ "$(ns systemctl show -p NRestarts --value sluice)" -gt "$restarts" ] || fail "the watchdog did not restart a hung agent"
 ns journalctl -u sluice --no-pager -o cat | grep -i 'watchdog timeout' | tail -1 || fail "no watchdog timeout in the journal"
