@@ -7,7 +7,7 @@ BIN     := bin/sluice
 # Every package but the end-to-end scenarios, which `make e2e` runs on its own.
 PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool
 
 export PATH := $(PATH):/usr/local/go/bin
 

@@ -12,7 +12,9 @@
 //	52-60 s  recovery: the partition's producer stops, the alert clears
 //
 // Every second it shows `sluice status` live, and at the end writes
-// demo.png: each entity's measured rate against its dynamic limit.
+// demo.png: each entity's rate as the kernel measured it (the broker
+// sockets' tcp_info of the client process producing it) against its
+// dynamic limit and reservation, with sluice's own counter as a faint line.
 // Run as root: go run ./test/demo (make demo).
 package main
 
@@ -43,12 +45,13 @@ type demo struct {
 
 const capacity = "40MB" // C = 36 MB/s, H = 4 MB/s
 
-// The story's entities, as the plot names them.
-var series = []struct{ kind, name, label string }{
-	{"client", "core-producer", "core-producer (reserved 16 MB/s)"},
-	{"client", "hot-producer", "hot-producer (unconfigured)"},
-	{"client", "backfill-producer", "backfill-producer (weight 0.1)"},
-	{"topic-partition", "orders-1", "orders-1 (reserved 24 MB/s)"},
+// The story's entities, as the plot names them, and the client whose
+// sockets carry each one's bytes.
+var series = []struct{ kind, name, label, client string }{
+	{"client", "core-producer", "core-producer (reserved 16 MB/s)", "core-producer"},
+	{"client", "hot-producer", "hot-producer (unconfigured)", "hot-producer"},
+	{"client", "backfill-producer", "backfill-producer (weight 0.1)", "backfill-producer"},
+	{"topic-partition", "orders-1", "orders-1 (reserved 24 MB/s)", "orders-1-producer"},
 }
 
 func main() {
@@ -127,6 +130,10 @@ func run(out string) error {
 	begin := time.Now()
 	next := 0
 	current := ""
+	last, err := w.ReadMeter()
+	if err != nil {
+		return err
+	}
 	for elapsed := time.Duration(0); elapsed < length; elapsed = time.Since(begin) {
 		for next < len(story) && elapsed >= story[next].at {
 			current = story[next].title
@@ -136,11 +143,16 @@ func run(out string) error {
 			next++
 		}
 		time.Sleep(time.Until(begin.Add((elapsed/time.Second + 1) * time.Second)))
+		reading, err := w.ReadMeter()
+		if err != nil {
+			return err
+		}
 		s, err := w.Status()
 		if err != nil {
 			return err
 		}
-		samples = append(samples, snapshotSample(time.Since(begin), s))
+		samples = append(samples, d.sample(time.Since(begin), last, reading, s))
+		last = reading
 		screen, _ := exec.Command(w.Sluice, "status", "--socket", w.Socket).CombinedOutput()
 		fmt.Print("\033[H\033[2J")
 		fmt.Printf("sluice demo  t=%2.0fs / 60s   %s\n\n%s", time.Since(begin).Seconds(), current, screen)
@@ -154,7 +166,7 @@ func run(out string) error {
 	if err := plot(path, samples, story); err != nil {
 		return err
 	}
-	fmt.Printf("\nwrote %s: each entity's measured rate (solid) against its dynamic limit (dotted)\n", path)
+	fmt.Printf("\nwrote %s: each entity's rate measured by the kernel (solid) against its dynamic limit (dotted) and reservation (dashed); sluice's own counter faint\n", path)
 	return nil
 }
 
@@ -174,19 +186,26 @@ func (d *demo) stop(name string) {
 	}
 }
 
-// sample is one second of the story: per series, measured rate and limit.
+// sample is one second of the story, per series: the rate the kernel
+// measured (the producing client's broker sockets), sluice's own measured
+// rate, the dynamic limit and the effective reservation.
 type sample struct {
-	t          time.Duration
-	rate, lim  []float64
-	overcommit bool
+	t                   time.Duration
+	rate, own, lim, res []float64
+	overcommit          bool
 }
 
-func snapshotSample(t time.Duration, s *agent.Snapshot) sample {
-	out := sample{t: t, rate: make([]float64, len(series)), lim: make([]float64, len(series)), overcommit: s.Directions[0].Overcommit}
+func (d *demo) sample(t time.Duration, from, to harness.MeterReading, s *agent.Snapshot) sample {
+	n := len(series)
+	out := sample{t: t, rate: make([]float64, n), own: make([]float64, n), lim: make([]float64, n), res: make([]float64, n),
+		overcommit: s.Directions[0].Overcommit}
 	for i, sr := range series {
+		if c := d.clients[sr.client]; c != nil {
+			out.rate[i] = harness.MeterRates(0, from, to, []int{c.Pid()})[0]
+		}
 		for _, e := range s.Directions[0].Entities {
 			if e.Kind == sr.kind && e.Name == sr.name && e.State == "active" {
-				out.rate[i], out.lim[i] = float64(e.Rate), float64(e.DynamicLimit)
+				out.own[i], out.lim[i], out.res[i] = float64(e.Rate), float64(e.DynamicLimit), float64(e.EffectiveReservation)
 			}
 		}
 	}

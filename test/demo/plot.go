@@ -20,11 +20,13 @@ var palette = []color.RGBA{
 	{0x94, 0x67, 0xbd, 0xff}, // purple
 }
 
-// plot draws each series' measured rate (solid, thick) and dynamic limit
-// (dotted) over the story, with the phases marked and overcommit shaded.
+// plot draws each series' rate as the kernel measured it (solid, thick),
+// sluice's own measured rate (thin, faint), its dynamic limit (dotted) and
+// reservation (dashed) over the story, with the phases marked and
+// overcommit shaded.
 func plot(path string, samples []sample, story []phase) error {
 	const W, H = 1200, 680
-	const left, right, top, bottom = 80, 30, 50, 190
+	const left, right, top, bottom = 80, 30, 64, 190
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
 	plotW, plotH := W-left-right, H-top-bottom
@@ -65,14 +67,22 @@ func plot(path string, samples []sample, story []phase) error {
 		line(img, x(t), top, x(t), top+plotH, color.RGBA{0x99, 0x99, 0x99, 0xff}, 1, 3)
 		text(img, x(t)+3, top-8-12*(i%2), fmt.Sprintf("%d", i+1), dark)
 	}
-	text(img, left, 16, "sluice demo: measured produce rate (solid) vs dynamic limit (dotted) per entity; shaded: overcommit alert", dark)
+	text(img, left, 14, "sluice demo: produce rate per entity from the broker sockets' tcp_info (solid) vs dynamic limit (dotted) and reservation (dashed);", dark)
+	text(img, left, 28, "sluice's own counter: thin faint line; shaded: overcommit alert", dark)
 	// Series.
 	for i := range series {
 		c := palette[i%len(palette)]
+		faint := color.RGBA{c.R/2 + 0x80, c.G/2 + 0x80, c.B/2 + 0x80, 0xff}
 		for j := 1; j < len(samples); j++ {
 			a, b := samples[j-1], samples[j]
 			if a.lim[i] > 0 && b.lim[i] > 0 {
 				line(img, x(a.t.Seconds()), y(a.lim[i]), x(b.t.Seconds()), y(b.lim[i]), c, 1, 4)
+			}
+			if a.res[i] > 0 && b.res[i] > 0 {
+				line(img, x(a.t.Seconds()), y(a.res[i]), x(b.t.Seconds()), y(b.res[i]), c, 1, 10)
+			}
+			if a.own[i] > 0 || b.own[i] > 0 {
+				line(img, x(a.t.Seconds()), y(a.own[i]), x(b.t.Seconds()), y(b.own[i]), faint, 1, 0)
 			}
 			if a.rate[i] > 0 || b.rate[i] > 0 {
 				line(img, x(a.t.Seconds()), y(a.rate[i]), x(b.t.Seconds()), y(b.rate[i]), c, 3, 0)

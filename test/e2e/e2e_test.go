@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/test/harness"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -536,4 +537,69 @@ func netnsSuffix() string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// ⑦ Contention → reclaim with the shipped defaults: the worlds shorten the
+// control loop (rate_window 2, …) to keep runs short; this one runs with
+// deploy/sluice.yaml's loop settings (rate_window 11, memory_cycles 10,
+// fetch.min_limit 4MiB, …) and reports the settling time an operator will
+// see: from the moment core's demand rises until its kernel-measured rate
+// reaches its share and holds at least its reservation for 5 s in a row.
+func TestScenarioShippedDefaultsSettle(t *testing.T) {
+	w := world(t, harness.Options{Topics: []string{"events"}})
+	res := 0.4 * C
+	a := start(t, w, harness.Config{FetchCapacity: "40MB", Shipped: true, Extra: "entities:\n  clients:\n" +
+		"    core-group: {consumer_byte_reservation: " + itoa(res) + "}\n" +
+		"    backfill-group: {quota_weight: 0.1}\n    normal-group: {quota_weight: 1}\n"})
+	defer a.Stop()
+	const coreDemand = 10e6
+	core := client(t, w, harness.ClientSpec{Name: "core-franz-paced", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events", Rate: coreDemand})
+	backfill := client(t, w, harness.ClientSpec{Name: "backfill-sarama", Lib: "sarama", Mode: "consume", ClientID: "backfill-group", Topic: "events"})
+	normal := client(t, w, harness.ClientSpec{Name: "normal-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "normal-group", Topic: "events"})
+	time.Sleep(15 * time.Second) // the shipped rate window (11 s) fills: part of the scenario, not readiness
+	before, err := w.MeterClients(1, 5*time.Second, core, backfill, normal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Core's demand rises.
+	core.Stop()
+	rise := time.Now()
+	coreGreedy := client(t, w, harness.ClientSpec{Name: "core-franz-greedy", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events"})
+	floor := float64(config.DefaultFetchMinLimit)
+	spare := C - res - 2*floor
+	wantCore, wantBackfill, wantNormal := res+spare/2.1, floor+spare*0.1/2.1, floor+spare/2.1
+	const settleWithin, holdFor = 45 * time.Second, 5
+	var series []float64
+	settled, held := time.Duration(-1), 0
+	for time.Since(rise) < settleWithin && held < holdFor {
+		r, err := w.MeterClients(1, time.Second, coreGreedy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		series = append(series, r[0])
+		switch {
+		case settled < 0 && r[0] >= 0.95*wantCore:
+			settled, held = time.Since(rise), 1
+		case settled >= 0 && r[0] >= 0.95*res:
+			held++
+		default:
+			settled, held = -1, 0
+		}
+	}
+	after, err := w.MeterClients(1, 5*time.Second, coreGreedy, backfill, normal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs, ok := noErrors(core, backfill, normal, coreGreedy)
+	record(t, Result{
+		Name: "shipped-defaults-settle",
+		Pass: held >= holdFor && after[0] >= 0.95*res && within(after[1], wantBackfill, 0.15) && within(after[2], wantNormal, 0.15) && ok,
+		Measured: map[string]any{"settling_s": settled.Seconds(), "core_per_second_after_rise_bps": series,
+			"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
+			"core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
+			"measured_at": meteredAt, "client_errors": errs, "loop": "deploy/sluice.yaml defaults (rate_window 11, memory_cycles 10, fetch.min_limit 4MiB)"},
+		Expected: map[string]any{"settles_within_s": settleWithin.Seconds(), "core_share_bps": wantCore, "core_holds_min_bps": 0.95 * res,
+			"held_for_s": holdFor, "core_after_min_bps": 0.95 * res, "backfill_after_bps": wantBackfill, "normal_after_bps": wantNormal,
+			"tolerance": 0.15, "client_errors": 0},
+	})
 }

@@ -177,6 +177,11 @@ type Config struct {
 	// deploy/sluice.yaml's defaults.
 	MinLimit string
 	Extra    string // more YAML (entities, ...)
+	// Shipped leaves every control-loop key (safety ratio, activity
+	// threshold, memory, floors, refresh interval, rate window, stale_after,
+	// metadata refresh) at deploy/sluice.yaml's defaults: the worlds'
+	// shortened loop settings are not written.
+	Shipped bool
 }
 
 // WriteConfig writes an agent configuration for this world.
@@ -224,6 +229,19 @@ keep_attached_on_exit: %v
 log_level: debug
 %s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), c.MemoryCycles, floor, capacity(c.FetchCapacity), c.MemoryCycles, floor, c.StaleAfter, w.Bootstrap(),
 		w.Pins, w.Socket, c.KeepAttached, c.Extra)
+	if c.Shipped {
+		yaml = fmt.Sprintf(`interfaces: [%s]
+listeners: [9092]
+mode: %s
+produce: {capacity: %s}
+fetch: {capacity: %s}
+bootstrap: [%s]
+pin_path: %s
+socket: %s
+metrics_address: 127.0.0.1:9464
+keep_attached_on_exit: %v
+%s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), capacity(c.FetchCapacity), w.Bootstrap(), w.Pins, w.Socket, c.KeepAttached, c.Extra)
+	}
 	path := filepath.Join(w.Dir, name+".yaml")
 	os.WriteFile(path, []byte(yaml), 0o600)
 	return path

@@ -137,26 +137,27 @@ func (w *World) ClientPorts() (map[int][]uint16, error) {
 	return ports, sc.Err()
 }
 
-// meterReading is one look at the kernel: broker sockets and which client
+// MeterReading is one look at the kernel: broker sockets and which client
 // process owns each.
-type meterReading struct {
+type MeterReading struct {
 	at    time.Time
 	socks map[uint16]SocketCounts
 	owner map[uint16]int // client port -> pid
 }
 
-func (w *World) readMeter() (meterReading, error) {
+// ReadMeter takes a MeterReading; MeterRates turns two into rates.
+func (w *World) ReadMeter() (MeterReading, error) {
 	// Owners first: a connection opened between the two reads is then
 	// simply not attributed in this reading (counted from the next).
 	owners, err := w.ClientPorts()
 	if err != nil {
-		return meterReading{}, err
+		return MeterReading{}, err
 	}
 	socks, err := w.BrokerSockets()
 	if err != nil {
-		return meterReading{}, err
+		return MeterReading{}, err
 	}
-	r := meterReading{at: time.Now(), socks: socks, owner: map[uint16]int{}}
+	r := MeterReading{at: time.Now(), socks: socks, owner: map[uint16]int{}}
 	for pid, ports := range owners {
 		for _, p := range ports {
 			r.owner[p] = pid
@@ -172,19 +173,21 @@ func (w *World) readMeter() (meterReading, error) {
 // from zero; bytes of connections closed during it are lost (an
 // underestimate, never an overestimate).
 func (w *World) SocketRates(dir int, over time.Duration, pids ...int) ([]float64, error) {
-	first, err := w.readMeter()
+	first, err := w.ReadMeter()
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(over) // the measurement window itself
-	last, err := w.readMeter()
+	last, err := w.ReadMeter()
 	if err != nil {
 		return nil, err
 	}
-	return meterRates(dir, first, last, pids), nil
+	return MeterRates(dir, first, last, pids), nil
 }
 
-func meterRates(dir int, first, last meterReading, pids []int) []float64 {
+// MeterRates is each process's rate in a direction between two readings
+// (see SocketRates).
+func MeterRates(dir int, first, last MeterReading, pids []int) []float64 {
 	secs := last.at.Sub(first.at).Seconds()
 	rates := make([]float64, len(pids))
 	for i, pid := range pids {
@@ -338,7 +341,7 @@ func (w *World) TraceClient(dir int, every time.Duration, c *Client) *MeterTrace
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
-			r, err := w.readMeter()
+			r, err := w.ReadMeter()
 			if err != nil {
 				t.err = err
 				return

@@ -27,12 +27,12 @@ func TestParseBrokerSockets(t *testing.T) {
 
 func TestMeterRates(t *testing.T) {
 	t0 := time.Unix(100, 0)
-	first := meterReading{at: t0, socks: map[uint16]SocketCounts{1: {Received: 1000}, 2: {Received: 50}},
+	first := MeterReading{at: t0, socks: map[uint16]SocketCounts{1: {Received: 1000}, 2: {Received: 50}},
 		owner: map[uint16]int{1: 10, 2: 20}}
-	last := meterReading{at: t0.Add(2 * time.Second),
+	last := MeterReading{at: t0.Add(2 * time.Second),
 		socks: map[uint16]SocketCounts{1: {Received: 5000}, 2: {Received: 50}, 3: {Received: 600}},
 		owner: map[uint16]int{1: 10, 2: 30, 3: 10}}
-	got := meterRates(0, first, last, []int{10, 20, 30})
+	got := MeterRates(0, first, last, []int{10, 20, 30})
 	// pid 10: (5000-1000) + 600 (new) over 2 s; pid 20's port moved to pid
 	// 30, which counts it from zero.
 	want := []float64{2300, 0, 25}

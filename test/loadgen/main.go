@@ -91,7 +91,7 @@ func main() {
 	case "franz/consume":
 		err = franzConsume(ctx, o, &moved, &errs)
 	case "sarama/consume":
-		err = saramaConsume(ctx, o, &moved)
+		err = saramaConsume(ctx, o, &moved, &errs)
 	case "raw/consume":
 		err = rawFetch(ctx, o, &moved, &errs)
 	case "raw/produce":
@@ -101,7 +101,7 @@ func main() {
 	case "raw/dribble":
 		err = rawDribble(ctx, o, &moved, &errs)
 	case "kafkago/consume":
-		err = kafkagoConsume(ctx, o, &moved)
+		err = kafkagoConsume(ctx, o, &moved, &errs)
 	case "sarama/produce":
 		err = saramaProduce(ctx, o, &moved, &errs)
 	case "kafkago/produce":
@@ -328,11 +328,15 @@ func franzConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 	return nil
 }
 
-func saramaConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
+// saramaConsume reads one partition with sarama; every consumer error
+// (a failed fetch, a partition error) is counted, as franzConsume counts
+// its own, and reading goes on.
+func saramaConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 	cfg := sarama.NewConfig()
 	cfg.ClientID = o.clientID
 	cfg.Version = sarama.V2_8_0_0
 	cfg.Consumer.Fetch.Default = 4 << 20
+	cfg.Consumer.Return.Errors = true
 	c, err := sarama.NewConsumer([]string{o.bootstrap}, cfg)
 	if err != nil {
 		return err
@@ -352,12 +356,17 @@ func saramaConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
 		case m := <-pc.Messages():
 			moved.Add(int64(len(m.Value)))
 		case err := <-pc.Errors():
-			return err
+			if ctx.Err() == nil {
+				errs.Add(1)
+				log.Printf("fetch error: %v", err)
+			}
 		}
 	}
 }
 
-func kafkagoConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
+// kafkagoConsume reads one partition with kafka-go; a failed read is
+// counted and retried after a pause (kafka-go reconnects by itself).
+func kafkagoConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{o.bootstrap}, Topic: o.topic, Partition: o.partition,
 		Dialer: &kafka.Dialer{ClientID: o.clientID, Timeout: 10 * time.Second}, MaxBytes: 4 << 20, MinBytes: 1, MaxWait: 100 * time.Millisecond})
 	defer r.Close()
@@ -366,7 +375,16 @@ func kafkagoConsume(ctx context.Context, o opts, moved *atomic.Int64) error {
 		pace(ctx, start, moved.Load(), o.rate)
 		m, err := r.ReadMessage(ctx)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return nil
+			}
+			errs.Add(1)
+			log.Printf("fetch error: %v", err)
+			select { // a pause, so a broken connection does not spin
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
 		}
 		moved.Add(int64(len(m.Value)))
 	}

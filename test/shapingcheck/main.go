@@ -6,9 +6,11 @@
 // Cases: htb egress (fetch) and ingress (produce), 1 and 8 greedy flows, at
 // 5, 20 and 80 MB/s; two entities at 10 and 30 MB/s at once; a step
 // 40 → 10 → 40 MB/s; a reservation that holds in 100 ms windows against 8
-// newcomers under the capacity (hierarchy.go); ungoverned and governed-unshaped throughput with the
-// data path attached versus not (paired windows, throughput.go). Recorded,
-// not gated: police.
+// newcomers under the capacity (hierarchy.go); the programs' cost on line
+// rate, attached versus not in paired windows, ungoverned and governed,
+// both ways, 1 and 8 flows, and with offloads off, beside bpf_stats'
+// per-packet run time (throughput.go). Recorded, not gated: police, and
+// the cost with offloads off.
 //
 // Run as root: go run ./test/shapingcheck -out shaping-results.json
 package main
@@ -84,9 +86,9 @@ type env struct {
 	att   *attach.Attachment
 	htb   *shaper.HTB
 	ifidx int
-	// lane2Dev is the broker end of the second veth pair (throughput.go).
-	lane2Dev string
-	server   []*exec.Cmd
+	// lane2Dev and lane2ClientDev are the second veth pair (throughput.go).
+	lane2Dev, lane2ClientDev string
+	server                   []*exec.Cmd
 }
 
 func run(outFile, only string) error {
@@ -169,17 +171,30 @@ func run(outFile, only string) error {
 			record(c)
 		}
 	}
-	for _, ports := range [][2]int{{ungoverned, ungoverned2}, {governed, governed2}} {
-		name := "throughput-ungoverned-attached-vs-not"
-		if ports[0] == governed {
-			name = "throughput-governed-unshaped-attached-vs-not"
-		}
-		if want(name) {
-			c, err := e.paired(name, ports)
+	// The cost of the programs, paired runs (throughput.go): ungoverned
+	// traffic (the programs look and let go), and governed traffic counted
+	// but not held, both ways, 1 and 8 flows, and with offloads off.
+	// Offloads off puts ~20x more packets through the programs at a lower
+	// line rate: recorded beside the gated cases, not gated.
+	for _, c := range []struct {
+		name  string
+		ports [2]int
+		load  pairedLoad
+	}{
+		{"throughput-ungoverned-attached-vs-not", [2]int{ungoverned, ungoverned2}, pairedLoad{flows: 1, gatedAtRatio: 0.95}},
+		{"throughput-governed-unshaped-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, gatedAtRatio: 0.95}},
+		{"throughput-governed-egress-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, egress: true, gatedAtRatio: 0.95}},
+		{"throughput-governed-8flows-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 8, gatedAtRatio: 0.95}},
+		{"throughput-governed-egress-8flows-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 8, egress: true, gatedAtRatio: 0.95}},
+		{"throughput-governed-offloads-off-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, offloadsOff: true}},
+		{"throughput-governed-egress-offloads-off-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, egress: true, offloadsOff: true}},
+	} {
+		if want(c.name) {
+			r, err := e.paired(c.name, c.ports, c.load)
 			if err != nil {
 				return err
 			}
-			record(c)
+			record(r)
 		}
 	}
 
