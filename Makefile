@@ -18,8 +18,8 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build bin/sluice
-	$(GO) build -o $(BIN) ./cmd/sluice
+build: ## build bin/sluice, stamped with `git describe` and the revision (sluice version)
+	$(GO) build -ldflags "-X main.stampedVersion=$$(git describe --tags --always --dirty 2>/dev/null) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
 
 .PHONY: demo
 demo: deps ## the main job: a one-minute story with real Kafka clients, live status, demo.png (root)

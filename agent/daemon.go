@@ -39,7 +39,7 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, stderr io.Writ
 	}
 	level := new(slog.LevelVar) // follows log_level on reload
 	level.Set(cfg.LogLevel)
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(NewLogHandler(stderr, cfg.LogFormat, level))
 	r := &daemon{cfg: cfg, log: log, level: level, path: configPath}
 	defer r.cleanup()
 	if err := r.setup(); err != nil {

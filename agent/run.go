@@ -214,7 +214,8 @@ func (a *Agent) ReloadFailures() uint64 {
 // data path's settings, the control loop's interval, the log level,
 // the metadata client and the metrics listener. Keys sized or bound at
 // start (interfaces, map sizes, pin path, rate_window, sample_bytes, the
-// status socket) need a restart: changing them refuses the reload.
+// status socket, log_format) need a restart: changing them refuses the
+// reload.
 func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -347,6 +348,7 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
 		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
+		"log_format": old.LogFormat != next.LogFormat,
 	} {
 		if changed {
 			keys = append(keys, name)

@@ -94,6 +94,8 @@ type Config struct {
 	KeepAttachedOnExit bool
 	// LogLevel: debug, info, warn or error.
 	LogLevel slog.Level
+	// LogFormat: text (logfmt) or json, one record per line.
+	LogFormat string
 	// Entities holds the per-entity quotas.
 	Entities Entities
 }
@@ -104,6 +106,12 @@ type Config struct {
 type Direction struct {
 	allocator.Config
 }
+
+// Log formats.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
 
 // Disabled is the capacity of a direction sluice does not govern.
 const Disabled = -1
@@ -198,6 +206,7 @@ func Default() Config {
 		UpdateThreshold:         0.05,
 		StaleAfter:              10 * time.Second,
 		KeepAttachedOnExit:      true,
+		LogFormat:               LogText,
 		RateWindow:              11,
 		MaxQueueDelay:           200 * time.Millisecond,
 		Produce:                 produce,

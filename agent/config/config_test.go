@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +242,44 @@ entities:
 	if len(w) != 2 || w[0].Key != "entities.clients.slow.consumer_byte_rate" || w[1].Key != "entities.clients.tiny.producer_byte_rate" ||
 		!strings.Contains(w[0].Message, "takes 50s of its default 30s request timeout") {
 		t.Errorf("warnings %+v", w)
+	}
+}
+
+// The SASL password can live outside the YAML: in a file, or a systemd
+// credential named through $CREDENTIALS_DIRECTORY; never both ways at once.
+func TestSASLPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "sasl-password")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sasl := func(extra string) string {
+		return minimal + "sasl: {mechanism: PLAIN, username: sluice, " + extra + "}\n"
+	}
+	cfg, err := Parse([]byte(sasl("password_file: " + secret)))
+	if err != nil || cfg.SASL.Password != "s3cret" {
+		t.Errorf("password_file: %q, %v; want s3cret", cfg.SASL.Password, err)
+	}
+	t.Setenv("CREDENTIALS_DIRECTORY", dir)
+	cfg, err = Parse([]byte(sasl("password_file: $CREDENTIALS_DIRECTORY/sasl-password")))
+	if err != nil || cfg.SASL.Password != "s3cret" {
+		t.Errorf("systemd credential: %q, %v; want s3cret", cfg.SASL.Password, err)
+	}
+	for _, bad := range []string{"password: inline, password_file: " + secret, "password_file: " + filepath.Join(dir, "missing")} {
+		if _, err := Parse([]byte(sasl(bad))); err == nil || !strings.Contains(err.Error(), "sasl.password_file") {
+			t.Errorf("%s: %v, want an error naming sasl.password_file", bad, err)
+		}
+	}
+}
+
+func TestLogFormat(t *testing.T) {
+	if cfg, err := Parse([]byte(minimal)); err != nil || cfg.LogFormat != LogText {
+		t.Errorf("default log_format %q, %v; want text", cfg.LogFormat, err)
+	}
+	if cfg, err := Parse([]byte(minimal + "log_format: json\n")); err != nil || cfg.LogFormat != LogJSON {
+		t.Errorf("log_format json: %q, %v", cfg.LogFormat, err)
+	}
+	if _, err := Parse([]byte(minimal + "log_format: xml\n")); err == nil || !strings.Contains(err.Error(), "log_format") {
+		t.Errorf("log_format xml: %v, want an error naming the key", err)
 	}
 }

@@ -60,10 +60,10 @@ var schema = map[string][]string{
 	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
 		"metadata_refresh", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
-		"samples_per_second", "metrics_address", "socket", "pin_path", "keep_attached_on_exit", "log_level", "entities"},
+		"samples_per_second", "metrics_address", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities"},
 	"produce":  directionKeys,
 	"fetch":    directionKeys,
-	"sasl":     {"mechanism", "username", "password"},
+	"sasl":     {"mechanism", "username", "password", "password_file"},
 	"tls":      {"enabled", "ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify"},
 	"entities": {"clients", "topic-partitions"},
 }
@@ -225,6 +225,25 @@ func (l *loader) globals() {
 	}
 	l.stringTo("sasl.username", &c.SASL.Username)
 	l.stringTo("sasl.password", &c.SASL.Password)
+	if file, ok := l.str("sasl.password_file"); ok {
+		// A secret kept out of the YAML: a file only root reads, or a
+		// systemd credential (LoadCredential=sasl-password:…, then
+		// password_file: $CREDENTIALS_DIRECTORY/sasl-password).
+		file = os.Expand(file, func(name string) string {
+			if name == "CREDENTIALS_DIRECTORY" {
+				return os.Getenv(name)
+			}
+			return "$" + name
+		})
+		switch data, err := os.ReadFile(file); {
+		case c.SASL.Password != "":
+			l.fail("sasl.password_file", "give sasl.password or sasl.password_file, not both")
+		case err != nil:
+			l.fail("sasl.password_file", "%v", err)
+		default:
+			c.SASL.Password = strings.TrimRight(string(data), "\r\n")
+		}
+	}
 	if c.SASL.Mechanism != "" && c.SASL.Username == "" {
 		l.fail("sasl.username", "required with sasl.mechanism %s", c.SASL.Mechanism)
 	}
@@ -244,6 +263,13 @@ func (l *loader) globals() {
 	if s, ok := l.str("log_level"); ok {
 		if err := c.LogLevel.UnmarshalText([]byte(s)); err != nil {
 			l.fail("log_level", "%q is not debug, info, warn or error", s)
+		}
+	}
+	if s, ok := l.str("log_format"); ok {
+		if s == LogText || s == LogJSON {
+			c.LogFormat = s
+		} else {
+			l.fail("log_format", "%q is not text or json", s)
 		}
 	}
 	if len(c.Interfaces) == 0 {

@@ -15,19 +15,26 @@ import (
 	"github.com/sluice-dev/sluice/maps"
 )
 
-// runCheckConfig: `sluice check-config FILE` validates a file, listing every
-// problem with its key path; as root it also loads the BPF programs sized by
-// the file through the verifier.
+// runCheckConfig: `sluice check-config [--config FILE | FILE]` validates a
+// file, listing every problem with its key path; as root it also loads the
+// BPF programs sized by the file through the verifier. --config is the
+// spelling every subcommand shares; the bare FILE is kept for scripts.
 func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	flagPath := fs.String("config", "", "configuration file (default "+defaultConfigPath+")")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	if fs.NArg() != 1 {
-		return usageError{errors.New("check-config: give the configuration file")}
+	path := *flagPath
+	switch {
+	case fs.NArg() > 1 || (fs.NArg() == 1 && path != ""):
+		return usageError{errors.New("check-config: give one configuration file, with --config or as the argument")}
+	case fs.NArg() == 1:
+		path = fs.Arg(0)
+	case path == "":
+		path = defaultConfigPath
 	}
-	path := fs.Arg(0)
 	cfg, err := config.Load(path)
 	if err != nil {
 		var problems config.Problems

@@ -34,6 +34,7 @@ func commands() []command {
 		{"unload", "remove what an agent left attached with keep_attached_on_exit (root)", runUnload},
 		{"simulate", "play a scenario file through the control loop and print each cycle as JSON", runSimulate},
 		{"demo", "show the control loop on the worked examples of the design", runDemo},
+		{"version", "print the version and the revision it was built from (also --version)", runVersion},
 	}
 }
 
@@ -52,6 +53,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "--version" {
+		return runVersion(ctx, nil, stdout, stderr)
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printUsage(stderr)
 		if len(args) == 0 {
@@ -69,8 +73,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: sluice COMMAND [flags]\n\ncommands:")
+	fmt.Fprintln(w, "usage: sluice COMMAND [flags]   (sluice COMMAND -h: the command's flags)\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintln(w, "\nexit status: 0 success; 1 failure (the agent, the kernel, a socket); 2 bad usage or invalid input (flags, a configuration file)")
 }

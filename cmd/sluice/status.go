@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,24 +15,35 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 )
 
-// runStatus: `sluice status [--socket PATH] [--watch]`.
+// runStatus: `sluice status [--socket PATH] [--watch] [-o text|json]`.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
 	watch := fs.Bool("watch", false, "refresh every second until interrupted")
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if err := output.check(); err != nil {
+		return err
 	}
 	for {
 		s, err := agent.QueryStatus(*socket)
 		if err != nil {
 			return err
 		}
-		if *watch {
-			fmt.Fprint(stdout, "\033[H\033[2J")
+		if output.json() {
+			// The socket's own schema, one document per line (per refresh).
+			if err := json.NewEncoder(stdout).Encode(s); err != nil {
+				return err
+			}
+		} else {
+			if *watch {
+				fmt.Fprint(stdout, "\033[H\033[2J")
+			}
+			writeStatus(stdout, s)
 		}
-		writeStatus(stdout, s)
 		if !*watch {
 			return nil
 		}
@@ -69,13 +81,18 @@ func writeStatus(w io.Writer, s *agent.Snapshot) {
 	}
 }
 
-// runExplain: `sluice explain NAME` shows how an entity's limit was derived.
+// runExplain: `sluice explain [-o text|json] NAME` shows how an entity's
+// limit was derived.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if err := output.check(); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		return usageError{errors.New("explain: give one entity name (a client-id, a topic-partition, or kind:name)")}
@@ -88,15 +105,48 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(views) == 0 {
 		return fmt.Errorf("explain: no entity %q in the last cycle (sluice status lists them)", fs.Arg(0))
 	}
+	var explained []explanation
 	for i, e := range views {
 		d := s.Directions[0]
 		if i > 0 || !containsEntity(d, e) {
 			d = s.Directions[1]
 		}
+		if output.json() {
+			d.Entities = nil
+			explained = append(explained, explanation{Direction: d, Entity: e})
+			continue
+		}
 		writeExplain(stdout, d, e)
+	}
+	if output.json() {
+		return json.NewEncoder(stdout).Encode(explained)
 	}
 	return nil
 }
+
+// explanation is `explain -o json`'s element: the entity's view and its
+// direction's (the socket's schema for both; the direction's entity list
+// left out).
+type explanation struct {
+	Direction agent.DirectionView `json:"direction"`
+	Entity    agent.EntityView    `json:"entity"`
+}
+
+// output is the -o flag: text (for people) or json (for scripts).
+type output struct{ value *string }
+
+func outputFlag(fs *flag.FlagSet) output {
+	return output{fs.String("o", "text", "output format: text or json (the status socket's schema)")}
+}
+
+func (o output) check() error {
+	if *o.value != "text" && *o.value != "json" {
+		return usageError{fmt.Errorf("-o %q: use text or json", *o.value)}
+	}
+	return nil
+}
+
+func (o output) json() bool { return *o.value == "json" }
 
 func containsEntity(d agent.DirectionView, e agent.EntityView) bool {
 	for _, x := range d.Entities {

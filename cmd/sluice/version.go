@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime/debug"
+)
+
+// runVersion: `sluice version` (and `sluice --version`).
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	fmt.Fprintln(stdout, versionString())
+	return nil
+}
+
+// Set by `make build` (-ldflags -X): `git describe` and the commit.
+var stampedVersion, stampedRevision string
+
+// versionString is the version and the VCS revision the binary was built
+// from: what `make build` stamped, else what the Go toolchain recorded
+// ("devel" and "unknown" for a plain go build with -buildvcs=false).
+func versionString() string {
+	if stampedVersion != "" && stampedRevision != "" {
+		return fmt.Sprintf("sluice %s revision %s", stampedVersion, stampedRevision)
+	}
+	version, revision, modified := "devel", "unknown", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch {
+			case s.Key == "vcs.revision":
+				revision = s.Value
+			case s.Key == "vcs.modified" && s.Value == "true":
+				modified = " (modified)"
+			}
+		}
+	}
+	return fmt.Sprintf("sluice %s revision %s%s", version, revision, modified)
+}
