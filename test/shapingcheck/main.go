@@ -183,9 +183,12 @@ func run(outFile, only string) error {
 	}{
 		{"throughput-ungoverned-attached-vs-not", [2]int{ungoverned, ungoverned2}, pairedLoad{flows: 1, gatedAtRatio: 0.95}},
 		{"throughput-governed-unshaped-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, gatedAtRatio: 0.95}},
-		{"throughput-governed-egress-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, egress: true, gatedAtRatio: 0.95}},
-		{"throughput-governed-8flows-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 8, gatedAtRatio: 0.95}},
-		{"throughput-governed-egress-8flows-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 8, egress: true, gatedAtRatio: 0.95}},
+		// Gated at 0.90: their first runs' geometric means sat at 0.97-1.01
+		// with a run-to-run spread that puts 0.95 within two standard
+		// errors; 0.90 still fails a regression of a tenth of line rate.
+		{"throughput-governed-egress-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, egress: true, gatedAtRatio: 0.90}},
+		{"throughput-governed-8flows-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 8, gatedAtRatio: 0.90}},
+		{"throughput-governed-egress-8flows-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 8, egress: true, gatedAtRatio: 0.90}},
 		{"throughput-governed-offloads-off-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, offloadsOff: true}},
 		{"throughput-governed-egress-offloads-off-attached-vs-not", [2]int{governed, governed2}, pairedLoad{flows: 1, egress: true, offloadsOff: true}},
 	} {
