@@ -58,6 +58,22 @@ func tcState(t testing.TB, ns *netns.NS, dev string) string {
 	return string(out) + "links: " + strings.Join(names, " ")
 }
 
+// newTestHTB builds the htb shaper on a new namespace pair, closed when
+// the test ends.
+func newTestHTB(t *testing.T) (*HTB, *classes, *netns.Pair, int) {
+	t.Helper()
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	cw := &classes{}
+	h, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h, cw, pair, idx
+}
+
 // htbWithThreeClasses builds the htb shaper with entities 5 and 6 on
 // egress (20 and 1 MB/s) and 5 on ingress (5 MB/s).
 func htbWithThreeClasses(t *testing.T, pair *netns.Pair, idx int, cw *classes) *HTB {
@@ -194,15 +210,7 @@ func TestHTBAdoptsTheTreesItLeft(t *testing.T) {
 // Each tree is a hierarchy: the parent 1:1 at the capacity, each entity's
 // class under it guaranteed its reservation and capped at its limit.
 func TestHTBHierarchy(t *testing.T) {
-	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
-	pair := netns.NewPair(t)
-	idx, _ := pair.Broker.Index(pair.BrokerDev)
-	cw := &classes{}
-	h, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h, cw, pair, idx := newTestHTB(t)
 	if err := h.SetCapacity(maps.Fetch, 40e6); err != nil {
 		t.Fatal(err)
 	}
@@ -351,22 +359,14 @@ func BenchmarkSetRates(b *testing.B) {
 // Held reports the bytes a class let through: what reached the device,
 // counted once per packet sent.
 func TestHTBHeldReportsSentBytes(t *testing.T) {
-	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
-	pair := netns.NewPair(t)
-	idx, _ := pair.Broker.Index(pair.BrokerDev)
-	cw := &classes{}
-	h, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h, cw, pair, _ := newTestHTB(t)
 	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 10e6}}); err != nil {
 		t.Fatal(err)
 	}
 	// What the data path does to an entity's segments (skb->priority = its
 	// class), done here with SO_PRIORITY on a UDP socket.
 	const datagrams, size = 100, 1000
-	err = pair.Broker.Do(func() error {
+	err := pair.Broker.Do(func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
 		if err != nil {
 			return err
