@@ -389,7 +389,8 @@ func TestScenarioShadow(t *testing.T) {
 // (franz-go, sarama, kafka-go) get 50 / 30 / 20 % of C within ±10 % of
 // each share.
 func TestScenarioWeightedFairness(t *testing.T) {
-	w := world(t, harness.Options{Topics: []string{"events"}})
+	w := world(t, harness.Options{Topics: []string{"events"}, Log: true})
+	prefill(t, w, "events", 256<<20)
 	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: `entities:
   clients:
     group-w5: {quota_weight: 5}
@@ -397,10 +398,11 @@ func TestScenarioWeightedFairness(t *testing.T) {
     group-w2: {quota_weight: 2}
 `})
 	defer a.Stop()
+	writer := client(t, w, writerSpec("events"))
 	cs := []*harness.Client{
-		client(t, w, harness.ClientSpec{Name: "w5-franz", Lib: "franz", Mode: "consume", ClientID: "group-w5", Topic: "events"}),
-		client(t, w, harness.ClientSpec{Name: "w3-sarama", Lib: "sarama", Mode: "consume", ClientID: "group-w3", Topic: "events"}),
-		client(t, w, harness.ClientSpec{Name: "w2-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "group-w2", Topic: "events"}),
+		client(t, w, harness.ClientSpec{Name: "w5-franz", Lib: "franz", Mode: "consume", ClientID: "group-w5", Topic: "events", Check: true}),
+		client(t, w, harness.ClientSpec{Name: "w3-sarama", Lib: "sarama", Mode: "consume", ClientID: "group-w3", Topic: "events", Check: true}),
+		client(t, w, harness.ClientSpec{Name: "w2-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "group-w2", Topic: "events", Check: true}),
 	}
 	rates, own := metered(t, w, 1, cs, []harness.Ref{{Kind: "client", Name: "group-w5"}, {Kind: "client", Name: "group-w3"}, {Kind: "client", Name: "group-w2"}})
 	// Each group's floor (min_limit), then the rest of C by weight.
@@ -412,19 +414,55 @@ func TestScenarioWeightedFairness(t *testing.T) {
 		want[i] = floor + share*(C-3*floor)
 		pass = pass && within(rates[i], want[i], 0.10)
 	}
-	errs, ok := noErrors(cs...)
+	errs, ok := noErrors(append(cs, writer)...)
+	records, intact := recordsIntact(cs...)
 	record(t, Result{
 		Name: "weighted-fairness",
-		Pass: pass && ok,
+		Pass: pass && ok && intact,
 		Measured: map[string]any{"w5_franz_bps": rates[0], "w3_sarama_bps": rates[1], "w2_kafkago_bps": rates[2], "client_errors": errs,
-			"measured_at": meteredAt, "sluice_vs_kernel": differences(rates, own), "exactly_once": consumersOnly},
-		Expected: map[string]any{"w5_bps": want[0], "w3_bps": want[1], "w2_bps": want[2], "tolerance": 0.10, "client_errors": 0},
+			"measured_at": meteredAt, "sluice_vs_kernel": differences(rates, own), "records": records},
+		Expected: map[string]any{"w5_bps": want[0], "w3_bps": want[1], "w2_bps": want[2], "tolerance": 0.10, "client_errors": 0,
+			"records": recordsExpected},
 	})
 }
 
-// consumersOnly explains the exactly-once check of consumer-only scenarios:
-// nothing is produced; the broker answers fetches with synthetic batches.
-const consumersOnly = "n/a: consumers only, reading synthetic batches; nothing is produced"
+// prefill writes bytes of records to partition 0 of a kept log before the
+// agent starts: consumers then read what a producer wrote, and the log is
+// long enough that the fastest of them stays behind its end (a consumer
+// that catches up reads at the writer's pace, not its share).
+func prefill(t *testing.T, w *harness.World, topic string, bytes int64) {
+	t.Helper()
+	if _, err := w.Prefill(topic, 0, bytes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writerRate is what a scenario's writer appends while its consumers read:
+// produce and fetch run at the same time, and consumers read records
+// written during the scenario as well as the prefill.
+const writerRate = 2e6
+
+func writerSpec(topic string) harness.ClientSpec {
+	return harness.ClientSpec{Name: "writer-" + topic, Lib: "franz", Mode: "produce", ClientID: "writer", Topic: topic, Rate: writerRate}
+}
+
+// recordsIntact reports what each checking consumer found in the records
+// it read and whether all of them read something, lost or repeated no
+// offset, read no damaged value and did not exit on their own.
+func recordsIntact(consumers ...*harness.Client) (map[string]any, bool) {
+	out := map[string]any{}
+	ok := true
+	for _, c := range consumers {
+		in := c.Integrity()
+		early := c.ExitedEarly()
+		out[c.Name] = map[string]any{"records": in.Records, "offset_gaps": in.Gaps, "corrupt_records": in.Corrupt, "exited_early": early}
+		ok = ok && in.Records > 0 && in.Gaps == 0 && in.Corrupt == 0 && !early
+	}
+	return out, ok
+}
+
+// recordsExpected is the record check every consumer must pass.
+const recordsExpected = "each consumer: records > 0, offset_gaps 0, corrupt_records 0, exited_early false"
 
 func median(v []float64) float64 {
 	if len(v) == 0 {
@@ -445,7 +483,8 @@ func itoa(v float64) string { return strconv.FormatInt(int64(v), 10) }
 // consumers buffer megabytes, so what a client hands its application lags
 // what the network gave it.
 func TestScenarioContentionReclaim(t *testing.T) {
-	w := world(t, harness.Options{Topics: []string{"events"}})
+	w := world(t, harness.Options{Topics: []string{"events"}, Log: true})
+	prefill(t, w, "events", 384<<20)
 	res := 0.4 * C
 	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: "entities:\n  clients:\n" +
 		"    core-group: {consumer_byte_reservation: " + itoa(res) + "}\n" +
@@ -453,9 +492,13 @@ func TestScenarioContentionReclaim(t *testing.T) {
 	defer a.Stop()
 	const coreDemand = 10e6
 	groups := []string{"core-group", "backfill-group", "normal-group"}
-	core := client(t, w, harness.ClientSpec{Name: "core-franz-paced", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events", Rate: coreDemand})
-	backfill := client(t, w, harness.ClientSpec{Name: "backfill-sarama", Lib: "sarama", Mode: "consume", ClientID: "backfill-group", Topic: "events"})
-	normal := client(t, w, harness.ClientSpec{Name: "normal-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "normal-group", Topic: "events"})
+	writer := client(t, w, writerSpec("events"))
+	// Paced with 1 MiB fetches: a paced consumer's fetches arrive as bursts,
+	// and 4 MiB bursts move a 5 s window's figure by ±0.8 MB/s.
+	core := client(t, w, harness.ClientSpec{Name: "core-franz-paced", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events", Rate: coreDemand, Check: true,
+		Args: []string{"-fetch-max-bytes", "1048576"}})
+	backfill := client(t, w, harness.ClientSpec{Name: "backfill-sarama", Lib: "sarama", Mode: "consume", ClientID: "backfill-group", Topic: "events", Check: true})
+	normal := client(t, w, harness.ClientSpec{Name: "normal-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "normal-group", Topic: "events", Check: true})
 	refs := make([]harness.Ref, len(groups))
 	for i, g := range groups {
 		refs[i] = harness.Ref{Kind: "client", Name: g}
@@ -463,7 +506,7 @@ func TestScenarioContentionReclaim(t *testing.T) {
 	before, ownBefore := metered(t, w, 1, []*harness.Client{core, backfill, normal}, refs)
 	// Core's demand rises: the paced consumer is replaced by a greedy one.
 	core.Stop()
-	coreGreedy := client(t, w, harness.ClientSpec{Name: "core-franz-greedy", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events"})
+	coreGreedy := client(t, w, harness.ClientSpec{Name: "core-franz-greedy", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events", Check: true})
 	// "within 3 s": metered settles 3 s before its window.
 	after, ownAfter := metered(t, w, 1, []*harness.Client{coreGreedy, backfill, normal}, refs)
 	// Shares after the rise: core's green is its reservation, backfill's
@@ -477,19 +520,20 @@ func TestScenarioContentionReclaim(t *testing.T) {
 	spareBefore := C - coreDemand - 2*floor
 	wantRatio := (floor + spareBefore*0.1/1.1) / (floor + spareBefore/1.1)
 	ratio := before[1] / before[2]
-	errs, ok := noErrors(core, backfill, normal, coreGreedy)
+	errs, ok := noErrors(core, backfill, normal, coreGreedy, writer)
+	records, intact := recordsIntact(core, backfill, normal, coreGreedy)
 	record(t, Result{
 		Name: "contention-reclaim",
 		Pass: before[0] >= 0.95*math.Min(res, coreDemand) && within(ratio, wantRatio, 0.15) &&
-			after[0] >= 0.95*res && within(after[2], wantNormal, 0.15) && within(after[1], wantBackfill, 0.15) && ok,
+			after[0] >= 0.95*res && within(after[2], wantNormal, 0.15) && within(after[1], wantBackfill, 0.15) && ok && intact,
 		Measured: map[string]any{"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
 			"backfill_to_normal": ratio, "core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
 			"after_window": "3-8 s after the rise", "measured_at": meteredAt, "client_errors": errs,
 			"sluice_vs_kernel_before": differences(before, ownBefore), "sluice_vs_kernel_after": differences(after, ownAfter),
-			"core_after_for_information_bps": wantCore, "exactly_once": consumersOnly},
+			"core_after_for_information_bps": wantCore, "records": records},
 		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": wantRatio, "backfill_to_normal_tolerance": 0.15,
 			"core_after_min_bps": 0.95 * res, "normal_after_bps": wantNormal, "backfill_after_bps": wantBackfill,
-			"tolerance": 0.15, "client_errors": 0},
+			"tolerance": 0.15, "client_errors": 0, "records": recordsExpected},
 	})
 }
 
@@ -498,17 +542,20 @@ func TestScenarioContentionReclaim(t *testing.T) {
 // configuration, are held together to that entity's limit, while a stable
 // group on another topic is unaffected.
 func TestScenarioRandomGroupNames(t *testing.T) {
-	w := world(t, harness.Options{Topics: []string{"broadcast-topic", "events"}})
+	w := world(t, harness.Options{Topics: []string{"broadcast-topic", "events"}, Log: true})
+	prefill(t, w, "broadcast-topic", 64<<20)
+	prefill(t, w, "events", 320<<20)
 	const limit = 10e6
 	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: "entities:\n  topic-partitions:\n" +
 		"    broadcast-topic-0: {consumer_byte_rate: " + itoa(limit) + "}\n"})
 	defer a.Stop()
+	writers := []*harness.Client{client(t, w, writerSpec("broadcast-topic")), client(t, w, writerSpec("events"))}
 	var randoms []*harness.Client
 	for i, lib := range []string{"franz", "sarama", "kafkago"} {
 		id := fmt.Sprintf("instance-%s-%d", netnsSuffix(), i)
-		randoms = append(randoms, client(t, w, harness.ClientSpec{Name: "random-" + lib, Lib: lib, Mode: "consume", ClientID: id, Topic: "broadcast-topic"}))
+		randoms = append(randoms, client(t, w, harness.ClientSpec{Name: "random-" + lib, Lib: lib, Mode: "consume", ClientID: id, Topic: "broadcast-topic", Check: true}))
 	}
-	stable := client(t, w, harness.ClientSpec{Name: "stable-franz", Lib: "franz", Mode: "consume", ClientID: "stable-group", Topic: "events"})
+	stable := client(t, w, harness.ClientSpec{Name: "stable-franz", Lib: "franz", Mode: "consume", ClientID: "stable-group", Topic: "events", Check: true})
 	// Held together: the three consumers' broker-side sockets, summed.
 	kernel, own := metered(t, w, 1, append(randoms, stable),
 		[]harness.Ref{{Kind: "topic-partition", Name: "broadcast-topic-0"}, {Kind: "client", Name: "stable-group"}})
@@ -519,14 +566,16 @@ func TestScenarioRandomGroupNames(t *testing.T) {
 	}
 	// The stable group's fair result: everything the broadcast entity does not take.
 	wantStable := C - limit
-	errs, ok := noErrors(append(randoms, stable)...)
+	errs, ok := noErrors(append(append(randoms, stable), writers...)...)
+	records, intact := recordsIntact(append(randoms, stable)...)
 	record(t, Result{
 		Name: "random-group-names",
-		Pass: within(together, limit, 0.10) && stableRate >= 0.9*wantStable && ok,
+		Pass: within(together, limit, 0.10) && stableRate >= 0.9*wantStable && ok && intact,
 		Measured: map[string]any{"random_consumers_together_bps": together, "random_each_kernel_bps": kernel[:3],
 			"random_each_client_side_bps": clientSide, "stable_bps": stableRate, "measured_at": meteredAt, "client_errors": errs,
-			"sluice_vs_kernel": differences([]float64{together, stableRate}, own), "exactly_once": consumersOnly},
-		Expected: map[string]any{"random_together_bps": limit, "tolerance": 0.10, "stable_min_bps": 0.9 * wantStable, "client_errors": 0},
+			"sluice_vs_kernel": differences([]float64{together, stableRate}, own), "records": records},
+		Expected: map[string]any{"random_together_bps": limit, "tolerance": 0.10, "stable_min_bps": 0.9 * wantStable, "client_errors": 0,
+			"records": recordsExpected},
 	})
 }
 

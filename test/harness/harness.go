@@ -344,7 +344,12 @@ type Client struct {
 	marks   []mark
 	errors  int64
 	largest int64 // a consumer's largest Fetch response, bytes
-	done    chan struct{}
+	// What a checking consumer (ClientSpec.Check) found in the records
+	// it read: how many, offset discontinuities, values failing their CRC.
+	integrity Integrity
+	stopping  bool // Stop was called: an exit after it is not early
+	early     bool // the process ended before anyone stopped it
+	done      chan struct{}
 	// final is what a producer reports when it stops: the records the
 	// broker acknowledged and the sum of their CRC-32s.
 	final    *Tally
@@ -372,12 +377,26 @@ type ClientSpec struct {
 	Partition int
 	Rate      float64  // bytes/s wanted; 0 greedy
 	Args      []string // more loadgen flags (-replica-id, -local-port for -lib raw)
+	// Check makes a consumer verify every record it reads (offsets follow
+	// one another from 0, each value matches its own CRC-32): for worlds
+	// with Options.Log, whose topics producers wrote.
+	Check bool
+}
+
+// Integrity is what a checking consumer found in the records it read.
+type Integrity struct {
+	Records int64 `json:"records"`
+	Gaps    int64 `json:"offset_gaps"`     // offsets that did not follow the one before
+	Corrupt int64 `json:"corrupt_records"` // values whose CRC-32 did not match
 }
 
 // StartClient runs a loadgen in the client namespace.
 func (w *World) StartClient(s ClientSpec) (*Client, error) {
 	args := []string{"netns", "exec", w.Pair.Client.Name, w.Loadgen, "-lib", s.Lib, "-mode", s.Mode, "-client-id", s.ClientID,
 		"-topic", s.Topic, "-partition", fmt.Sprint(s.Partition), "-bootstrap", w.Bootstrap(), "-rate", fmt.Sprint(s.Rate)}
+	if s.Check {
+		args = append(args, "-check")
+	}
 	args = append(args, s.Args...)
 	cmd := exec.Command("ip", args...)
 	out, err := cmd.StdoutPipe()
@@ -397,6 +416,7 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 		for sc.Scan() {
 			var line struct {
 				Ms, Bytes, Errors, Largest int64
+				Records, Gaps, Corrupt     int64
 				Final                      bool
 				Count, Checksum            uint64
 			}
@@ -412,8 +432,12 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 			c.mu.Lock()
 			c.marks = append(c.marks, mark{time.UnixMilli(line.Ms), line.Bytes})
 			c.errors, c.largest = line.Errors, line.Largest
+			c.integrity = Integrity{Records: line.Records, Gaps: line.Gaps, Corrupt: line.Corrupt}
 			c.mu.Unlock()
 		}
+		c.mu.Lock()
+		c.early = !c.stopping
+		c.mu.Unlock()
 	}()
 	return c, nil
 }
@@ -422,12 +446,55 @@ func (w *World) StartClient(s ClientSpec) (*Client, error) {
 // again does nothing.
 func (c *Client) Stop() {
 	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.stopping = true
+		c.mu.Unlock()
 		c.cmd.Process.Signal(syscall.SIGTERM)
 		// Read to the end first: Wait closes the stdout pipe, and a final
 		// tally not yet read would be lost (a flaky overcommit scenario).
 		<-c.done
 		c.cmd.Wait()
 	})
+}
+
+// Integrity is what a checking consumer found so far.
+func (c *Client) Integrity() Integrity {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.integrity
+}
+
+// ExitedEarly says whether the client's process ended before Stop: a
+// consumer that gave up is a failure even when it reported no error.
+func (c *Client) ExitedEarly() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.early
+}
+
+// Prefill writes bytes of records to a partition of a kept log (Options.Log)
+// with one greedy franz-go producer and waits for it to flush, so that
+// consumers started later read records producers wrote, and stay behind
+// the log's end however fast they are allowed to read. It returns what the
+// broker acknowledged.
+func (w *World) Prefill(topic string, partition int, bytes int64) (Tally, error) {
+	c, err := w.StartClient(ClientSpec{Name: "prefill-" + topic, Lib: "franz", Mode: "produce", ClientID: "prefill", Topic: topic,
+		Partition: partition, Args: []string{"-max-bytes", fmt.Sprint(bytes), "-duration", "2m"}})
+	if err != nil {
+		return Tally{}, err
+	}
+	<-c.done
+	c.cmd.Wait()
+	f := c.Final()
+	switch {
+	case f == nil:
+		return Tally{}, fmt.Errorf("prefill %s/%d: the producer reported no final tally (see client-prefill-%s.log)", topic, partition, topic)
+	case c.Errors() > 0:
+		return *f, fmt.Errorf("prefill %s/%d: %d produce errors", topic, partition, c.Errors())
+	case int64(f.Count)*16<<10 < bytes:
+		return *f, fmt.Errorf("prefill %s/%d: %d records acknowledged, fewer than %d bytes", topic, partition, f.Count, bytes)
+	}
+	return *f, nil
 }
 
 // Final is a stopped producer's acknowledged tally (nil before it stops).

@@ -169,20 +169,89 @@ func (w *World) ReadMeter() (MeterReading, error) {
 // SocketRates measures, from the kernel's per-socket counters on the broker
 // side, the rate each process (by pid) moved in a direction over the given
 // duration: bytes the broker received from it (dir 0, produce) or bytes it
-// acknowledged (dir 1, fetch). Connections opened during the window count
-// from zero; bytes of connections closed during it are lost (an
-// underestimate, never an overestimate).
+// acknowledged (dir 1, fetch). The sockets are read every meterEvery, so a
+// connection a client closes during the window keeps what it moved up to
+// the last reading that saw it (a client that reconnects, as kafka-go does
+// after a read deadline passes, loses at most that much); connections opened
+// during the window count from zero. An underestimate, never an overestimate.
 func (w *World) SocketRates(dir int, over time.Duration, pids ...int) ([]float64, error) {
+	tally := newConnTally(dir)
 	first, err := w.ReadMeter()
 	if err != nil {
 		return nil, err
 	}
-	time.Sleep(over) // the measurement window itself
-	last, err := w.ReadMeter()
-	if err != nil {
-		return nil, err
+	tally.add(first)
+	last := first
+	tick := time.NewTicker(meterEvery)
+	defer tick.Stop()
+	for end := first.at.Add(over); last.at.Before(end); {
+		<-tick.C // the measurement window itself, read as it passes
+		if last, err = w.ReadMeter(); err != nil {
+			return nil, err
+		}
+		tally.add(last)
 	}
-	return MeterRates(dir, first, last, pids), nil
+	secs := last.at.Sub(first.at).Seconds()
+	rates := make([]float64, len(pids))
+	for i, pid := range pids {
+		rates[i] = float64(tally.bytes(pid)) / secs
+	}
+	return rates, nil
+}
+
+// meterEvery is how often SocketRates reads the sockets.
+const meterEvery = 250 * time.Millisecond
+
+// connTally follows every client connection's counter in one direction
+// across meter readings: what each process moved since the first reading,
+// including connections that closed since (up to their last reading).
+type connTally struct {
+	dir        int
+	started    bool
+	base, last map[clientConn]uint64
+	finished   map[int]uint64 // per pid: bytes of connections whose port a new connection took
+}
+
+// clientConn is one connection as the meter knows it: its owner and the
+// client's port.
+type clientConn struct {
+	pid  int
+	port uint16
+}
+
+func newConnTally(dir int) *connTally {
+	return &connTally{dir: dir, base: map[clientConn]uint64{}, last: map[clientConn]uint64{}, finished: map[int]uint64{}}
+}
+
+func (t *connTally) add(r MeterReading) {
+	for port, c := range r.socks {
+		pid, ok := r.owner[port]
+		if !ok {
+			continue
+		}
+		k, v := clientConn{pid, port}, c.Of(t.dir)
+		last, seen := t.last[k]
+		switch {
+		case !seen && !t.started:
+			t.base[k] = v // there before the window: count from here
+		case seen && v < last:
+			// A new connection on a port an earlier one used.
+			t.finished[pid] += last - t.base[k]
+			t.base[k] = 0
+		}
+		t.last[k] = v
+	}
+	t.started = true
+}
+
+func (t *connTally) bytes(pid int) uint64 {
+	total := t.finished[pid]
+	for k, v := range t.last {
+		if k.pid == pid {
+			total += v - min(v, t.base[k])
+		}
+	}
+	return total
 }
 
 // MeterRates is each process's rate in a direction between two readings
@@ -336,8 +405,7 @@ func (w *World) TraceClient(dir int, every time.Duration, c *Client) *MeterTrace
 	pid := c.Pid()
 	go func() {
 		defer close(t.done)
-		base, last := map[uint16]uint64{}, map[uint16]uint64{}
-		first := true
+		tally := newConnTally(dir)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
@@ -346,21 +414,8 @@ func (w *World) TraceClient(dir int, every time.Duration, c *Client) *MeterTrace
 				t.err = err
 				return
 			}
-			var total uint64
-			for port, c := range r.socks {
-				if r.owner[port] != pid {
-					continue
-				}
-				if _, seen := last[port]; !seen && first {
-					base[port] = c.Of(dir)
-				}
-				last[port] = max(last[port], c.Of(dir))
-			}
-			for port, v := range last {
-				total += v - min(v, base[port])
-			}
-			first = false
-			t.points = append(t.points, MeterPoint{At: r.at, Bytes: total})
+			tally.add(r)
+			t.points = append(t.points, MeterPoint{At: r.at, Bytes: tally.bytes(pid)})
 			select {
 			case <-t.stop:
 				return

@@ -43,6 +43,35 @@ func TestMeterRates(t *testing.T) {
 	}
 }
 
+// A connection that closes between readings keeps what it moved up to the
+// last reading that saw it; one there before the first reading counts from
+// it; a new connection on a closed one's port adds to it.
+func TestConnTallyKeepsClosedConnections(t *testing.T) {
+	reading := func(socks map[uint16]uint64, owner map[uint16]int) MeterReading {
+		r := MeterReading{socks: map[uint16]SocketCounts{}, owner: owner}
+		for p, v := range socks {
+			r.socks[p] = SocketCounts{Acked: v}
+		}
+		return r
+	}
+	tally := newConnTally(1)
+	tally.add(reading(map[uint16]uint64{1: 1000, 2: 70}, map[uint16]int{1: 10, 2: 20}))
+	// Port 1 closes after this reading; pid 10 opens port 3.
+	tally.add(reading(map[uint16]uint64{1: 4000, 2: 90}, map[uint16]int{1: 10, 2: 20}))
+	tally.add(reading(map[uint16]uint64{3: 500, 2: 100}, map[uint16]int{3: 10, 2: 20}))
+	// Port 2 closes; a new connection of pid 20 takes the port again.
+	tally.add(reading(map[uint16]uint64{3: 800, 2: 25}, map[uint16]int{3: 10, 2: 20}))
+	if got, want := tally.bytes(10), uint64(3000+800); got != want {
+		t.Errorf("pid 10: %d bytes, want %d (3000 on the closed port 1, 800 on port 3)", got, want)
+	}
+	if got, want := tally.bytes(20), uint64(30+25); got != want {
+		t.Errorf("pid 20: %d bytes, want %d (30 before the port was reused, 25 after)", got, want)
+	}
+	if got := tally.bytes(30); got != 0 {
+		t.Errorf("pid 30 owns nothing: %d bytes", got)
+	}
+}
+
 func TestTCPCounter(t *testing.T) {
 	snmp := []byte("Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RetransSegs InErrs\nTcp: 1 200 17 0\n")
 	if v, err := tcpCounter(snmp, "RetransSegs"); err != nil || v != 17 {

@@ -18,6 +18,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,6 +38,8 @@ type opts struct {
 	idleAfter, idleFor                           time.Duration // franz produce: go quiet once, keeping the connection
 	partitions                                   int           // consume: partitions [partition, partition+partitions); verify: all of the topic's
 	fetchMaxBytes                                int           // franz consume: fetch.max.bytes
+	maxBytes                                     int64         // produce: stop once this many value bytes were sent (0: no limit)
+	check                                        bool          // consume: check every record (see recordCheck)
 	requestTimeout                               time.Duration // franz consume: the whole deadline of a fetch (Java's request.timeout.ms); 0: franz's default
 	randomIDs                                    bool          // raw churn: a new client-id per connection
 }
@@ -61,8 +64,14 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 1, "consume: how many partitions from -partition on; verify: partitions of the topic")
 	flag.IntVar(&o.fetchMaxBytes, "fetch-max-bytes", 4<<20, "franz consume: fetch.max.bytes (Kafka's default is 50 MiB)")
 	flag.DurationVar(&o.requestTimeout, "request-timeout", 0, "franz consume: a fetch's deadline, as Java's request.timeout.ms (0: franz's default)")
+	flag.Int64Var(&o.maxBytes, "max-bytes", 0, "franz produce: stop after this many value bytes, flushing them (0: run for -duration)")
+	flag.BoolVar(&o.check, "check", false, "consume: check offset continuity from the log's start and each value's own CRC-32 (a log that producers wrote, not synthetic batches)")
 	flag.BoolVar(&o.randomIDs, "random-ids", false, "raw churn: every connection names a new client-id (-client-id as prefix)")
 	flag.Parse()
+	if o.valueBytes < 12 {
+		log.Fatalf("-value-bytes %d: values carry an 8-byte sequence number and a 4-byte CRC-32, so at least 12", o.valueBytes)
+	}
+	checked.enabled = o.check
 	partitions := &o.partitions
 	if o.group == "" {
 		o.group = o.clientID
@@ -82,7 +91,7 @@ func main() {
 	go report(ctx, &moved, &errs)
 	defer func() { // the last figures, so that a stopped client's counts are complete
 		enc := json.NewEncoder(os.Stdout)
-		enc.Encode(map[string]int64{"ms": time.Now().UnixMilli(), "bytes": moved.Load(), "errors": errs.Load(), "largest": largestResponse.Load()})
+		enc.Encode(progress(&moved, &errs))
 	}()
 	var err error
 	switch o.lib + "/" + o.mode {
@@ -127,11 +136,48 @@ func ack(v []byte) {
 }
 
 // numbered returns a fresh value carrying a sequence number, so that every
-// record differs and the checksum sees duplicates and losses.
+// record differs and the checksum sees duplicates and losses, and ending
+// in the CRC-32 of the bytes before it, so that a consumer can check each
+// record on its own.
 func numbered(template []byte, seq uint64) []byte {
 	v := append([]byte(nil), template...)
 	binary.BigEndian.PutUint64(v, seq)
+	body := len(v) - 4
+	binary.BigEndian.PutUint32(v[body:], crc32.ChecksumIEEE(v[:body]))
 	return v
+}
+
+// recordCheck is what a -check consumer verifies of every record it is
+// handed: offsets of a partition follow one another from the log's start
+// (0: consumers start at the oldest offset of a log kfake keeps from its
+// first record), and each value ends in the CRC-32 of its other bytes
+// (numbered). A lost, repeated, reordered or damaged record shows up.
+type recordCheck struct {
+	enabled                bool
+	mu                     sync.Mutex
+	next                   map[int32]int64 // partition -> the offset expected next
+	records, gaps, corrupt atomic.Int64
+}
+
+var checked = recordCheck{next: map[int32]int64{}}
+
+func (c *recordCheck) see(partition int32, offset int64, value []byte) {
+	if !c.enabled {
+		return
+	}
+	c.records.Add(1)
+	c.mu.Lock()
+	if offset != c.next[partition] {
+		c.gaps.Add(1)
+		log.Printf("offset gap on partition %d: expected %d, read %d", partition, c.next[partition], offset)
+	}
+	c.next[partition] = offset + 1
+	c.mu.Unlock()
+	body := len(value) - 4
+	if body < 8 || binary.BigEndian.Uint32(value[body:]) != crc32.ChecksumIEEE(value[:body]) {
+		c.corrupt.Add(1)
+		log.Printf("record at %d/%d fails its CRC-32 (%d bytes)", partition, offset, len(value))
+	}
 }
 
 // verify reads every partition of the topic from the start to its end
@@ -190,7 +236,15 @@ func verify(o opts, partitions int) error {
 // evidence of what a request really carried.
 var largestResponse atomic.Int64
 
-// report prints {"ms": unix millis, "bytes": moved, "errors": n, "largest": bytes} lines.
+// progress is one report line: unix millis, bytes moved, errors, the
+// largest Fetch response, and for a checking consumer the records it read,
+// the offset discontinuities and the values whose CRC-32 did not match.
+func progress(moved, errs *atomic.Int64) map[string]int64 {
+	return map[string]int64{"ms": time.Now().UnixMilli(), "bytes": moved.Load(), "errors": errs.Load(), "largest": largestResponse.Load(),
+		"records": checked.records.Load(), "gaps": checked.gaps.Load(), "corrupt": checked.corrupt.Load()}
+}
+
+// report prints a progress line every 100 ms.
 func report(ctx context.Context, moved, errs *atomic.Int64) {
 	enc := json.NewEncoder(os.Stdout)
 	t := time.NewTicker(100 * time.Millisecond)
@@ -199,8 +253,8 @@ func report(ctx context.Context, moved, errs *atomic.Int64) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			enc.Encode(map[string]int64{"ms": now.UnixMilli(), "bytes": moved.Load(), "errors": errs.Load(), "largest": largestResponse.Load()})
+		case <-t.C:
+			enc.Encode(progress(moved, errs))
 		}
 	}
 }
@@ -240,7 +294,7 @@ func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 	// what is in flight at the stop is flushed and acknowledged, not lost.
 	produceCtx := context.Background()
 	idled := o.idleFor == 0
-	for seq := uint64(0); ctx.Err() == nil; seq++ {
+	for seq := uint64(0); ctx.Err() == nil && (o.maxBytes == 0 || sent < o.maxBytes); seq++ {
 		if !idled && time.Since(start) >= o.idleAfter {
 			idled = true
 			select {
@@ -323,7 +377,10 @@ func franzConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 				log.Printf("fetch error %s/%d: %v", topic, p, err)
 			}
 		})
-		fs.EachRecord(func(r *kgo.Record) { moved.Add(int64(len(r.Value))) })
+		fs.EachRecord(func(r *kgo.Record) {
+			checked.see(r.Partition, r.Offset, r.Value)
+			moved.Add(int64(len(r.Value)))
+		})
 	}
 	return nil
 }
@@ -354,6 +411,7 @@ func saramaConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error
 		case <-ctx.Done():
 			return nil
 		case m := <-pc.Messages():
+			checked.see(m.Partition, m.Offset, m.Value)
 			moved.Add(int64(len(m.Value)))
 		case err := <-pc.Errors():
 			if ctx.Err() == nil {
@@ -366,9 +424,20 @@ func saramaConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error
 
 // kafkagoConsume reads one partition with kafka-go; a failed read is
 // counted and retried after a pause (kafka-go reconnects by itself).
+// kafka-go gives a fetch's response MaxWait to start arriving (no allowance
+// for the round trip or a busy broker): 500 ms, Java's fetch.max.wait.ms,
+// where 100 ms timed out on kfake's stalls with a long log in memory.
 func kafkagoConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{o.bootstrap}, Topic: o.topic, Partition: o.partition,
-		Dialer: &kafka.Dialer{ClientID: o.clientID, Timeout: 10 * time.Second}, MaxBytes: 4 << 20, MinBytes: 1, MaxWait: 100 * time.Millisecond})
+		Dialer: &kafka.Dialer{ClientID: o.clientID, Timeout: 10 * time.Second}, MaxBytes: 4 << 20, MinBytes: 1, MaxWait: 500 * time.Millisecond,
+		// kafka-go retries a failed fetch by itself (a new connection) and
+		// only tells its error logger: count those as the errors they are.
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			if ctx.Err() == nil {
+				errs.Add(1)
+				log.Printf("kafka-go: "+msg, args...)
+			}
+		})})
 	defer r.Close()
 	start := time.Now()
 	for ctx.Err() == nil {
@@ -386,6 +455,7 @@ func kafkagoConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) erro
 			}
 			continue
 		}
+		checked.see(int32(m.Partition), m.Offset, m.Value)
 		moved.Add(int64(len(m.Value)))
 	}
 	return nil
