@@ -22,7 +22,7 @@ func benchRig(b *testing.B, n int) *rig {
 	cfg := fmt.Sprintf(`
 entities:
   clients:
-    default: {quota_weight: 0.5, consumer_byte_rate: 50MB}
+    <default>: {quota_weight: 0.5, consumer_byte_rate: 50MB}
 `)
 	r := newRig(&testing.T{}, "max_entities: 20000\n"+cfg)
 	r.logs.Reset()

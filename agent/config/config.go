@@ -148,8 +148,8 @@ type Quota struct {
 	QuotaWeight             *float64
 }
 
-// Entities is the per-entity configuration. Each map's "default" entry is
-// the template for that type, not an entity.
+// Entities is the per-entity configuration. Each map's "<default>" entry
+// (DefaultKey) is the template for that type, not an entity.
 type Entities struct {
 	// Clients by client-id (for consumers, client-id = group).
 	Clients map[string]Quota
@@ -177,8 +177,10 @@ func (e Entities) Configured() int {
 	return n
 }
 
-// DefaultKey names a type's template in Entities maps.
-const DefaultKey = "default"
+// DefaultKey names a type's template in Entities maps, spelled as Kafka
+// spells it (kafka-configs.sh --entity-default writes <default>), so that a
+// client really named "default" can be configured like any other.
+const DefaultKey = "<default>"
 
 // The floors under every dynamic limit (min_limit) default to what lets
 // Kafka's largest default request finish in half of the clients' default

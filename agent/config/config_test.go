@@ -29,7 +29,7 @@ func TestExampleFileIsValid(t *testing.T) {
 	if core.ConsumerByteReservation == nil || *core.ConsumerByteReservation != 100*(1<<20) || *core.ConsumerByteRate != 300*(1<<20) {
 		t.Errorf("core-group %+v", core)
 	}
-	if w := cfg.Entities.Clients["default"].QuotaWeight; w == nil || *w != 0.1 {
+	if w := cfg.Entities.Clients[DefaultKey].QuotaWeight; w == nil || *w != 0.1 {
 		t.Errorf("default template weight %v", w)
 	}
 	if len(cfg.ExemptPeers) != 1 || cfg.ExemptPeers[0].String() != "10.0.0.0/24" {
@@ -281,5 +281,40 @@ func TestLogFormat(t *testing.T) {
 	}
 	if _, err := Parse([]byte(minimal + "log_format: xml\n")); err == nil || !strings.Contains(err.Error(), "log_format") {
 		t.Errorf("log_format xml: %v, want an error naming the key", err)
+	}
+}
+
+// The template is spelled as Kafka spells it; "default" is an ordinary
+// client-id, configured like any other, with a warning for configurations
+// written before the change.
+func TestDefaultTemplateIsKafkasSpelling(t *testing.T) {
+	cfg, err := Parse([]byte(`interfaces: [eth0]
+listeners: [9092]
+produce: {capacity: -1}
+fetch: {capacity: 100MB}
+entities:
+  clients:
+    <default>: {quota_weight: 0.5}
+    default:   {consumer_byte_rate: 20MB}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Entities.Clients["<default>"].QuotaWeight; w == nil || *w != 0.5 {
+		t.Errorf("template weight %v", w)
+	}
+	if r := cfg.Entities.Clients["default"].ConsumerByteRate; r == nil || *r != 20e6 {
+		t.Errorf("client default's limit %v", r)
+	}
+	if n := cfg.Entities.Configured(); n != 1 {
+		t.Errorf("%d configured entities, want 1 (the client named default; the template is not one)", n)
+	}
+	w := cfg.Warnings()
+	if len(w) != 1 || w[0].Key != "entities.clients.default" || !strings.Contains(w[0].Message, `"<default>"`) {
+		t.Errorf("warnings %+v", w)
+	}
+	_, err = Parse([]byte("interfaces: [eth0]\nlisteners: [9092]\nproduce: {capacity: -1}\nfetch: {capacity: 100MB}\nentities:\n  topic-partitions:\n    default: {consumer_byte_rate: 2MB}\n"))
+	if err == nil || !strings.Contains(err.Error(), "entities.topic-partitions.default") || !strings.Contains(err.Error(), `"<default>"`) {
+		t.Errorf("topic-partitions.default: %v", err)
 	}
 }

@@ -365,7 +365,11 @@ func (l *loader) entities(v any) {
 			path := "entities." + section + "." + name
 			if section == "topic-partitions" && name != DefaultKey {
 				if _, _, err := SplitTopicPartition(name); err != nil {
-					l.fail(path, "%v", err)
+					if name == oldDefaultKey {
+						l.fail(path, "%v; the template is spelled %q, as Kafka spells it", err, DefaultKey)
+					} else {
+						l.fail(path, "%v", err)
+					}
 					continue
 				}
 			}

@@ -7,12 +7,17 @@ import (
 )
 
 // Warnings lists what is valid but probably not what the operator wants,
-// each naming its key: today, configured limits under their direction's
-// min_limit. Such a limit wins over the floor (an explicit cap is the
-// operator's to set), so a client held to it may not finish Kafka's largest
-// default request inside its request timeout and would retry for ever.
+// each naming its key: configured limits under their direction's
+// min_limit, and a client named "default". Such a limit wins over the floor
+// (an explicit cap is the operator's to set), so a client held to it may
+// not finish Kafka's largest default request inside its request timeout and
+// would retry for ever.
 func (c Config) Warnings() Problems {
 	var out Problems
+	if _, ok := c.Entities.Clients[oldDefaultKey]; ok {
+		out = append(out, Problem{Key: "entities.clients." + oldDefaultKey,
+			Message: fmt.Sprintf("configures the client-id %q only; the template for every client is spelled %q, as Kafka spells it", oldDefaultKey, DefaultKey)})
+	}
 	check := func(section string, quotas map[string]Quota) {
 		names := make([]string, 0, len(quotas))
 		for name := range quotas {
@@ -48,3 +53,7 @@ func (c Config) Warnings() Problems {
 	check("topic-partitions", c.Entities.TopicPartitions)
 	return out
 }
+
+// oldDefaultKey is how sluice spelled the template before it took Kafka's
+// spelling: now an ordinary name, which an old configuration may still use.
+const oldDefaultKey = "default"

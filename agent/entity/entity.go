@@ -33,7 +33,7 @@ const (
 	// KindOverflow takes new entities once the registry is full.
 	KindOverflow
 	// KindClient is a client-id: configured, or a fallback entity with the
-	// clients default template's parameters.
+	// clients <default> template's parameters.
 	KindClient
 	// KindTopicPartition is a configured topic-partition.
 	KindTopicPartition

@@ -223,3 +223,134 @@ func (p *Parser) fetchTags(w *walker, r *Request) error {
 	}
 	return nil
 }
+
+// shareFetch walks a ShareFetch body (KIP-932, flexible from v0): group and
+// member ids, the share session epoch, limits (max records and batch size
+// from v1, acquire mode and renew flag from v2), then topics by ID with
+// their partitions, skipping each partition's acknowledgement batches, and
+// the forgotten topics.
+func (p *Parser) shareFetch(w *walker, r *Request) error {
+	b := &w.b
+	v := r.Version
+	w.str()                    // group id
+	w.str()                    // member id
+	r.SessionEpoch = b.Int32() // share session epoch
+	b.Int32()                  // max wait
+	b.Int32()                  // min bytes
+	b.Int32()                  // max bytes
+	if v >= 1 {
+		b.Int32() // max records
+		b.Int32() // batch size
+	}
+	if v >= 2 {
+		b.Int8() // share acquire mode
+		b.Int8() // is renew ack
+	}
+	topics, ok := w.count()
+	if w.stop() {
+		return w.ended("the share fetch header")
+	}
+	if !ok {
+		return fmt.Errorf("%w: share fetch v%d topic count is null or negative", ErrMalformed, v)
+	}
+	for t := 0; t < topics; t++ {
+		tp, err := p.topic(w, true, &r.Topics)
+		if err != nil || tp == nil {
+			return err
+		}
+		parts, ok := w.count()
+		if w.stop() {
+			return w.ended("a share fetch topic")
+		}
+		if !ok {
+			return fmt.Errorf("%w: share fetch topic %d partition count is null or negative", ErrMalformed, t)
+		}
+		for i := 0; i < parts; i++ {
+			part := b.Int32()
+			if w.stop() {
+				return w.ended("a share fetch partition")
+			}
+			tp.Partitions = append(tp.Partitions, part)
+			if v == 0 {
+				b.Int32() // partition max bytes
+			}
+			if err := w.skipAcknowledgements(); err != nil {
+				return err
+			}
+			w.skipTags()
+			if w.stop() {
+				return w.ended("a share fetch partition")
+			}
+		}
+		w.skipTags()
+		if w.stop() {
+			return w.ended("a share fetch topic's tagged fields")
+		}
+	}
+	forgotten, ok := w.count()
+	if w.stop() {
+		return w.ended("the share fetch forgotten topics")
+	}
+	if !ok {
+		return fmt.Errorf("%w: share fetch v%d forgotten topic count is null or negative", ErrMalformed, v)
+	}
+	for t := 0; t < forgotten; t++ {
+		tp, err := p.topic(w, true, &r.Forgotten)
+		if err != nil || tp == nil {
+			return err
+		}
+		parts, ok := w.count()
+		if w.stop() {
+			return w.ended("a share fetch forgotten topic")
+		}
+		if !ok {
+			return fmt.Errorf("%w: share fetch forgotten topic %d partition count is null or negative", ErrMalformed, t)
+		}
+		for i := 0; i < parts; i++ {
+			part := b.Int32()
+			if w.stop() {
+				return w.ended("a share fetch forgotten partition")
+			}
+			tp.Partitions = append(tp.Partitions, part)
+		}
+		w.skipTags()
+		if w.stop() {
+			return w.ended("a share fetch forgotten topic")
+		}
+	}
+	w.skipTags()
+	if w.stop() {
+		return w.ended("the share fetch tagged fields")
+	}
+	return nil
+}
+
+// skipAcknowledgements skips a share fetch partition's acknowledgement
+// batches: first and last offset, and a list of acknowledge types.
+func (w *walker) skipAcknowledgements() error {
+	b := &w.b
+	batches, ok := w.count()
+	if w.stop() {
+		return w.ended("acknowledgement batches")
+	}
+	if !ok {
+		return fmt.Errorf("%w: acknowledgement batch count is null or negative", ErrMalformed)
+	}
+	for i := 0; i < batches; i++ {
+		b.Int64() // first offset
+		b.Int64() // last offset
+		types, ok := w.count()
+		if w.stop() {
+			return w.ended("an acknowledgement batch")
+		}
+		if !ok {
+			return fmt.Errorf("%w: acknowledge type count is null or negative", ErrMalformed)
+		}
+		b.Span(types)
+		w.skipTags()
+		if w.stop() {
+			return w.ended("an acknowledgement batch")
+		}
+	}
+	return nil
+}

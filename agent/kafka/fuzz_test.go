@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func seedRequests(f *testing.F) {
@@ -15,6 +16,9 @@ func seedRequests(f *testing.F) {
 	for v := int16(0); v <= 18; v++ {
 		f.Add(frame(fetchRequest(v, -1), 1, str("c")))
 		f.Add(frame(fetchRequest(v, 1), 1, str("broker-1-fetcher-0")))
+	}
+	for v := int16(0); v <= (&kmsg.ShareFetchRequest{}).MaxVersion(); v++ {
+		f.Add(frame(shareFetchRequest(v), 1, str("s")))
 	}
 }
 

@@ -26,6 +26,9 @@ const (
 	KeyProduce     int16 = 0
 	KeyFetch       int16 = 1
 	KeyApiVersions int16 = 18
+	// ShareFetch (KIP-932) carries a share group's records: its bytes are
+	// attributed as Fetch's are.
+	KeyShareFetch int16 = 78
 )
 
 // MaxRequestSize bounds the size field: Kafka's socket.request.max.bytes
@@ -290,6 +293,8 @@ func (p *Parser) parse(w *walker, r *Request) error {
 		return p.produce(w, r)
 	case KeyFetch:
 		return p.fetch(w, r)
+	case KeyShareFetch:
+		return p.shareFetch(w, r)
 	}
 	return nil
 }

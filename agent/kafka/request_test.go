@@ -179,6 +179,34 @@ func TestParseFetchEveryVersion(t *testing.T) {
 	}
 }
 
+func shareFetchRequest(version int16) *kmsg.ShareFetchRequest {
+	return kafkatest.ShareFetch(version, 4, kafkatest.TP{ID: topicID(20), Partitions: []int32{0, 2}}, kafkatest.TP{ID: topicID(21), Partitions: []int32{1}})
+}
+
+// A share group's fetch (KIP-932) names its topics by ID, past each
+// partition's acknowledgements, in every version this build knows.
+func TestParseShareFetchEveryVersion(t *testing.T) {
+	for v := int16(0); v <= (&kmsg.ShareFetchRequest{}).MaxVersion(); v++ {
+		req := shareFetchRequest(v)
+		sample := frame(req, 5, str("share-consumer"))
+		var r Request
+		if err := NewParser().Parse(sample, &r); err != nil || r.Truncated || r.APIKey != KeyShareFetch || r.ClientID != "share-consumer" {
+			t.Fatalf("share fetch v%d: %+v %v", v, r, err)
+		}
+		var want []TopicPartitions
+		for _, tp := range req.Topics {
+			entry := TopicPartitions{ID: tp.TopicID}
+			for _, p := range tp.Partitions {
+				entry.Partitions = append(entry.Partitions, p.Partition)
+			}
+			want = append(want, entry)
+		}
+		if !reflect.DeepEqual(r.Topics, want) || r.SessionEpoch != 4 {
+			t.Errorf("share fetch v%d: topics %+v epoch %d, want %+v epoch 4", v, r.Topics, r.SessionEpoch, want)
+		}
+	}
+}
+
 func TestParseFollowerFetchEveryVersion(t *testing.T) {
 	for v := int16(0); v <= (&kmsg.FetchRequest{}).MaxVersion(); v++ {
 		// A client-id that gives nothing away: the body must tell.
@@ -219,6 +247,9 @@ func TestParseEveryPrefixReportsTruncation(t *testing.T) {
 	}
 	for v := int16(0); v <= 18; v++ {
 		samples = append(samples, frame(fetchRequest(v, -1), 1, str("c")), frame(fetchRequest(v, 3), 1, nil))
+	}
+	for v := int16(0); v <= (&kmsg.ShareFetchRequest{}).MaxVersion(); v++ {
+		samples = append(samples, frame(shareFetchRequest(v), 1, str("s")))
 	}
 	p := NewParser()
 	var full, part Request

@@ -158,6 +158,13 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 		}
 		st.session.update(r)
 		st.set(entity.Fetch, l.resolve(st.clientID, st.session.partitions(r)))
+	case r.APIKey == kafka.KeyShareFetch:
+		// A share group's records, attributed as Fetch's. A share session's
+		// later requests name only what changed: one that names no topic
+		// keeps the decision its session's topics made.
+		if len(r.Topics) > 0 || !st.decision.Decided[entity.Fetch] {
+			st.set(entity.Fetch, l.resolve(st.clientID, r.Topics))
+		}
 	default:
 		// Every connection opens with ApiVersions, which names the client:
 		// until a Produce or Fetch says more, both directions are the

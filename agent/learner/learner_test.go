@@ -33,13 +33,13 @@ entities:
     core-group:   {consumer_byte_reservation: 100MiB, consumer_byte_rate: 300MiB, producer_byte_rate: 5MiB}
     weighted:     {quota_weight: 4}
     clamped:      {consumer_byte_reservation: 900MiB}
-    default:      {quota_weight: 0.1, consumer_byte_rate: 500MiB}
+    <default>:    {quota_weight: 0.1, consumer_byte_rate: 500MiB}
   topic-partitions:
     core-topic-0:      {producer_byte_reservation: 50MiB}
     broadcast-topic-0: {consumer_byte_reservation: 50MiB, consumer_byte_rate: 200MiB}
     broadcast-topic-1: {consumer_byte_rate: 150MiB}
     __mine-0:          {producer_byte_rate: 5MiB}
-    default:           {quota_weight: 2, producer_byte_rate: 40MiB}
+    <default>:         {quota_weight: 2, producer_byte_rate: 40MiB}
 `
 
 type names map[[16]byte]string
@@ -103,6 +103,10 @@ func TestPrecedence(t *testing.T) {
 			kt.Produce(13, kt.TP{ID: broadcastID, Partitions: []int32{0}}), entity.Produce, topicPart("broadcast-topic-0")},
 		{"topic IDs resolve (fetch v18)", "x",
 			kt.Fetch(18, 0, -1, []kt.TP{{ID: ordersID, Partitions: []int32{3}}, {ID: broadcastID, Partitions: []int32{1}}}, nil), entity.Fetch, topicPart("broadcast-topic-1")},
+		{"a share group's fetch resolves topic IDs like Fetch (KIP-932)", "x",
+			kt.ShareFetch(1, 0, kt.TP{ID: ordersID, Partitions: []int32{3}}, kt.TP{ID: broadcastID, Partitions: []int32{0}}), entity.Fetch, topicPart("broadcast-topic-0")},
+		{"a share group's fetch of unconfigured partitions is its client's", "core-group",
+			kt.ShareFetch(1, 0, kt.TP{ID: ordersID, Partitions: []int32{3}}), entity.Fetch, client("core-group")},
 		{"an unknown topic ID falls back to the client entity", "core-group",
 			kt.Fetch(18, 0, -1, []kt.TP{{ID: unknownID, Partitions: []int32{0}}}, nil), entity.Fetch, client("core-group")},
 		{"internal topics are skipped", "x",
@@ -350,5 +354,24 @@ func TestLearnRetainFreesGoneConnections(t *testing.T) {
 	}
 	if freed := l.Retain(func(c int) bool { return c%10 == 0 }); freed != 90 || l.Connections() != 10 {
 		t.Errorf("freed %d, kept %d; want 90 and 10", freed, l.Connections())
+	}
+}
+
+// A share session's later requests name only what changed: one that names
+// no topic keeps the decision the session's first request made.
+func TestLearnShareSessionKeepsItsDecision(t *testing.T) {
+	l := New[int](mustPolicy(t, precedenceConfig), names{broadcastID: "broadcast-topic"})
+	first := learn(t, l, 1, kt.ShareFetch(1, 0, kt.TP{ID: broadcastID, Partitions: []int32{1}}), "share-consumer")
+	if got, _ := first.Target(entity.Fetch); got != topicPart("broadcast-topic-1") {
+		t.Fatalf("first share fetch: %v", got)
+	}
+	later := learn(t, l, 1, kt.ShareFetch(1, 1), "share-consumer")
+	if got, _ := later.Target(entity.Fetch); got != topicPart("broadcast-topic-1") {
+		t.Errorf("a later share fetch naming no topic moved the connection to %v", got)
+	}
+	// A connection whose first share fetch names nothing is its client's.
+	fresh := learn(t, l, 2, kt.ShareFetch(1, 3), "share-consumer")
+	if got, _ := fresh.Target(entity.Fetch); got != client("share-consumer") {
+		t.Errorf("a share fetch naming nothing on a new connection: %v", got)
 	}
 }

@@ -91,7 +91,7 @@ func run(out string) error {
   clients:
     core-producer: {producer_byte_reservation: 16MB}
     backfill-producer: {quota_weight: 0.1}
-    default: {quota_weight: 1}
+    <default>: {quota_weight: 1}
   topic-partitions:
     orders-1: {producer_byte_reservation: 24MB}
 `})

@@ -26,7 +26,7 @@ func TestAdversarialForgedReplication(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"orders", "__mine", "events"}})
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB", Extra: fmt.Sprintf(`entities:
   clients:
-    default: {producer_byte_rate: %d, consumer_byte_rate: %d}
+    <default>: {producer_byte_rate: %d, consumer_byte_rate: %d}
 `, int(hostileLimit), int(hostileLimit))})
 	defer a.Stop()
 	fetcherID := client(t, w, harness.ClientSpec{Name: "forged-fetcher-client-id", Lib: "franz", Mode: "produce", ClientID: "broker-0-fetcher-0", Topic: "orders"})
@@ -62,7 +62,7 @@ func TestAdversarialForgedReplication(t *testing.T) {
 	b := start(t, ew, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB", Extra: fmt.Sprintf(`exempt_peers: [%s/32]
 entities:
   clients:
-    default: {producer_byte_rate: %d}
+    <default>: {producer_byte_rate: %d}
 `, ew.Pair.ClientIP, int(hostileLimit))})
 	defer b.Stop()
 	broker := client(t, ew, harness.ClientSpec{Name: "exempt-peer", Lib: "franz", Mode: "produce", ClientID: "broker-1-fetcher-0", Topic: "orders"})

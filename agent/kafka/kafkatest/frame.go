@@ -77,3 +77,29 @@ func Fetch(version int16, sessionID, epoch int32, topics []TP, forgotten []TP) *
 	}
 	return req
 }
+
+// ShareFetch builds a share group's ShareFetch request (KIP-932) of a
+// version at a share session epoch, listing topics by ID, each partition
+// with an acknowledgement batch as a share consumer sends after its first
+// records.
+func ShareFetch(version int16, epoch int32, topics ...TP) *kmsg.ShareFetchRequest {
+	req := kmsg.NewPtrShareFetchRequest()
+	req.SetVersion(version)
+	req.GroupID, req.MemberID = Str("share-group"), Str("member-1")
+	req.ShareSessionEpoch = epoch
+	req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.MaxRecords, req.BatchSize = 500, 1, 50<<20, 500, 500
+	for _, tp := range topics {
+		t := kmsg.NewShareFetchRequestTopic()
+		t.TopicID = tp.ID
+		for _, p := range tp.Partitions {
+			part := kmsg.NewShareFetchRequestTopicPartition()
+			part.Partition = p
+			ack := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
+			ack.FirstOffset, ack.LastOffset, ack.AcknowledgeTypes = 10, 19, []int8{1}
+			part.AcknowledgementBatches = append(part.AcknowledgementBatches, ack)
+			t.Partitions = append(t.Partitions, part)
+		}
+		req.Topics = append(req.Topics, t)
+	}
+	return req
+}
