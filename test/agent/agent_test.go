@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent"
+	sluiceshaper "github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -439,8 +440,17 @@ func restartUnderLoad(t *testing.T, shaper string, keep bool) {
 	if !keep && leftErr == nil && len(left) > 0 {
 		t.Errorf("without keep_attached_on_exit the stopped agent left %d bindings", len(left))
 	}
-	if after < 0.85*limit || after > 1.1*limit {
-		t.Errorf("after the restart the producer moved %.0f B/s, want %.0f ±10%%", after, limit)
+	// police is a token bucket DefaultPoliceBurst deep: when TCP backs off
+	// after its drops the bucket refills, and a full bucket passes on top
+	// of the rate, so a window of it may hold limit·window + burst (one run
+	// read 6.12 MB/s over 4 s against 5 MB/s + 4 MiB/4 s = 6.05); htb
+	// queues instead and has no such allowance.
+	upper := 1.1 * limit
+	if shaper == "police" {
+		upper += float64(sluiceshaper.DefaultPoliceBurst) / steady.Seconds()
+	}
+	if after < 0.85*limit || after > upper {
+		t.Errorf("after the restart the producer moved %.0f B/s, want %.0f B/s -15%% to %.0f B/s", after, limit, upper)
 	}
 	if prod.Errors() != 0 {
 		t.Errorf("%d produce errors across the restart: clients must never see errors", prod.Errors())
