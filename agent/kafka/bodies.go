@@ -161,36 +161,8 @@ func (p *Parser) fetch(w *walker, r *Request) error {
 		}
 	}
 	if v >= 7 {
-		forgotten, ok := w.count()
-		if w.stop() {
-			return w.ended("the forgotten topics")
-		}
-		if !ok {
-			return fmt.Errorf("%w: fetch v%d forgotten topic count is null or negative", ErrMalformed, v)
-		}
-		for t := 0; t < forgotten; t++ {
-			tp, err := p.topic(w, v >= fetchTopicIDsFrom, &r.Forgotten)
-			if err != nil || tp == nil {
-				return err
-			}
-			parts, ok := w.count()
-			if w.stop() {
-				return w.ended("a forgotten topic")
-			}
-			if !ok {
-				return fmt.Errorf("%w: forgotten topic %d partition count is null or negative", ErrMalformed, t)
-			}
-			for i := 0; i < parts; i++ {
-				part := b.Int32()
-				if w.stop() {
-					return w.ended("a forgotten partition")
-				}
-				tp.Partitions = append(tp.Partitions, part)
-			}
-			w.skipTags()
-			if w.stop() {
-				return w.ended("a forgotten topic's tagged fields")
-			}
+		if err := p.forgottenTopics(w, r, v >= fetchTopicIDsFrom, "fetch"); err != nil || w.stop() {
+			return err
 		}
 	}
 	if v >= 11 {
@@ -287,36 +259,8 @@ func (p *Parser) shareFetch(w *walker, r *Request) error {
 			return w.ended("a share fetch topic's tagged fields")
 		}
 	}
-	forgotten, ok := w.count()
-	if w.stop() {
-		return w.ended("the share fetch forgotten topics")
-	}
-	if !ok {
-		return fmt.Errorf("%w: share fetch v%d forgotten topic count is null or negative", ErrMalformed, v)
-	}
-	for t := 0; t < forgotten; t++ {
-		tp, err := p.topic(w, true, &r.Forgotten)
-		if err != nil || tp == nil {
-			return err
-		}
-		parts, ok := w.count()
-		if w.stop() {
-			return w.ended("a share fetch forgotten topic")
-		}
-		if !ok {
-			return fmt.Errorf("%w: share fetch forgotten topic %d partition count is null or negative", ErrMalformed, t)
-		}
-		for i := 0; i < parts; i++ {
-			part := b.Int32()
-			if w.stop() {
-				return w.ended("a share fetch forgotten partition")
-			}
-			tp.Partitions = append(tp.Partitions, part)
-		}
-		w.skipTags()
-		if w.stop() {
-			return w.ended("a share fetch forgotten topic")
-		}
+	if err := p.forgottenTopics(w, r, true, "share fetch"); err != nil || w.stop() {
+		return err
 	}
 	w.skipTags()
 	if w.stop() {
@@ -350,6 +294,44 @@ func (w *walker) skipAcknowledgements() error {
 		w.skipTags()
 		if w.stop() {
 			return w.ended("an acknowledgement batch")
+		}
+	}
+	return nil
+}
+
+// forgottenTopics reads the topics a fetch session forgets (Fetch v7+,
+// ShareFetch) into r.Forgotten: each by name or ID, with its partitions.
+func (p *Parser) forgottenTopics(w *walker, r *Request, byID bool, api string) error {
+	b := &w.b
+	forgotten, ok := w.count()
+	if w.stop() {
+		return w.ended("the forgotten topics")
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s v%d forgotten topic count is null or negative", ErrMalformed, api, r.Version)
+	}
+	for t := 0; t < forgotten; t++ {
+		tp, err := p.topic(w, byID, &r.Forgotten)
+		if err != nil || tp == nil {
+			return err
+		}
+		parts, ok := w.count()
+		if w.stop() {
+			return w.ended("a forgotten topic")
+		}
+		if !ok {
+			return fmt.Errorf("%w: forgotten topic %d partition count is null or negative", ErrMalformed, t)
+		}
+		for i := 0; i < parts; i++ {
+			part := b.Int32()
+			if w.stop() {
+				return w.ended("a forgotten partition")
+			}
+			tp.Partitions = append(tp.Partitions, part)
+		}
+		w.skipTags()
+		if w.stop() {
+			return w.ended("a forgotten topic's tagged fields")
 		}
 	}
 	return nil
