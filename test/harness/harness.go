@@ -491,8 +491,9 @@ func (w *World) Prefill(topic string, partition int, bytes int64) (Tally, error)
 		return Tally{}, fmt.Errorf("prefill %s/%d: the producer reported no final tally (see client-prefill-%s.log)", topic, partition, topic)
 	case c.Errors() > 0:
 		return *f, fmt.Errorf("prefill %s/%d: %d produce errors", topic, partition, c.Errors())
-	case int64(f.Count)*16<<10 < bytes:
-		return *f, fmt.Errorf("prefill %s/%d: %d records acknowledged, fewer than %d bytes", topic, partition, f.Count, bytes)
+	case c.Moved() < bytes:
+		// Moved is what the broker acknowledged, whatever the value size.
+		return *f, fmt.Errorf("prefill %s/%d: %d bytes acknowledged, fewer than %d", topic, partition, c.Moved(), bytes)
 	}
 	return *f, nil
 }
