@@ -78,6 +78,8 @@ type Agent struct {
 	// rateWriteFailures counts cycles whose rate writes failed (retried the
 	// next cycle; no heartbeat meanwhile).
 	rateWriteFailures uint64
+	// cycleFailures counts cycles that returned an error.
+	cycleFailures uint64
 	// stopTopics ends the metadata client NewTopics built.
 	stopTopics func()
 	// openMetrics (ServeMetrics) opens a metrics listener; stopMetrics
@@ -96,6 +98,8 @@ type Agent struct {
 	conns      connStats
 	// cycleSeconds observes each cycle's duration, for metrics.
 	observeCycle func(time.Duration)
+	// ownSeries[id]: the entity has metric series of its own (assignSeries).
+	ownSeries []bool
 }
 
 // direction is one direction's control-loop state.
@@ -109,7 +113,11 @@ type direction struct {
 	filled    []uint8
 	lastBytes []uint64
 	lastHeld  []uint64 // held-back bytes the data path counted (edt, police)
-	applied   []float64
+	// dropped[id] counts the packets the shaper dropped (Held.Dropped summed).
+	dropped []uint64
+	// others sums the entities without series of their own (assignSeries).
+	others  aggregate
+	applied []float64
 	// guaranteed[id] is the guarantee last written with applied[id] (the
 	// effective reservation; 0 for standby entities).
 	guaranteed []float64
@@ -140,7 +148,13 @@ type published struct {
 	params  []entity.Params
 	heldOf  []shaper.Held
 	bytes   []uint64
-	unknown struct {
+	// Per entity (as inputs): held-back bytes the data path counted,
+	// dropped packets, and whether it has metric series of its own.
+	heldBytes []uint64
+	dropped   []uint64
+	ownSeries []bool
+	others    aggregate
+	unknown   struct {
 		rate  float64
 		bytes uint64
 	}
@@ -218,6 +232,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		elapsedSum:      make([]float64, cfg.RateWindow+1),
 	}
 	ids := a.registry.Limit()
+	a.ownSeries = make([]bool, ids)
 	for _, d := range entity.Directions {
 		a.counters[d] = make([]maps.Counters, ids)
 		dc := directionConfig(cfg, d)
@@ -240,6 +255,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			filled:     make([]uint8, ids),
 			lastBytes:  make([]uint64, ids),
 			lastHeld:   make([]uint64, ids),
+			dropped:    make([]uint64, ids),
 			applied:    applied,
 			guaranteed: make([]float64, ids),
 			held:       map[uint32]shaper.Held{},
@@ -450,6 +466,14 @@ func (a *Agent) applyStandby(id uint32, key entity.Key) {
 func (a *Agent) Cycle() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	err := a.runCycle()
+	if err != nil {
+		a.cycleFailures++
+	}
+	return err
+}
+
+func (a *Agent) runCycle() error {
 	start := a.deps.Clock.Now()
 	a.cycle++
 	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {
@@ -479,6 +503,7 @@ func (a *Agent) Cycle() error {
 		}
 		a.primed = true
 	}
+	a.assignSeries()
 	var errs []error
 	for _, dc := range a.dirs {
 		if err := a.cycleDirection(dc); err != nil {
@@ -526,6 +551,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	interval := a.elapsed[0]
 	dc.inputs, dc.keys, dc.params, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.heldOf[:0]
 	now := a.deps.Clock.Now()
+	dc.others.entities, dc.others.rate = 0, 0
 	a.registry.Each(func(id entity.ID, key entity.Key) {
 		i := int(id)
 		cur := counters[i].Bytes
@@ -553,10 +579,22 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		}
 		p := dc.paramsOf[i]
 		h := dc.held[uint32(id)]
+		dc.dropped[i] += h.Dropped
 		// BPF shapers count what they hold back in the entity's counters.
+		heldDelta := uint64(0)
 		if held := counters[i].HeldBytes; held != dc.lastHeld[i] {
 			h.Throttled = true
+			if held > dc.lastHeld[i] {
+				heldDelta = held - dc.lastHeld[i]
+			}
 			dc.lastHeld[i] = held
+		}
+		if !a.ownSeries[i] {
+			dc.others.entities++
+			dc.others.rate += usage
+			dc.others.bytes += delta
+			dc.others.heldBytes += heldDelta
+			dc.others.droppedPackets += h.Dropped
 		}
 		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, dc.applied[i])
 		dc.inputs = append(dc.inputs, allocator.Entity{
@@ -715,7 +753,9 @@ func (a *Agent) reclaim(now time.Time) error {
 			w := a.cfg.RateWindow
 			clear(dc.window[int(id)*w : (int(id)+1)*w])
 			dc.filled[id], dc.lastBytes[id], dc.lastHeld[id], dc.applied[id], dc.paramsGen[id] = 0, 0, 0, math.NaN(), 0
+			dc.dropped[id] = 0
 		}
+		a.ownSeries[id] = false
 	}
 	if err := a.deps.DataPath.ResetCounters(raw); err != nil {
 		return fmt.Errorf("reclaim: %w", err)

@@ -462,7 +462,7 @@ entities:
 // 32 KiB client-id become entities whose names are valid, printable,
 // bounded and distinct, and they pass through metrics and status.
 func TestAgentHostileClientIDsAreData(t *testing.T) {
-	r := newRig(t, "")
+	r := newRig(t, "metrics: {entities: all}\n") // every entity gets series
 	hostile := []string{"\xff\xfe", "nul\x00id", "\x1b[2J\x1b[31mred", strings.Repeat("k", 32<<10), "fine-id"}
 	for i, id := range hostile {
 		r.learn(uint16(45000+i), id, apiVersions())
@@ -482,7 +482,7 @@ func TestAgentHostileClientIDsAreData(t *testing.T) {
 	if len(names) != len(hostile) || !names["fine-id"] {
 		t.Errorf("%d distinct client entities %v, want %d", len(names), names, len(hostile))
 	}
-	m := NewMetrics(r.a, r.dp)
+	m := NewMetrics(r.a, r.dp, MetricsInfo{})
 	if _, err := m.Registry.Gather(); err != nil {
 		t.Errorf("scrape with hostile client-ids: %v", err)
 	}

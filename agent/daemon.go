@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +34,7 @@ import (
 // it attached, unless keep_attached_on_exit leaves it for the next agent.
 // readyFile, when set, is written once the first cycle has run (systemd's
 // READY=1 is sent either way).
-func RunDaemon(ctx context.Context, configPath, readyFile string, stderr io.Writer) error {
+func RunDaemon(ctx context.Context, configPath, readyFile string, build BuildInfo, stderr io.Writer) error {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		return fmt.Errorf("%s: %w", configPath, err)
@@ -40,7 +42,7 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, stderr io.Writ
 	level := new(slog.LevelVar) // follows log_level on reload
 	level.Set(cfg.LogLevel)
 	log := slog.New(NewLogHandler(stderr, cfg.LogFormat, level))
-	r := &daemon{cfg: cfg, log: log, level: level, path: configPath}
+	r := &daemon{cfg: cfg, log: log, level: level, path: configPath, build: build}
 	defer r.cleanup()
 	if err := r.setup(); err != nil {
 		return err
@@ -48,11 +50,24 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, stderr io.Writ
 	return r.run(ctx, readyFile)
 }
 
+// attachModes names how the programs are attached (tcx, legacy), once
+// per mode in use.
+func (r *daemon) attachModes() string {
+	var modes []string
+	for _, a := range r.atts {
+		if m := a.Mode.String(); !slices.Contains(modes, m) {
+			modes = append(modes, m)
+		}
+	}
+	return strings.Join(modes, ",")
+}
+
 type daemon struct {
 	cfg     config.Config
 	log     *slog.Logger
 	level   *slog.LevelVar
 	path    string
+	build   BuildInfo
 	dp      *maps.Datapath
 	atts    []*attach.Attachment
 	agent   *Agent // owns the shaper, metadata client and metrics listener once built
@@ -137,7 +152,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	}
 	r.agent = a
 	r.log.Info("shaper chosen", "shaper", a.ShaperKind(), "why", a.ShaperReason())
-	metrics := NewMetrics(a, dp)
+	metrics := NewMetrics(a, dp, MetricsInfo{Build: r.build, Attach: r.attachModes()})
 	if err := a.ServeMetrics(metrics.Open); err != nil {
 		return err
 	}

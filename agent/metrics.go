@@ -4,27 +4,43 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Metrics is sluice's private Prometheus registry. One collector reads the
-// agent's last snapshot (and the data path's statistics) at scrape time
-// and counts its own failures instead of failing the scrape. Entity labels
-// are bounded: entities exist only in the registry, at most max_entities.
+// Metrics is sluice's Prometheus registry, named by Prometheus'
+// conventions: base units (rates in bytes_per_second), counters for
+// events, one family per kind of event, disjoint label values. One
+// collector reads the agent's last snapshot (and the data path's
+// statistics) at scrape time and counts its own failures instead of
+// failing the scrape. Per-entity series are bounded by metrics.entities and
+// metrics.max_entity_series (series.go); docs/metrics.md lists every family
+// and agent/testdata/metrics.txt is the list a test holds the agent to.
 type Metrics struct {
 	Registry  *prometheus.Registry
 	cycle     prometheus.Histogram
 	collector *collector
 }
 
+// BuildInfo is the version and revision the binary was built from.
+type BuildInfo struct {
+	Version, Revision string
+}
+
+// MetricsInfo is what sluice_agent_info reports besides the running mode
+// and shaper: the build and how the programs are attached (tcx, legacy).
+type MetricsInfo struct {
+	Build  BuildInfo
+	Attach string
+}
+
 const ns = "sluice"
 
-// NewMetrics registers the agent's metrics.
-func NewMetrics(a *Agent, dp DataPath) *Metrics {
+// NewMetrics registers the agent's metrics, Go's runtime and the process's.
+func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{Registry: reg}
 	m.cycle = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -33,20 +49,19 @@ func NewMetrics(a *Agent, dp DataPath) *Metrics {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	})
 	a.observeCycle = func(d time.Duration) { m.cycle.Observe(d.Seconds()) }
-	version := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
+	m.collector = newCollector(a, dp, info)
+	counter := func(name, help string, f func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
-	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "Build information.", ConstLabels: prometheus.Labels{"version": version}})
-	buildInfo.Set(1)
-	m.collector = newCollector(a, dp)
-	reg.MustRegister(m.cycle, buildInfo, m.collector,
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "config_reload_failures_total", Help: "Configuration reloads refused (the running configuration stayed)."},
-			func() float64 { return float64(a.ReloadFailures()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "rate_write_failures_total", Help: "Control cycles whose rate writes to the shaper failed (retried next cycle; no heartbeat meanwhile)."},
-			func() float64 { return float64(a.RateWriteFailures()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle."},
+	reg.MustRegister(m.cycle, m.collector,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		counter("config_reload_failures_total", "Configuration reloads refused (the running configuration stayed).", a.ReloadFailures),
+		counter("control_loop_failures_total", "Control-loop cycles that failed (no heartbeat is written after one: the data path fails open after stale_after).", a.CycleFailures),
+		counter("rate_write_failures_total", "Control cycles whose rate writes to the shaper failed (retried next cycle).", a.RateWriteFailures),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle (the heartbeat's age)."},
 			func() float64 { return a.RefreshAge().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "stale_after_seconds", Help: "stale_after: once refresh_age_seconds passes it, the data path fails open."},
+			func() float64 { _, stale := a.MetricsConfig(); return stale.Seconds() }),
 	)
 	return m
 }
@@ -78,121 +93,191 @@ func (m *Metrics) server() *http.Server {
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }
 
+// othersType and othersName label the aggregate of a direction's entities
+// without series of their own; no entity has that type.
+const (
+	othersType = "unconfigured"
+	othersName = "<others>"
+)
+
 type collector struct {
-	a  *Agent
-	dp DataPath
+	a    *Agent
+	dp   DataPath
+	info MetricsInfo
 
 	failures prometheus.Counter
 
-	entityBytes, entityRate, effRes, dynLimit, state, utilisation, dropped, delay *prometheus.Desc
-	promised, green, overcommit, capacityC, entities, overflowed                  *prometheus.Desc
-	samples, dpStats                                                              *prometheus.Desc
-	exemptBytes, replicationClaims, connsTracked, connsReaped, connsRebound       *prometheus.Desc
-	learnerConns, unconfigured, peerRefused                                       *prometheus.Desc
+	agentInfo *prometheus.Desc
+	// per direction
+	capacity, distributable, headroom, promised, green, overcommit, scale, entities, withoutSeries, exemptBytes *prometheus.Desc
+	// per entity
+	entityBytes, entityRate, reservation, limit, weight, effRes, dynLimit, active, throttled, delay, held, dropped *prometheus.Desc
+	// registry, learner, connections
+	registered, maxEntities, unconfigured, overflowed, peerRefused            *prometheus.Desc
+	samples, replicationClaims, learnerConns                                  *prometheus.Desc
+	connsTracked, connsReaped, connsRebound                                   *prometheus.Desc
+	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn *prometheus.Desc
+	dpFailOpen, dpUnproven                                                    *prometheus.Desc
 }
 
-func newCollector(a *Agent, dp DataPath) *collector {
-	entity := []string{"direction", "type", "entity"}
+func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
+	entity := []string{"direction", "entity_type", "entity"}
 	dir := []string{"direction"}
-	d := func(name, help string, labels []string) *prometheus.Desc {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
 	}
 	return &collector{
-		a: a, dp: dp,
-		failures:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "collector_errors_total", Help: "Scrapes in which the collector could not read something (it reports what it could)."}),
-		entityBytes: d("entity_bytes_total", "TCP payload bytes counted for the entity.", entity),
-		entityRate:  d("entity_rate_bytes", "Measured rate over the rate window, bytes/s.", entity),
-		effRes:      d("entity_effective_reservation_bytes", "Effective reservation, bytes/s (scaled down under overcommit).", entity),
-		dynLimit:    d("entity_dynamic_limit_bytes", "Rate the data path enforces until the next cycle, bytes/s.", entity),
-		state:       d("entity_state", "1 for the entity's state (active, standby).", append(entity, "state")),
-		utilisation: d("entity_reservation_utilisation", "Measured rate over reservation.", entity),
-		dropped:     d("entity_dropped_packets", "Packets the shaper dropped in the last cycle (beyond the delay bound).", entity),
-		delay:       d("entity_queue_delay_seconds", "Queueing delay the shaper adds now.", entity),
-		promised:    d("promised_ratio", "Sum of active reservations over the distributable capacity C.", dir),
-		green:       d("green_ratio", "Sum of green shares over C.", dir),
-		overcommit:  d("overcommit", "1 while reservations exceed C (after confirmation).", dir),
-		capacityC:   d("distributable_capacity_bytes", "C = capacity × safety_ratio, bytes/s.", dir),
-		entities:    d("entities", "Entities by state.", []string{"direction", "state"}),
-		overflowed:  d("entities_overflowed_total", "New entities that went to the overflow entity because the registry was full.", nil),
-		samples:     d("learner_samples_total", "Request samples read by the learner.", []string{"result"}),
-		dpStats:     d("datapath_events_total", "Data path events: samples, fragments, drops, resyncs, fail-open packets, unproven segments.", []string{"event"}),
-		exemptBytes: d("exempt_bytes_total", "Payload bytes of exempt peers (exempt_peers: replication), counted and never held back.", dir),
-		replicationClaims: d("learner_replication_claims_total",
-			"Requests from governed peers that claimed to be replication (replica id or broker fetcher client-id); ignored, only exempt_peers exempt.", nil),
-		connsTracked: d("connections_tracked", "Connections in the data path's table at the last scan.", nil),
-		connsReaped:  d("connections_reaped_total", "Closed connections (FIN or RST seen) removed from the table.", nil),
-		connsRebound: d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again.", nil),
-		learnerConns: d("learner_connections", "Connections the learner keeps state for.", nil),
-		unconfigured: d("entities_unconfigured", "Live entities nobody configured (bounded by max_unconfigured_entities).", nil),
-		peerRefused: d("entities_peer_rate_refused_total",
-			"New unconfigured entities refused because their peer created them faster than new_entities_per_peer.", nil),
+		a: a, dp: dp, info: info,
+		failures:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "collector_errors_total", Help: "Scrapes in which the collector could not read something (it reports what it could)."}),
+		agentInfo: d("agent_info", "1, labelled with the build, the running mode and shaper, and how the programs are attached.", "version", "revision", "mode", "shaper", "attach"),
+
+		capacity:      d("capacity_bytes_per_second", "The direction's configured capacity.", dir...),
+		distributable: d("distributable_capacity_bytes_per_second", "C = capacity × safety_ratio: what reservations and weights share.", dir...),
+		headroom:      d("headroom_bytes_per_second", "H = capacity − C: the share no reservation takes (the unknown entity's).", dir...),
+		promised:      d("promised_ratio", "Sum of active entities' reservations over C (above 1: overcommitted on paper).", dir...),
+		green:         d("green_ratio", "Sum of green shares (reserved bytes in real use) over C.", dir...),
+		overcommit:    d("overcommit", "1 while reservations exceed C (after confirmation) and are scaled down.", dir...),
+		scale:         d("reservation_scale", "The factor reservations are scaled by under overcommit (1 otherwise).", dir...),
+		entities:      d("entities", "Entities by state.", "direction", "state"),
+		withoutSeries: d("entities_without_series", "Entities summed into the entity_type=\"unconfigured\" aggregate instead of having series of their own (metrics.entities).", dir...),
+		exemptBytes:   d("exempt_bytes_total", "Payload bytes of exempt peers (exempt_peers: replication), counted and never held back.", dir...),
+
+		entityBytes: d("entity_bytes_total", "TCP payload bytes counted for the entity.", entity...),
+		entityRate:  d("entity_rate_bytes_per_second", "Measured rate over the rate window.", entity...),
+		reservation: d("entity_reservation_bytes_per_second", "Configured reservation (resolved through the templates).", entity...),
+		limit:       d("entity_limit_bytes_per_second", "Configured hard limit (resolved through the templates; +Inf when unlimited).", entity...),
+		weight:      d("entity_weight", "Configured weight for sharing idle capacity.", entity...),
+		effRes:      d("entity_effective_reservation_bytes_per_second", "Effective reservation (scaled down under overcommit; 0 while standby).", entity...),
+		dynLimit:    d("entity_dynamic_limit_bytes_per_second", "Rate the data path enforces until the next cycle.", entity...),
+		active:      d("entity_active", "1 while the entity is active, 0 while standby.", entity...),
+		throttled:   d("entity_throttled", "1 when the shaper held the entity back in the last cycle while it ran at its dynamic limit.", entity...),
+		delay:       d("entity_queue_delay_seconds", "Queueing delay the shaper adds now.", entity...),
+		held:        d("entity_held_bytes_total", "Bytes a BPF shaper (edt, police) held back; htb reports queue delay and drops instead.", entity...),
+		dropped:     d("entity_dropped_packets_total", "Packets the shaper dropped (beyond the delay bound).", entity...),
+
+		registered:   d("entities_registered", "Entities in the registry (configured and learned, unknown and overflow included)."),
+		maxEntities:  d("entities_max", "max_entities: the registry's size."),
+		unconfigured: d("entities_unconfigured", "Live entities nobody configured (bounded by max_unconfigured_entities)."),
+		overflowed:   d("entities_overflowed_total", "New entities that went to the overflow entity because the registry was full."),
+		peerRefused:  d("entities_peer_rate_refused_total", "New unconfigured entities refused because their peer created them faster than new_entities_per_peer."),
+
+		samples:           d("learner_samples_total", "Request samples read by the learner, by result: complete, truncated (parsed from a cut sample) or failed.", "result"),
+		replicationClaims: d("learner_replication_claims_total", "Requests from governed peers that claimed to be replication (replica id or broker fetcher client-id); ignored, only exempt_peers exempt."),
+		learnerConns:      d("learner_connections", "Connections the learner keeps state for."),
+
+		connsTracked: d("connections_tracked", "Connections in the data path's table at the last scan."),
+		connsReaped:  d("connections_reaped_total", "Closed connections (FIN or RST seen) removed from the table."),
+		connsRebound: d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again."),
+
+		dpSamples:     d("datapath_samples_total", "Request samples the data path sent to the learner (first fragments)."),
+		dpSampleDrops: d("datapath_sample_drops_total", "Request starts not delivered to the learner, by reason: budget (the connection's sample budget was spent) or ringbuf (the ring buffer was full).", "reason"),
+		dpFragments:   d("datapath_sample_fragments_total", "Continuation fragments of long request samples sent to the learner."),
+		dpDesyncs:     d("datapath_desyncs_total", "Connections whose request framing the data path lost."),
+		dpResyncs:     d("datapath_resyncs_total", "Connections whose request framing the data path found again."),
+		dpExemptConn:  d("datapath_exempt_connections_total", "Connections marked exempt (exempt_peers)."),
+		dpFailOpen:    d("datapath_fail_open_packets_total", "Governed segments passed unshaped because the agent's heartbeat was older than stale_after."),
+		dpUnproven:    d("datapath_unproven_segments_total", "Segments of connections the broker had not answered yet, charged to the unknown entity."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.failures.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.entityBytes, c.entityRate, c.effRes, c.dynLimit, c.state, c.utilisation, c.dropped, c.delay,
-		c.promised, c.green, c.overcommit, c.capacityC, c.entities, c.overflowed, c.samples, c.dpStats,
-		c.exemptBytes, c.replicationClaims, c.connsTracked, c.connsReaped, c.connsRebound, c.learnerConns,
-		c.unconfigured, c.peerRefused} {
+	for _, d := range []*prometheus.Desc{c.agentInfo,
+		c.capacity, c.distributable, c.headroom, c.promised, c.green, c.overcommit, c.scale, c.entities, c.withoutSeries, c.exemptBytes,
+		c.entityBytes, c.entityRate, c.reservation, c.limit, c.weight, c.effRes, c.dynLimit, c.active, c.throttled, c.delay, c.held, c.dropped,
+		c.registered, c.maxEntities, c.unconfigured, c.overflowed, c.peerRefused,
+		c.samples, c.replicationClaims, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound,
+		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.failures.Collect(ch)
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
 	s := c.a.Snapshot()
 	if s != nil {
+		gauge(c.agentInfo, 1, c.info.Build.Version, c.info.Build.Revision, s.Mode, s.Shaper, c.info.Attach)
+		heldCounted := s.Shaper == "edt" || s.Shaper == "police"
 		for _, d := range s.Directions {
 			if !d.Enabled {
 				continue
 			}
-			ch <- prometheus.MustNewConstMetric(c.promised, prometheus.GaugeValue, d.PromisedRatio, d.Direction)
-			ch <- prometheus.MustNewConstMetric(c.green, prometheus.GaugeValue, d.GreenRatio, d.Direction)
-			ch <- prometheus.MustNewConstMetric(c.overcommit, prometheus.GaugeValue, boolValue(d.Overcommit), d.Direction)
-			ch <- prometheus.MustNewConstMetric(c.capacityC, prometheus.GaugeValue, float64(d.C), d.Direction)
-			ch <- prometheus.MustNewConstMetric(c.entities, prometheus.GaugeValue, float64(d.Active), d.Direction, "active")
-			ch <- prometheus.MustNewConstMetric(c.entities, prometheus.GaugeValue, float64(d.Standby), d.Direction, "standby")
+			dir := d.Direction
+			gauge(c.capacity, float64(d.Capacity), dir)
+			gauge(c.distributable, float64(d.C), dir)
+			gauge(c.headroom, float64(d.H), dir)
+			gauge(c.promised, d.PromisedRatio, dir)
+			gauge(c.green, d.GreenRatio, dir)
+			gauge(c.overcommit, boolValue(d.Overcommit), dir)
+			gauge(c.scale, d.Scale, dir)
+			gauge(c.entities, float64(d.Active), dir, "active")
+			gauge(c.entities, float64(d.Standby), dir, "standby")
+			gauge(c.withoutSeries, float64(d.Others.Entities), dir)
 			for _, e := range d.Entities {
-				l := []string{d.Direction, e.Kind, e.Name}
-				ch <- prometheus.MustNewConstMetric(c.entityBytes, prometheus.CounterValue, float64(e.Bytes), l...)
-				ch <- prometheus.MustNewConstMetric(c.entityRate, prometheus.GaugeValue, float64(e.Rate), l...)
-				ch <- prometheus.MustNewConstMetric(c.effRes, prometheus.GaugeValue, float64(e.EffectiveReservation), l...)
-				ch <- prometheus.MustNewConstMetric(c.dynLimit, prometheus.GaugeValue, float64(e.DynamicLimit), l...)
-				ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, 1, append(l, e.State)...)
-				if e.Reservation > 0 {
-					ch <- prometheus.MustNewConstMetric(c.utilisation, prometheus.GaugeValue, float64(e.Rate/e.Reservation), l...)
+				if !e.OwnSeries {
+					continue
 				}
-				ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.GaugeValue, float64(e.DroppedPackets), l...)
-				ch <- prometheus.MustNewConstMetric(c.delay, prometheus.GaugeValue, e.QueueDelayMillis/1000, l...)
+				l := []string{dir, e.Kind, e.Name}
+				counter(c.entityBytes, e.Bytes, l...)
+				gauge(c.entityRate, float64(e.Rate), l...)
+				gauge(c.reservation, float64(e.Reservation), l...)
+				gauge(c.limit, float64(e.Limit), l...)
+				gauge(c.weight, e.Weight, l...)
+				gauge(c.effRes, float64(e.EffectiveReservation), l...)
+				gauge(c.dynLimit, float64(e.DynamicLimit), l...)
+				gauge(c.active, boolValue(e.State == "active"), l...)
+				gauge(c.throttled, boolValue(e.Throttled), l...)
+				gauge(c.delay, e.QueueDelayMillis/1000, l...)
+				if heldCounted {
+					counter(c.held, e.HeldBytes, l...)
+				}
+				counter(c.dropped, e.DroppedPacketsTotal, l...)
 			}
+			// One aggregate per direction for every entity without series.
+			l := []string{dir, othersType, othersName}
+			counter(c.entityBytes, d.Others.Bytes, l...)
+			gauge(c.entityRate, float64(d.Others.Rate), l...)
+			if heldCounted {
+				counter(c.held, d.Others.HeldBytes, l...)
+			}
+			counter(c.dropped, d.Others.DroppedPackets, l...)
 		}
-		ch <- prometheus.MustNewConstMetric(c.overflowed, prometheus.CounterValue, float64(s.Overflowed))
-		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Parsed), "parsed")
-		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Truncated), "truncated")
-		ch <- prometheus.MustNewConstMetric(c.samples, prometheus.CounterValue, float64(s.Learner.Failed), "failed")
-		ch <- prometheus.MustNewConstMetric(c.replicationClaims, prometheus.CounterValue, float64(s.Learner.ReplicationClaims))
-		ch <- prometheus.MustNewConstMetric(c.learnerConns, prometheus.GaugeValue, float64(s.Learner.Connections))
-		ch <- prometheus.MustNewConstMetric(c.connsTracked, prometheus.GaugeValue, float64(s.Connections.Tracked))
-		ch <- prometheus.MustNewConstMetric(c.connsReaped, prometheus.CounterValue, float64(s.Connections.Reaped))
-		ch <- prometheus.MustNewConstMetric(c.connsRebound, prometheus.CounterValue, float64(s.Connections.Rebound))
-		ch <- prometheus.MustNewConstMetric(c.unconfigured, prometheus.GaugeValue, float64(s.Unconfigured))
-		ch <- prometheus.MustNewConstMetric(c.peerRefused, prometheus.CounterValue, float64(s.PeerRateRefused))
+		gauge(c.registered, float64(s.Entities))
+		gauge(c.maxEntities, float64(s.MaxEntities))
+		gauge(c.unconfigured, float64(s.Unconfigured))
+		counter(c.overflowed, s.Overflowed)
+		counter(c.peerRefused, s.PeerRateRefused)
+		counter(c.samples, s.Learner.Parsed-min(s.Learner.Truncated, s.Learner.Parsed), "complete")
+		counter(c.samples, s.Learner.Truncated, "truncated")
+		counter(c.samples, s.Learner.Failed, "failed")
+		counter(c.replicationClaims, s.Learner.ReplicationClaims)
+		gauge(c.learnerConns, float64(s.Learner.Connections))
+		gauge(c.connsTracked, float64(s.Connections.Tracked))
+		counter(c.connsReaped, s.Connections.Reaped)
+		counter(c.connsRebound, s.Connections.Rebound)
 	}
 	st, err := c.dp.Stats()
 	if err != nil {
 		c.failures.Inc()
 		return
 	}
-	for name, v := range map[string]uint64{
-		"samples": st.Samples, "fragments": st.Fragments, "budget_drops": st.BudgetDrops, "ringbuf_drops": st.RingBufferDrops,
-		"desyncs": st.Desyncs, "resyncs": st.Resyncs, "exempt_connections": st.ExemptConnections, "fail_open_packets": st.FailOpenPackets,
-		"unproven_segments": st.Unproven,
-	} {
-		ch <- prometheus.MustNewConstMetric(c.dpStats, prometheus.CounterValue, float64(v), name)
-	}
+	counter(c.dpSamples, st.Samples)
+	counter(c.dpSampleDrops, st.BudgetDrops, "budget")
+	counter(c.dpSampleDrops, st.RingBufferDrops, "ringbuf")
+	counter(c.dpFragments, st.Fragments)
+	counter(c.dpDesyncs, st.Desyncs)
+	counter(c.dpResyncs, st.Resyncs)
+	counter(c.dpExemptConn, st.ExemptConnections)
+	counter(c.dpFailOpen, st.FailOpenPackets)
+	counter(c.dpUnproven, st.Unproven)
 	for d, name := range []string{"produce", "fetch"} {
-		ch <- prometheus.MustNewConstMetric(c.exemptBytes, prometheus.CounterValue, float64(st.ExemptBytes[d]), name)
+		counter(c.exemptBytes, st.ExemptBytes[d], name)
 	}
 }
 

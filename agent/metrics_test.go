@@ -2,30 +2,43 @@ package agent
 
 import (
 	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
-	"github.com/sluice-dev/sluice/maps"
+	"github.com/sluice-dev/sluice/agent/config"
+
+	sluicemaps "github.com/sluice-dev/sluice/maps"
 )
 
 type failingStats struct{ *fakeDataPath }
 
-func (failingStats) Stats() (maps.Stats, error) { return maps.Stats{}, errors.New("map read failed") }
+func (failingStats) Stats() (sluicemaps.Stats, error) { return sluicemaps.Stats{}, errors.New("map read failed") }
 
-func TestMetricsExposeTheDesignsSeries(t *testing.T) {
-	r := newRig(t, "entities: {clients: {core: {consumer_byte_reservation: 100}}}\n")
-	id := r.learn(46000, "core", apiVersions()).Fetch
-	r.cycle()
-	r.dp.add(maps.Fetch, id, 50)
-	r.cycle()
-	m := NewMetrics(r.a, failingStats{r.dp})
-	r.cycle() // observed by the histogram now
+var updateMetricsList = flag.Bool("update-metrics", false, "rewrite testdata/metrics.txt from a scrape")
 
+// metricsList is the committed list of sluice's metric families: name,
+// type and label names, one family per line. Dashboards and alert rules
+// are checked against it (deploy/), so a renamed metric fails here first.
+const metricsList = "testdata/metrics.txt"
+
+// scrape serves m on a loopback listener and parses one scrape of it, as
+// Prometheus would.
+func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -38,35 +51,215 @@ func TestMetricsExposeTheDesignsSeries(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("scrape status %d: a failing map read must not fail the scrape", resp.StatusCode)
+		t.Fatalf("scrape status %d", resp.StatusCode)
 	}
-	families, err := m.Registry.Gather()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse the scrape: %v", err)
+	}
+	return families
+}
+
+// familyLine is a family's line in the committed list.
+func familyLine(f *dto.MetricFamily) string {
+	labels := map[string]bool{}
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = true
+		}
+	}
+	names := "-"
+	if len(labels) > 0 {
+		names = strings.Join(slices.Sorted(maps.Keys(labels)), ",")
+	}
+	return fmt.Sprintf("%s %s %s", f.GetName(), strings.ToLower(f.GetType().String()), names)
+}
+
+// A running agent's scrape has exactly the committed families, with their
+// types and labels, plus Go's and the process's; a failed data path read
+// is counted, not a failed scrape.
+func TestMetricsMatchTheCommittedList(t *testing.T) {
+	r := newRig(t, "entities: {clients: {core: {consumer_byte_reservation: 100, consumer_byte_rate: 400}}}\n")
+	r.sh.kind = "police" // a BPF shaper: held bytes are counted
+	id := r.learn(46000, "core", apiVersions()).Fetch
+	r.learn(46001, "stranger", apiVersions())
+	r.cycle()
+	r.dp.add(sluicemaps.Fetch, id, 50)
+	m := NewMetrics(r.a, r.dp, MetricsInfo{Build: BuildInfo{Version: "v1.2.3", Revision: "abc"}, Attach: "tcx"})
+	r.cycle() // observed by the histogram now
+	families := scrape(t, m)
+
+	var got []string
+	for name, f := range families {
+		if strings.HasPrefix(name, "sluice_") {
+			got = append(got, familyLine(f))
+		}
+	}
+	slices.Sort(got)
+	if *updateMetricsList {
+		if err := os.WriteFile(metricsList, []byte(strings.Join(got, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(metricsList)
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]bool{}
-	for _, f := range families {
-		have[f.GetName()] = true
-	}
-	for _, name := range []string{
-		"sluice_build_info", "sluice_control_loop_duration_seconds", "sluice_refresh_age_seconds", "sluice_config_reload_failures_total",
-		"sluice_entity_bytes_total", "sluice_entity_rate_bytes", "sluice_entity_effective_reservation_bytes", "sluice_entity_dynamic_limit_bytes",
-		"sluice_entity_state", "sluice_entity_reservation_utilisation", "sluice_promised_ratio", "sluice_green_ratio", "sluice_overcommit",
-		"sluice_entities", "sluice_learner_samples_total", "sluice_collector_errors_total",
-		"sluice_learner_replication_claims_total", "sluice_learner_connections", "sluice_connections_tracked",
-		"sluice_connections_reaped_total", "sluice_connections_rebound_total", "sluice_entities_unconfigured", "sluice_entities_peer_rate_refused_total",
-	} {
-		if !have[name] {
-			t.Errorf("metric %s missing", name)
+	want := strings.Split(strings.TrimSpace(string(data)), "\n")
+	for _, line := range want {
+		if !slices.Contains(got, line) {
+			t.Errorf("committed family missing or changed: %s", line)
 		}
 	}
+	for _, line := range got {
+		if !slices.Contains(want, line) {
+			t.Errorf("family not in %s: %s (go test ./agent -run TestMetricsMatchTheCommittedList -update-metrics)", metricsList, line)
+		}
+	}
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+		if families[name] == nil {
+			t.Errorf("standard collector family %s missing", name)
+		}
+	}
+	// Conventions: counters end in _total, nothing else does; rates are
+	// in bytes per second.
+	for name, f := range families {
+		if !strings.HasPrefix(name, "sluice_") {
+			continue
+		}
+		isCounter := f.GetType() == dto.MetricType_COUNTER
+		if isCounter != strings.HasSuffix(name, "_total") {
+			t.Errorf("%s is a %s: counters and only counters end in _total", name, f.GetType())
+		}
+		if strings.Contains(name, "rate") && !strings.HasSuffix(name, "_bytes_per_second") && !strings.HasSuffix(name, "_total") {
+			t.Errorf("%s: a rate's unit is bytes_per_second", name)
+		}
+	}
+	body := gatherText(t, m)
+	for _, want := range []string{
+		`sluice_agent_info{attach="tcx",mode="enforce",revision="abc",shaper="police",version="v1.2.3"} 1`,
+		`sluice_entity_effective_reservation_bytes_per_second{direction="fetch",entity="core",entity_type="client"} 100`,
+		`sluice_entity_limit_bytes_per_second{direction="fetch",entity="core",entity_type="client"} 400`,
+		`sluice_entity_bytes_total{direction="fetch",entity="core",entity_type="client"} 50`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	if strings.Contains(body, `entity="stranger"`) {
+		t.Error("an unconfigured client has series of its own under metrics.entities: configured")
+	}
+}
+
+func TestMetricsCountAFailedDataPathRead(t *testing.T) {
+	r := newRig(t, "")
+	r.cycle()
+	m := NewMetrics(r.a, failingStats{r.dp}, MetricsInfo{})
+	scrape(t, m) // status 200: a failing map read must not fail the scrape
 	if got := testutil.ToFloat64(m.collector.failures); got < 1 {
 		t.Errorf("collector failures %v: a failed data path read must be counted", got)
 	}
-	// The learned client is labelled by its name and type.
-	body := gatherText(t, m)
-	if !strings.Contains(body, `sluice_entity_effective_reservation_bytes{direction="fetch",entity="core",type="client"} 100`) {
-		t.Errorf("core's effective reservation not exported:\n%s", grep(body, "effective_reservation"))
+}
+
+// entitySeries counts, per direction, the distinct entities with series
+// in one family.
+func entitySeries(families map[string]*dto.MetricFamily, family string) map[string]int {
+	out := map[string]int{}
+	for _, m := range families[family].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "direction" {
+				out[l.GetValue()]++
+			}
+		}
+	}
+	return out
+}
+
+func othersBytes(t *testing.T, families map[string]*dto.MetricFamily, direction string) float64 {
+	t.Helper()
+	for _, m := range families["sluice_entity_bytes_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["direction"] == direction && labels["entity_type"] == "unconfigured" {
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no unconfigured aggregate for %s", direction)
+	return 0
+}
+
+// Clients choose client-ids, so 10,000 random ones must not become 10,000
+// series per family: configured entities, unknown, overflow and one
+// aggregate per direction, whose bytes are the clients' bytes. A reload to
+// metrics.entities: all takes effect at the next cycle, up to the cap.
+func TestMetricsSeriesStayBoundedUnderRandomClientIDs(t *testing.T) {
+	r := newRig(t, `
+new_entities_per_peer: 100000
+entities: {clients: {core: {consumer_byte_reservation: 100}}}
+`)
+	m := NewMetrics(r.a, r.dp, MetricsInfo{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	const clients = 10000
+	var ids []uint32
+	for i := range clients {
+		name := fmt.Sprintf("consumer-%x-%d", rng.Uint64(), i)
+		ids = append(ids, r.learn(uint16(40000+i), name, apiVersions()).Fetch)
+	}
+	r.cycle() // the counters' baseline
+	var fed uint64
+	for i, id := range ids {
+		r.dp.add(sluicemaps.Fetch, id, uint64(10+i%7))
+		fed += uint64(10 + i%7)
+	}
+	r.cycle()
+	if n := r.a.Snapshot().Unconfigured; n != clients {
+		t.Fatalf("%d unconfigured entities registered, want %d", n, clients)
+	}
+	families := scrape(t, m)
+	perDirection := 4 // core, unknown, overflow, the aggregate
+	for _, family := range []string{"sluice_entity_bytes_total", "sluice_entity_rate_bytes_per_second", "sluice_entity_dropped_packets_total"} {
+		for dir, n := range entitySeries(families, family) {
+			if n != perDirection {
+				t.Errorf("%s %s: %d series, want %d", family, dir, n, perDirection)
+			}
+		}
+	}
+	total := 0
+	for _, f := range families {
+		total += len(f.GetMetric())
+	}
+	if total > 400 {
+		t.Errorf("%d series in one scrape with %d client-ids", total, clients)
+	}
+	if got := othersBytes(t, families, "fetch"); got != float64(fed) {
+		t.Errorf("unconfigured aggregate counts %v bytes, the clients sent %d", got, fed)
+	}
+
+	// metrics.entities: all, capped at 100 entities with series of their own.
+	cfg, err := config.Parse([]byte(baseConfig + `
+new_entities_per_peer: 100000
+metrics: {entities: all, max_entity_series: 100}
+entities: {clients: {core: {consumer_byte_reservation: 100}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.a.Reload(cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := othersBytes(t, families, "fetch")
+	r.cycle()
+	families = scrape(t, m)
+	for dir, n := range entitySeries(families, "sluice_entity_bytes_total") {
+		if want := 100 + 3; n != want { // the cap, unknown, overflow, the aggregate
+			t.Errorf("metrics.entities all, max 100: %s has %d series, want %d", dir, n, want)
+		}
+	}
+	if got := othersBytes(t, families, "fetch"); got < before {
+		t.Errorf("the aggregate counter went back from %v to %v", before, got)
 	}
 }
 

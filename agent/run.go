@@ -27,10 +27,15 @@ func (a *Agent) publish(now time.Time) {
 		p.keys = append(p.keys[:0], dc.keys...)
 		p.params = append(p.params[:0], dc.params...)
 		p.heldOf = append(p.heldOf[:0], dc.heldOf...)
-		p.bytes = p.bytes[:0]
+		p.bytes, p.heldBytes, p.dropped, p.ownSeries = p.bytes[:0], p.heldBytes[:0], p.dropped[:0], p.ownSeries[:0]
 		for _, in := range dc.inputs {
-			p.bytes = append(p.bytes, a.counters[dc.dir][in.Slot].Bytes)
+			c := a.counters[dc.dir][in.Slot]
+			p.bytes = append(p.bytes, c.Bytes)
+			p.heldBytes = append(p.heldBytes, c.HeldBytes)
+			p.dropped = append(p.dropped, dc.dropped[in.Slot])
+			p.ownSeries = append(p.ownSeries, a.ownSeries[in.Slot])
 		}
+		p.others = dc.others
 		p.unknown.bytes = a.counters[dc.dir][entity.UnknownID].Bytes
 		w, u := a.cfg.RateWindow, int(entity.UnknownID)
 		p.unknown.rate = a.windowRate(dc.window[u*w:(u+1)*w], int(dc.filled[u]))
@@ -66,6 +71,8 @@ func (a *Agent) view() *Snapshot {
 			Direction: dc.dir.String(), Enabled: p.cfg.Enabled(), Capacity: Bps(p.cfg.Capacity),
 			C: Bps(sum.C), H: Bps(sum.H), Scale: sum.Scale, MinLimit: Bps(p.cfg.MinLimit), FloorScale: sum.FloorScale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
 			GreenRatio: sum.GreenRatio, Overcommit: sum.Overcommit, Active: sum.Active, Standby: sum.Standby,
+			Others: OthersView{Entities: p.others.entities, Rate: Bps(p.others.rate), Bytes: p.others.bytes,
+				HeldBytes: p.others.heldBytes, DroppedPackets: p.others.droppedPackets},
 		}
 		if p.cfg.Enabled() {
 			for i, in := range p.inputs {
@@ -81,12 +88,14 @@ func (a *Agent) view() *Snapshot {
 					EffectiveReservation: Bps(out.EffectiveReservation), Demand: Bps(out.Demand), Green: Bps(out.Green),
 					Extra: Bps(out.Extra), Headroom: Bps(out.Headroom), DynamicLimit: Bps(out.DynamicLimit),
 					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: Bps(held),
-					ShapedBytes: h.Sent,
+					ShapedBytes: h.Sent, HeldBytes: p.heldBytes[i], DroppedPacketsTotal: p.dropped[i],
+					Configured: a.registry.Pinned(entity.ID(in.Slot)), OwnSeries: p.ownSeries[i],
 				})
 			}
 			unknownLimit := Bps(allocatorConfig(p.cfg).UnknownLimit())
 			v.Entities = append(v.Entities, EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
-				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit})
+				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit,
+				OwnSeries: true})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {
 					return v.Entities[i].Kind < v.Entities[j].Kind
@@ -128,6 +137,21 @@ func (a *Agent) RefreshAge() time.Duration {
 		return 0
 	}
 	return a.deps.Clock.Now().Sub(a.lastOK)
+}
+
+// CycleFailures counts control-loop cycles that failed.
+func (a *Agent) CycleFailures() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cycleFailures
+}
+
+// MetricsConfig is the running configuration's metrics section and
+// stale_after (a reload changes them).
+func (a *Agent) MetricsConfig() (config.Metrics, time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cfg.Metrics, a.cfg.StaleAfter
 }
 
 // RateWriteFailures counts cycles whose rate writes failed.

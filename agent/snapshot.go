@@ -59,6 +59,25 @@ type EntityView struct {
 	HeldRate         Bps     `json:"held_rate"` // demand the shaper kept out: max(0, dynamic limit exceeded)
 	// ShapedBytes: what the shaper let through (shaper.Held.Sent), 0 if unknown.
 	ShapedBytes uint64 `json:"shaped_bytes,omitempty"`
+	// HeldBytes: bytes a BPF shaper (edt, police) held back since the
+	// entity was created; DroppedPacketsTotal: packets the shaper dropped.
+	HeldBytes           uint64 `json:"held_bytes"`
+	DroppedPacketsTotal uint64 `json:"dropped_packets_total"`
+	// Configured: named in the configuration (pinned, never reclaimed).
+	Configured bool `json:"configured"`
+	// OwnSeries: the entity has series of its own in /metrics; otherwise it
+	// is summed into its direction's Others (metrics.entities).
+	OwnSeries bool `json:"own_series"`
+}
+
+// OthersView sums a direction's entities without metric series of their
+// own. Its byte and packet counts only grow: they add each cycle's deltas.
+type OthersView struct {
+	Entities       int    `json:"entities"`
+	Rate           Bps    `json:"rate"`
+	Bytes          uint64 `json:"bytes"`
+	HeldBytes      uint64 `json:"held_bytes"`
+	DroppedPackets uint64 `json:"dropped_packets"`
 }
 
 // DirectionView is one direction's pool and entities.
@@ -77,6 +96,7 @@ type DirectionView struct {
 	Active        int          `json:"active"`
 	Standby       int          `json:"standby"`
 	Entities      []EntityView `json:"entities"`
+	Others        OthersView   `json:"others"`
 }
 
 // Snapshot is everything the agent decided in its last cycle.

@@ -79,6 +79,8 @@ type Config struct {
 	SamplesPerSecond int
 	// MetricsAddress is where /metrics listens.
 	MetricsAddress string
+	// Metrics bounds the per-entity series /metrics exports.
+	Metrics Metrics
 	// Socket is the unix socket `sluice status` and `explain` talk to.
 	Socket string
 	// PinPath is the bpffs directory for pinned maps.
@@ -107,11 +109,43 @@ type Direction struct {
 	allocator.Config
 }
 
+// Metrics chooses which entities get series of their own. Client-ids are
+// the clients' choice, so exporting every entity lets clients choose the
+// number of series a broker's Prometheus stores (up to max_entities × 2
+// directions × each per-entity family).
+type Metrics struct {
+	// Entities: MetricsConfigured (series for configured entities, the
+	// unknown and overflow entities, and one aggregate per direction for
+	// every other entity) or MetricsAll (series for each entity, up to
+	// MaxEntitySeries per direction; the rest go to the aggregate).
+	Entities string
+	// MaxEntitySeries caps the entities with series of their own per
+	// direction in either mode.
+	MaxEntitySeries int
+}
+
+// Metrics entity modes.
+const (
+	MetricsConfigured = "configured"
+	MetricsAll        = "all"
+)
+
 // Log formats.
 const (
 	LogText = "text"
 	LogJSON = "json"
 )
+
+// DefaultMetricsPort is /metrics' port unless metrics_address says
+// otherwise. Prometheus' list of default exporter ports has no free number
+// left in 9100–9999, and the numbers next to a broker are taken: 7000
+// (ZooKeeper's metrics provider), 7071 (jmx_exporter as Kafka's agent),
+// 8080–8083 and 8088 (Kafka UI, Schema Registry, REST Proxy, Connect,
+// ksqlDB), 9090 (Prometheus, Cruise Control), 9092/9093 (Kafka), 9308
+// (kafka_exporter), 9464 (the OpenTelemetry Java agent's exporter), 9999
+// (JMX). 7359 is in none of those lists and below Linux's ephemeral range
+// (32768–60999), where an outgoing connection could hold it at start.
+const DefaultMetricsPort = "7359"
 
 // Disabled is the capacity of a direction sluice does not govern.
 const Disabled = -1
@@ -222,7 +256,8 @@ func Default() Config {
 		MaxConnections:          262144,
 		SampleBytes:             256,
 		SamplesPerSecond:        200,
-		MetricsAddress:          "127.0.0.1:9464",
+		MetricsAddress:          "127.0.0.1:" + DefaultMetricsPort,
+		Metrics:                 Metrics{Entities: MetricsConfigured, MaxEntitySeries: 1000},
 		Socket:                  "/run/sluice/sluice.sock",
 		PinPath:                 "/sys/fs/bpf/sluice",
 		LogLevel:                slog.LevelInfo,

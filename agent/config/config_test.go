@@ -44,7 +44,7 @@ func TestDefaults(t *testing.T) {
 	}
 	d := Default()
 	if cfg.RefreshInterval != time.Second || cfg.StaleAfter != 10*time.Second || cfg.MaxEntities != MaxEntityIDs || cfg.MaxUnconfiguredEntities != MaxEntityIDs-4096 || cfg.NewEntitiesPerPeer != 50 ||
-		cfg.EntityIdleTimeout != time.Hour || cfg.MetricsAddress != "127.0.0.1:9464" || cfg.Mode != ModeEnforce ||
+		cfg.EntityIdleTimeout != time.Hour || cfg.MetricsAddress != "127.0.0.1:7359" || cfg.Mode != ModeEnforce ||
 		cfg.UpdateThreshold != d.UpdateThreshold || cfg.RateWindow != 11 || cfg.MaxQueueDelay != 200*time.Millisecond ||
 		cfg.Bootstrap[0] != "127.0.0.1:9092" || !cfg.KeepAttachedOnExit || cfg.MaxConnections < 256*1024 || cfg.SampleBytes < 256 || cfg.SamplesPerSecond != 200 {
 		t.Errorf("defaults not applied: %+v", cfg)
@@ -281,6 +281,32 @@ func TestLogFormat(t *testing.T) {
 	}
 	if _, err := Parse([]byte(minimal + "log_format: xml\n")); err == nil || !strings.Contains(err.Error(), "log_format") {
 		t.Errorf("log_format xml: %v, want an error naming the key", err)
+	}
+}
+
+// Per-entity series default to configured entities only; bad values are
+// refused naming the key.
+func TestMetricsSection(t *testing.T) {
+	cfg, err := Parse([]byte(minimal))
+	if err != nil || cfg.Metrics != (Metrics{Entities: MetricsConfigured, MaxEntitySeries: 1000}) {
+		t.Errorf("default metrics %+v, %v", cfg.Metrics, err)
+	}
+	if !strings.HasSuffix(cfg.MetricsAddress, ":"+DefaultMetricsPort) || DefaultMetricsPort == "9464" {
+		t.Errorf("default metrics_address %s", cfg.MetricsAddress)
+	}
+	cfg, err = Parse([]byte(minimal + "metrics: {entities: all, max_entity_series: 50}\n"))
+	if err != nil || cfg.Metrics != (Metrics{Entities: MetricsAll, MaxEntitySeries: 50}) {
+		t.Errorf("metrics all/50: %+v, %v", cfg.Metrics, err)
+	}
+	for bad, key := range map[string]string{
+		"metrics: {entities: every}\n":        "metrics.entities",
+		"metrics: {max_entity_series: -1}\n":  "metrics.max_entity_series",
+		"metrics: {max_entity_series: 1e9}\n": "metrics.max_entity_series",
+		"metrics: {series: 10}\n":             "metrics.series",
+	} {
+		if _, err := Parse([]byte(minimal + bad)); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: %v, want an error naming %s", bad, err, key)
+		}
 	}
 }
 

@@ -60,12 +60,13 @@ var schema = map[string][]string{
 	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
 		"metadata_refresh", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
-		"samples_per_second", "metrics_address", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities"},
+		"samples_per_second", "metrics_address", "metrics", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities"},
 	"produce":  directionKeys,
 	"fetch":    directionKeys,
 	"sasl":     {"mechanism", "username", "password", "password_file"},
 	"tls":      {"enabled", "ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify"},
 	"entities": {"clients", "topic-partitions"},
+	"metrics":  {"entities", "max_entity_series"},
 }
 
 var directionKeys = []string{"capacity", "safety_ratio", "min_demand", "activity_threshold", "min_limit", "memory_cycles", "overcommit_confirm_cycles"}
@@ -257,6 +258,14 @@ func (l *loader) globals() {
 		l.fail("tls.cert_file", "tls.cert_file and tls.key_file go together")
 	}
 	l.stringTo("metrics_address", &c.MetricsAddress)
+	if s, ok := l.str("metrics.entities"); ok {
+		if s == MetricsConfigured || s == MetricsAll {
+			c.Metrics.Entities = s
+		} else {
+			l.fail("metrics.entities", "%q is not configured or all", s)
+		}
+	}
+	l.integer("metrics.max_entity_series", &c.Metrics.MaxEntitySeries, 0, MaxEntityIDs)
 	l.stringTo("socket", &c.Socket)
 	l.stringTo("pin_path", &c.PinPath)
 	l.boolean("keep_attached_on_exit", &c.KeepAttachedOnExit)

@@ -146,6 +146,11 @@ func (r *Registry) Acquire(k Key, now time.Time) ID {
 	return id
 }
 
+// Pinned reports whether id is a live configured entity.
+func (r *Registry) Pinned(id ID) bool {
+	return int(id) < len(r.slots) && r.slots[id].used && r.slots[id].pinned
+}
+
 // Unconfigured is the number of live entities that are not pinned.
 func (r *Registry) Unconfigured() int { return r.unconfigured }
 

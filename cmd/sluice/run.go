@@ -20,5 +20,6 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	return agent.RunDaemon(ctx, *path, *readyFile, stderr)
+	version, revision, _ := buildVersion()
+	return agent.RunDaemon(ctx, *path, *readyFile, agent.BuildInfo{Version: version, Revision: revision}, stderr)
 }

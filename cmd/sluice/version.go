@@ -20,10 +20,20 @@ var stampedVersion, stampedRevision string
 // from: what `make build` stamped, else what the Go toolchain recorded
 // ("devel" and "unknown" for a plain go build with -buildvcs=false).
 func versionString() string {
-	if stampedVersion != "" && stampedRevision != "" {
-		return fmt.Sprintf("sluice %s revision %s", stampedVersion, stampedRevision)
+	version, revision, modified := buildVersion()
+	if modified {
+		return fmt.Sprintf("sluice %s revision %s (modified)", version, revision)
 	}
-	version, revision, modified := "devel", "unknown", ""
+	return fmt.Sprintf("sluice %s revision %s", version, revision)
+}
+
+// buildVersion is the version and revision versionString prints (and
+// sluice_agent_info exports); modified: built from a changed work tree.
+func buildVersion() (version, revision string, modified bool) {
+	if stampedVersion != "" && stampedRevision != "" {
+		return stampedVersion, stampedRevision, false
+	}
+	version, revision = "devel", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			version = bi.Main.Version
@@ -33,9 +43,9 @@ func versionString() string {
 			case s.Key == "vcs.revision":
 				revision = s.Value
 			case s.Key == "vcs.modified" && s.Value == "true":
-				modified = " (modified)"
+				modified = true
 			}
 		}
 	}
-	return fmt.Sprintf("sluice %s revision %s%s", version, revision, modified)
+	return version, revision, modified
 }

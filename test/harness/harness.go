@@ -224,7 +224,7 @@ bootstrap: [%s]
 metadata_refresh: 2s
 pin_path: %s
 socket: %s
-metrics_address: 127.0.0.1:9464
+metrics_address: 127.0.0.1:7359
 keep_attached_on_exit: %v
 log_level: debug
 %s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), c.MemoryCycles, floor, capacity(c.FetchCapacity), c.MemoryCycles, floor, c.StaleAfter, w.Bootstrap(),
@@ -238,7 +238,7 @@ fetch: {capacity: %s}
 bootstrap: [%s]
 pin_path: %s
 socket: %s
-metrics_address: 127.0.0.1:9464
+metrics_address: 127.0.0.1:7359
 keep_attached_on_exit: %v
 %s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), capacity(c.FetchCapacity), w.Bootstrap(), w.Pins, w.Socket, c.KeepAttached, c.Extra)
 	}
