@@ -26,7 +26,9 @@ import (
 
 type failingStats struct{ *fakeDataPath }
 
-func (failingStats) Stats() (sluicemaps.Stats, error) { return sluicemaps.Stats{}, errors.New("map read failed") }
+func (failingStats) Stats() (sluicemaps.Stats, error) {
+	return sluicemaps.Stats{}, errors.New("map read failed")
+}
 
 var updateMetricsList = flag.Bool("update-metrics", false, "rewrite testdata/metrics.txt from a scrape")
 
