@@ -12,6 +12,9 @@
 # leaves nothing attached or installed. Prints a transcript; exits non-zero
 # on the first failure, always tearing down.
 set -euo pipefail
+# Pipelines read their input to the end (grep >/dev/null, never grep -q):
+# under pipefail, grep -q exits at its first match and a writer still
+# writing dies of SIGPIPE, failing a check that matched.
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /var/tmp/sluice-systemd-check.XXXXXX)
 canary=/tmp/sluice-systemd-check-canary.$$
@@ -99,11 +102,11 @@ say "systemctl reload applies an edit (produce capacity 100MiB -> 50MiB)"
 ns sed -i 's/produce: {capacity: 100MiB}/produce: {capacity: 50MiB}/' /etc/sluice/sluice.yaml
 ns systemctl reload sluice
 for _ in $(seq 50); do
-	ns sluice status --socket /run/sluice/sluice.sock 2>/dev/null | grep -q 'produce.*50MiB' && break
+	ns sluice status --socket /run/sluice/sluice.sock 2>/dev/null | grep >/dev/null 'produce.*50MiB' && break
 	sleep 0.2
 done
 ns sluice status --socket /run/sluice/sluice.sock | grep produce || true
-ns sluice status --socket /run/sluice/sluice.sock | grep -q 'produce.*50MiB' || fail "reload not applied"
+ns sluice status --socket /run/sluice/sluice.sock | grep >/dev/null 'produce.*50MiB' || fail "reload not applied"
 
 say "systemctl restart: the new agent re-adopts the programs and pins the old one left"
 since=$(ns date +%s)
@@ -143,7 +146,7 @@ say "stop: the data path stays for the next start (keep_attached_on_exit: true, 
 ns systemctl stop sluice
 ns systemctl is-active sluice || true
 ns test -e /sys/fs/bpf/sluice || fail "pins gone after stop"
-ns tc qdisc show dev sd0 | grep -q htb || fail "the htb tree went with the agent"
+ns tc qdisc show dev sd0 | grep >/dev/null htb || fail "the htb tree went with the agent"
 
 say "systemd-analyze security sluice"
 ns systemd-analyze security sluice --no-pager | tail -1
@@ -152,7 +155,7 @@ say "make uninstall: nothing left attached or installed"
 ns make -C "$repo" --no-print-directory uninstall
 left=$(ns tc qdisc show dev sd0 | grep -v -E 'noqueue|^$' || true)
 [ -z "$left" ] || fail "qdiscs left on sd0: $left"
-ns ip -o link | grep -q slifb && fail "IFB device left"
+ns ip -o link | grep >/dev/null slifb && fail "IFB device left"
 ns test ! -e /sys/fs/bpf/sluice || fail "pins left in /sys/fs/bpf/sluice"
 ns test ! -e /usr/local/bin/sluice || fail "binary left"
 ns test ! -e /etc/systemd/system/sluice.service || fail "unit left"
