@@ -7,7 +7,9 @@ BIN     := bin/sluice
 # Every package but the end-to-end scenarios, which `make e2e` runs on its own.
 PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool
+# prometheus: promtool checks deploy/prometheus' rules, and a real server
+# scrapes the agent in the overcommit scenario.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus
 
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -99,6 +101,10 @@ uninstall: ## stop the unit, remove what the agent left attached (sluice unload)
 	rm -f $(DESTDIR)$(PREFIX)/bin/sluice $(DESTDIR)/etc/systemd/system/sluice.service
 	rm -rf $(DESTDIR)/usr/share/doc/sluice
 	-systemctl daemon-reload 2>/dev/null
+
+.PHONY: dashboard
+dashboard: ## regenerate deploy/grafana/sluice-dashboard.json from deploy/grafana/dashboard.go
+	$(GO) run ./deploy/grafana/gen -out deploy/grafana/sluice-dashboard.json
 
 .PHONY: vet
 vet: ## go vet and gofmt

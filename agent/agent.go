@@ -78,6 +78,8 @@ type Agent struct {
 	// rateWriteFailures counts cycles whose rate writes failed (retried the
 	// next cycle; no heartbeat meanwhile).
 	rateWriteFailures uint64
+	// lastReloadFailed: the last reload was refused.
+	lastReloadFailed bool
 	// cycleFailures counts cycles that returned an error.
 	cycleFailures uint64
 	// stopTopics ends the metadata client NewTopics built.

@@ -58,6 +58,8 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 		counter("config_reload_failures_total", "Configuration reloads refused (the running configuration stayed).", a.ReloadFailures),
 		counter("control_loop_failures_total", "Control-loop cycles that failed (no heartbeat is written after one: the data path fails open after stale_after).", a.CycleFailures),
 		counter("rate_write_failures_total", "Control cycles whose rate writes to the shaper failed (retried next cycle).", a.RateWriteFailures),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "config_last_reload_successful", Help: "0 while the last configuration reload was refused: the file on disk is not what runs."},
+			func() float64 { return boolValue(a.LastReloadSucceeded()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle (the heartbeat's age)."},
 			func() float64 { return a.RefreshAge().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "stale_after_seconds", Help: "stale_after: once refresh_age_seconds passes it, the data path fails open."},

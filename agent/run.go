@@ -139,6 +139,14 @@ func (a *Agent) RefreshAge() time.Duration {
 	return a.deps.Clock.Now().Sub(a.lastOK)
 }
 
+// LastReloadSucceeded is false while the last reload was refused (the
+// file on disk is not what runs).
+func (a *Agent) LastReloadSucceeded() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.lastReloadFailed
+}
+
 // CycleFailures counts control-loop cycles that failed.
 func (a *Agent) CycleFailures() uint64 {
 	a.mu.Lock()
@@ -243,7 +251,9 @@ func (a *Agent) ReloadFailures() uint64 {
 func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.lastReloadFailed = false
 	refuse := func(err error) error {
+		a.lastReloadFailed = true
 		a.reloadFailures++
 		a.log.Error("configuration reload refused; the running configuration stays", "err", err)
 		return err

@@ -1,0 +1,223 @@
+// Package deploy_test checks what deploy/ ships against the agent: the
+// alert and recording rules (promtool's own checks and unit tests) and
+// the Grafana dashboard (generated from code, committed), whose every
+// query must parse as PromQL and name only metrics the agent exports.
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-dev/sluice/deploy/grafana"
+)
+
+const (
+	rulesFile     = "prometheus/sluice-rules.yaml"
+	rulesTests    = "prometheus/sluice-rules.test.yaml"
+	dashboardFile = "grafana/sluice-dashboard.json"
+	// The committed list of families a running agent exports (held to it
+	// by agent's TestMetricsMatchTheCommittedList).
+	metricsList = "../agent/testdata/metrics.txt"
+)
+
+// promtool is Prometheus' own checker (Debian's prometheus package, which
+// make deps installs). Missing, the test fails: it must run, not skip.
+func promtool(t *testing.T, args ...string) string {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: run `make deps` (Debian's prometheus package)")
+	}
+	out, err := exec.Command(path, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func TestAlertRulesPassPromtool(t *testing.T) {
+	promtool(t, "check", "rules", rulesFile)
+	out := promtool(t, "test", "rules", rulesTests)
+	if !strings.Contains(out, "SUCCESS") {
+		t.Errorf("promtool test rules:\n%s", out)
+	}
+	// Every alert has a unit test.
+	for _, alert := range ruleNames(t, "alert") {
+		if !strings.Contains(readFile(t, rulesTests), "alertname: "+alert+"\n") {
+			t.Errorf("alert %s has no case in %s", alert, rulesTests)
+		}
+	}
+}
+
+func TestDashboardIsGeneratedFromCode(t *testing.T) {
+	data, err := grafana.Dashboard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, []byte(readFile(t, dashboardFile))) {
+		t.Errorf("%s is not what deploy/grafana generates: run make dashboard and commit", dashboardFile)
+	}
+}
+
+// Every expression the dashboard and the rules hold names only exported
+// metrics (or the rules' own records) and parses as PromQL: promtool
+// checks them as recording rules, with the dashboard's variables filled.
+func TestQueriesNameExportedMetricsAndParse(t *testing.T) {
+	exported := exportedNames(t)
+	for _, r := range ruleNames(t, "record") {
+		exported[r] = true
+	}
+	exprs := map[string]string{} // expression → where it is
+	for _, e := range ruleExprs(t) {
+		exprs[e] = rulesFile
+	}
+	var dash any
+	if err := json.Unmarshal([]byte(readFile(t, dashboardFile)), &dash); err != nil {
+		t.Fatal(err)
+	}
+	dashboardExprs := collectQueries(dash, nil)
+	if len(dashboardExprs) < 20 {
+		t.Fatalf("found %d queries in the dashboard; the walk is broken", len(dashboardExprs))
+	}
+	for _, e := range dashboardExprs {
+		exprs[e] = dashboardFile
+	}
+	name := regexp.MustCompile(`\b(?:sluice[_:]|go_|process_)[a-zA-Z0-9_:]*`)
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: queries\n    rules:\n")
+	i := 0
+	for e, where := range exprs {
+		for _, m := range name.FindAllString(e, -1) {
+			if !exported[m] {
+				t.Errorf("%s: %q names %s, which the agent does not export", where, e, m)
+			}
+		}
+		i++
+		fmt.Fprintf(&rules, "      - record: query:%d\n        expr: %s\n", i, quote(fillVariables(e)))
+	}
+	path := filepath.Join(t.TempDir(), "queries.yaml")
+	if err := os.WriteFile(path, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promtool(t, "check", "rules", path)
+
+	// The check itself catches a bad query and an unknown name.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("groups:\n  - name: q\n    rules:\n      - record: q:1\n        expr: 'rate(sluice_entity_bytes_total[5m'\n"), 0o644)
+	if out, err := exec.Command("promtool", "check", "rules", bad).CombinedOutput(); err == nil {
+		t.Errorf("promtool accepted an unclosed bracket:\n%s", out)
+	}
+	if exported["sluice_entity_rate_bytes"] {
+		t.Error("the exported list holds a retired name")
+	}
+}
+
+// exportedNames reads the committed family list; histograms add their
+// _bucket, _sum and _count series. Go's and the process's collectors are
+// standard (client_golang's).
+func exportedNames(t *testing.T) map[string]bool {
+	names := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, metricsList)), "\n") {
+		f := strings.Fields(line)
+		names[f[0]] = true
+		if f[1] == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[f[0]+s] = true
+			}
+		}
+	}
+	for _, n := range []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes"} {
+		names[n] = true
+	}
+	return names
+}
+
+// fillVariables gives Grafana's variables values PromQL accepts.
+func fillVariables(e string) string {
+	return strings.NewReplacer("$__rate_interval", "1m", "$__range", "1h", "$instance", ".*", "$direction", ".*", "$entity", ".*").Replace(e)
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s) // a JSON string is a YAML double-quoted scalar
+	return string(b)
+}
+
+// collectQueries walks the dashboard model for panel targets' "expr" and
+// query variables' "query".
+func collectQueries(v any, out []string) []string {
+	switch v := v.(type) {
+	case map[string]any:
+		if e, ok := v["expr"].(string); ok {
+			out = append(out, e)
+		}
+		if v["type"] == "query" {
+			if q, ok := v["query"].(string); ok {
+				if m := regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`).FindStringSubmatch(q); m != nil {
+					out = append(out, m[1])
+				}
+			}
+		}
+		for _, c := range v {
+			out = collectQueries(c, out)
+		}
+	case []any:
+		for _, c := range v {
+			out = collectQueries(c, out)
+		}
+	}
+	return out
+}
+
+type ruleFile struct {
+	Groups []struct {
+		Rules []map[string]any `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+func rules(t *testing.T) ruleFile {
+	var f ruleFile
+	if err := yaml.Unmarshal([]byte(readFile(t, rulesFile)), &f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func ruleNames(t *testing.T, kind string) []string {
+	var out []string
+	for _, g := range rules(t).Groups {
+		for _, r := range g.Rules {
+			if n, ok := r[kind].(string); ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+func ruleExprs(t *testing.T) []string {
+	var out []string
+	for _, g := range rules(t).Groups {
+		for _, r := range g.Rules {
+			out = append(out, fmt.Sprint(r["expr"]))
+		}
+	}
+	return out
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}

@@ -1,0 +1,142 @@
+// Package grafana builds sluice's Grafana dashboard from code (Grafana's
+// foundation SDK), so that its queries are checked like code: a test in
+// deploy/ holds every query to the metrics the agent exports and parses
+// it as PromQL. `make dashboard` writes sluice-dashboard.json.
+package grafana
+
+import (
+	"encoding/json"
+
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+)
+
+// Grafana's unit ids.
+const (
+	bytesPerSecond = "binBps"
+	seconds        = "s"
+	ratio          = "percentunit"
+	bytes          = "bytes"
+)
+
+// The selectors every query carries: the dashboard's instance and
+// direction variables.
+const (
+	sel       = `instance=~"$instance"`
+	dirSel    = `instance=~"$instance", direction=~"$direction"`
+	entitySel = `instance=~"$instance", direction=~"$direction", entity=~"$entity"`
+)
+
+var datasource = common.DataSourceRef{Type: ptr("prometheus"), Uid: ptr("${datasource}")}
+
+func ptr[T any](v T) *T { return &v }
+
+func query(expr, legend string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Expr(expr).LegendFormat(legend).Datasource(datasource)
+}
+
+func series(title, unit, description string, w, h uint32, queries ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().Title(title).Unit(unit).Description(description).Span(w).Height(h).Datasource(datasource)
+	for _, q := range queries {
+		p = p.WithTarget(q)
+	}
+	return p
+}
+
+func single(title, unit, description string, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().Title(title).Unit(unit).Description(description).Span(6).Height(4).Datasource(datasource).WithTarget(q)
+}
+
+// Dashboard is the dashboard, as Grafana's JSON model.
+func Dashboard() ([]byte, error) {
+	b := dashboard.NewDashboardBuilder("sluice").
+		Uid("sluice-overview").
+		Description("Elastic bandwidth quotas at the broker's NIC: who is held back and why. Kafka clients' own throttle metrics stay at zero under sluice.").
+		Tags([]string{"sluice", "kafka"}).
+		Refresh("30s").
+		Time("now-1h", "now").
+		Timezone(common.TimeZoneBrowser).
+		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
+		WithVariable(dashboard.NewQueryVariableBuilder("instance").Label("Broker host").Datasource(datasource).
+			Query(dashboard.StringOrMap{String: ptr("label_values(sluice_agent_info, instance)")}).Multi(true).IncludeAll(true).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged)).
+		WithVariable(dashboard.NewCustomVariableBuilder("direction").Label("Direction").
+			Values(dashboard.StringOrMap{String: ptr("produce,fetch")}).Multi(true).IncludeAll(true)).
+		WithVariable(dashboard.NewQueryVariableBuilder("entity").Label("Entity").Datasource(datasource).
+			Query(dashboard.StringOrMap{String: ptr(`label_values(sluice_entity_rate_bytes_per_second{` + dirSel + `}, entity)`)}).
+			Multi(true).IncludeAll(true).Refresh(dashboard.VariableRefreshOnTimeRangeChanged))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Capacity and promises")).
+		WithPanel(series("Capacity, C and H", bytesPerSecond,
+			"Per direction: the configured capacity, what reservations and weights share (C = capacity × safety_ratio) and the headroom H the unknown entity gets.", 12, 8,
+			query(`sluice_capacity_bytes_per_second{`+dirSel+`}`, "{{instance}} {{direction}} capacity"),
+			query(`sluice_distributable_capacity_bytes_per_second{`+dirSel+`}`, "{{instance}} {{direction}} C"),
+			query(`sluice_headroom_bytes_per_second{`+dirSel+`}`, "{{instance}} {{direction}} H"),
+			query(`sum by (instance, direction) (rate(sluice_entity_bytes_total{`+dirSel+`}[$__rate_interval]))`, "{{instance}} {{direction}} measured"))).
+		WithPanel(series("Overcommit", ratio,
+			"R/C (reservations promised over C) and Σgreen/C (reservations in real use). Overcommit with high Σgreen/C needs leaders moved now; with low Σgreen/C the reservations are inflated.", 12, 8,
+			query(`sluice_promised_ratio{`+dirSel+`}`, "{{instance}} {{direction}} R/C"),
+			query(`sluice_green_ratio{`+dirSel+`}`, "{{instance}} {{direction}} Σgreen/C"),
+			query(`sluice_overcommit{`+dirSel+`}`, "{{instance}} {{direction}} overcommit"),
+			query(`sluice_reservation_scale{`+dirSel+`}`, "{{instance}} {{direction}} reservation scale")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Entities")).
+		WithPanel(series("Measured rate against the dynamic limit", bytesPerSecond,
+			"Each entity's measured rate (broker-side bytes over the rate window) beside the limit the data path enforces this second.", 24, 9,
+			query(`sluice_entity_rate_bytes_per_second{`+entitySel+`}`, "{{entity}} {{direction}} rate"),
+			query(`sluice_entity_dynamic_limit_bytes_per_second{`+entitySel+`}`, "{{entity}} {{direction}} dynamic limit"))).
+		WithPanel(series("Configured limit and reservation", bytesPerSecond,
+			"The hard limit and the reservation as configured (through templates), and the effective reservation after overcommit scaling.", 12, 8,
+			query(`sluice_entity_limit_bytes_per_second{`+entitySel+`} < +Inf`, "{{entity}} {{direction}} limit"),
+			query(`sluice_entity_reservation_bytes_per_second{`+entitySel+`}`, "{{entity}} {{direction}} reservation"),
+			query(`sluice_entity_effective_reservation_bytes_per_second{`+entitySel+`}`, "{{entity}} {{direction}} effective reservation"))).
+		WithPanel(series("Held back", bytesPerSecond,
+			"Bytes a BPF shaper held back per second, and packets dropped beyond the delay bound; htb shows its queueing delay instead.", 12, 8,
+			query(`rate(sluice_entity_held_bytes_total{`+entitySel+`}[$__rate_interval])`, "{{entity}} {{direction}} held"),
+			query(`rate(sluice_entity_dropped_packets_total{`+entitySel+`}[$__rate_interval])`, "{{entity}} {{direction}} dropped packets/s"))).
+		WithPanel(series("Queueing delay", seconds, "The delay the shaper adds to each entity now.", 12, 8,
+			query(`sluice_entity_queue_delay_seconds{`+entitySel+`}`, "{{entity}} {{direction}}"))).
+		WithPanel(series("Held at the limit", "short", "1 while the shaper held the entity back at its dynamic limit in the last cycle.", 12, 8,
+			query(`sluice_entity_throttled{`+entitySel+`} == 1`, "{{entity}} {{direction}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Attribution")).
+		WithPanel(series("Unknown and overflow share", ratio,
+			"Bytes nobody is accountable for: not attributed yet or unparseable (unknown, held to H) and the overflow entity (registry full).", 12, 8,
+			query(`sluice:unattributed_bytes:ratio_rate5m{`+dirSel+`}`, "{{instance}} {{direction}}"))).
+		WithPanel(series("Entities", "short", "Active and standby entities, and entities summed into the unconfigured aggregate (metrics.entities).", 12, 8,
+			query(`sluice_entities{`+dirSel+`}`, "{{instance}} {{direction}} {{state}}"),
+			query(`sluice_entities_without_series{`+dirSel+`}`, "{{instance}} {{direction}} without series"))).
+		WithPanel(series("Learner samples", "short", "Request samples per second by result; failures mean bytes the learner could not attribute.", 12, 8,
+			query(`sum by (instance, result) (rate(sluice_learner_samples_total{`+sel+`}[$__rate_interval]))`, "{{instance}} {{result}}"))).
+		WithPanel(series("Sample drops", "short", "Request starts the data path could not hand to the learner, by reason.", 12, 8,
+			query(`sum by (instance, reason) (rate(sluice_datapath_sample_drops_total{`+sel+`}[$__rate_interval]))`, "{{instance}} {{reason}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Agent health")).
+		WithPanel(single("Refresh age", seconds, "Time since the last successful control-loop cycle; past stale_after the data path fails open.",
+			query(`max(sluice_refresh_age_seconds{`+sel+`})`, "refresh age"))).
+		WithPanel(single("Fail-open packets", "short", "Packets passed unshaped in the selected range because the heartbeat was stale.",
+			query(`sum(increase(sluice_datapath_fail_open_packets_total{`+sel+`}[$__range]))`, "fail-open"))).
+		WithPanel(single("Reload refused", "short", "Hosts whose last configuration reload was refused.",
+			query(`count(sluice_config_last_reload_successful{`+sel+`} == 0) or vector(0)`, "refused"))).
+		WithPanel(single("Control-loop failures", "short", "Failed cycles in the selected range.",
+			query(`sum(increase(sluice_control_loop_failures_total{`+sel+`}[$__range]))`, "failures"))).
+		WithPanel(series("Control-loop duration", seconds, "p50 and p99 of one cycle: read counters, allocate, write rates.", 12, 8,
+			query(`histogram_quantile(0.5, sum by (instance, le) (rate(sluice_control_loop_duration_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{instance}} p50"),
+			query(`histogram_quantile(0.99, sum by (instance, le) (rate(sluice_control_loop_duration_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{instance}} p99"))).
+		WithPanel(series("Agent memory", bytes, "The agent's resident memory and Go heap.", 12, 8,
+			query(`process_resident_memory_bytes{`+sel+`}`, "{{instance}} resident"),
+			query(`go_memstats_heap_inuse_bytes{`+sel+`}`, "{{instance}} heap")))
+
+	d, err := b.Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
