@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -278,6 +279,14 @@ func TestScenarioOvercommit(t *testing.T) {
 	// Both producers must want more than C/2: franz-go keeps requests in
 	// flight (sarama's SyncProducer sends one at a time and barely demands 18 MB/s).
 	p1 := client(t, w, harness.ClientSpec{Name: "tp1-franz", Lib: "franz", Mode: "produce", ClientID: "tp1-producer", Topic: "orders", Partition: 1})
+	// A real Prometheus scrapes the agent and evaluates the shipped rules
+	// (each `for:` shortened to 2 s): the overcommit-under-load alert must
+	// fire while both producers use their scaled reservations, and resolve
+	// once one stops.
+	prom, err := w.StartPrometheus("../../deploy/prometheus/sluice-rules.yaml", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rates, own := metered(t, w, 0, []*harness.Client{p0, p1},
 		[]harness.Ref{{Kind: "topic-partition", Name: "orders-0"}, {Kind: "topic-partition", Name: "orders-1"}})
 	s, err := w.WaitFor(5*time.Second, func(s *agent.Snapshot) bool { return s.Directions[0].Overcommit })
@@ -286,10 +295,18 @@ func TestScenarioOvercommit(t *testing.T) {
 	if s != nil {
 		scale = s.Directions[0].Scale
 	}
+	const alert = "SluiceOvercommitUnderLoad"
+	firedAfter, firedErr := prom.WaitAlert(alert, "produce", "firing", 30*time.Second)
 	p1.Stop()
 	stopped := time.Now()
 	_, err = w.WaitFor(15*time.Second, func(s *agent.Snapshot) bool { return !s.Directions[0].Overcommit })
 	cleared := time.Since(stopped).Seconds()
+	_, resolvedErr := prom.WaitAlert(alert, "produce", "", 30*time.Second)
+	resolvedAfter := time.Since(stopped).Seconds()
+	promErrs := errors.Join(firedErr, resolvedErr)
+	if promErrs != nil {
+		t.Log(promErrs)
+	}
 	// Cleared within confirmation (3) + 2 s after the stopped producer left
 	// the activity memory (2 cycles).
 	clearedInTime := err == nil && cleared <= 2+3+2+1
@@ -297,12 +314,15 @@ func TestScenarioOvercommit(t *testing.T) {
 	once, onceOK := exactlyOnce(t, w, a, "orders", 2, p0, p1)
 	record(t, Result{
 		Name: "overcommit",
-		Pass: within(rates[0], C/2, 0.10) && within(rates[1], C/2, 0.10) && raised && clearedInTime && ok && onceOK,
+		Pass: within(rates[0], C/2, 0.10) && within(rates[1], C/2, 0.10) && raised && clearedInTime && ok && onceOK && promErrs == nil,
 		Measured: map[string]any{"tp0_bps": rates[0], "tp1_bps": rates[1], "overcommit_raised": raised, "scale": scale,
 			"cleared_after_s": cleared, "client_errors": errs, "exactly_once": once,
+			"prometheus_alert_fired": firedErr == nil, "prometheus_fired_after_s": firedAfter.Seconds(),
+			"prometheus_alert_resolved": resolvedErr == nil, "prometheus_resolved_after_stop_s": resolvedAfter,
 			"measured_at": meteredAt, "sluice_vs_kernel": differences(rates, own)},
 		Expected: map[string]any{"each_bps": C / 2, "tolerance": 0.10, "overcommit_raised": true,
 			"cleared_within_s": 2 + 3 + 2 + 1, "client_errors": 0,
+			"prometheus_alert": alert + " fires (rules' for: 2 s), then resolves after a producer stops",
 			"exactly_once": "every acknowledged record consumed once (count and checksum)"},
 	})
 }

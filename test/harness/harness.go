@@ -184,6 +184,10 @@ type Config struct {
 	Shipped bool
 }
 
+// metricsAddr is where the worlds' agents serve /metrics, inside the
+// broker namespace.
+const metricsAddr = "127.0.0.1:7359"
+
 // WriteConfig writes an agent configuration for this world.
 func (w *World) WriteConfig(name string, c Config) string {
 	capacity := func(s string) string {
@@ -224,11 +228,11 @@ bootstrap: [%s]
 metadata_refresh: 2s
 pin_path: %s
 socket: %s
-metrics_address: 127.0.0.1:7359
+metrics_address: %s
 keep_attached_on_exit: %v
 log_level: debug
 %s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), c.MemoryCycles, floor, capacity(c.FetchCapacity), c.MemoryCycles, floor, c.StaleAfter, w.Bootstrap(),
-		w.Pins, w.Socket, c.KeepAttached, c.Extra)
+		w.Pins, w.Socket, metricsAddr, c.KeepAttached, c.Extra)
 	if c.Shipped {
 		yaml = fmt.Sprintf(`interfaces: [%s]
 listeners: [9092]
@@ -238,9 +242,9 @@ fetch: {capacity: %s}
 bootstrap: [%s]
 pin_path: %s
 socket: %s
-metrics_address: 127.0.0.1:7359
+metrics_address: %s
 keep_attached_on_exit: %v
-%s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), capacity(c.FetchCapacity), w.Bootstrap(), w.Pins, w.Socket, c.KeepAttached, c.Extra)
+%s`, w.Pair.BrokerDev, c.Mode, capacity(c.ProduceCapacity), capacity(c.FetchCapacity), w.Bootstrap(), w.Pins, w.Socket, metricsAddr, c.KeepAttached, c.Extra)
 	}
 	path := filepath.Join(w.Dir, name+".yaml")
 	os.WriteFile(path, []byte(yaml), 0o600)
