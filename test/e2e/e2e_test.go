@@ -323,7 +323,7 @@ func TestScenarioOvercommit(t *testing.T) {
 		Expected: map[string]any{"each_bps": C / 2, "tolerance": 0.10, "overcommit_raised": true,
 			"cleared_within_s": 2 + 3 + 2 + 1, "client_errors": 0,
 			"prometheus_alert": alert + " fires (rules' for: 2 s), then resolves after a producer stops",
-			"exactly_once": "every acknowledged record consumed once (count and checksum)"},
+			"exactly_once":     "every acknowledged record consumed once (count and checksum)"},
 	})
 }
 
