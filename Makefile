@@ -19,9 +19,22 @@ export PATH := $(PATH):/usr/local/go/bin
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
+# The version `sluice version` prints and the package carries.
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
 .PHONY: build
 build: ## build bin/sluice, stamped with `git describe` and the revision (sluice version)
-	$(GO) build -ldflags "-X main.stampedVersion=$$(git describe --tags --always --dirty 2>/dev/null) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
+	$(GO) build -ldflags "-X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
+
+.PHONY: deb
+deb: build ## build dist/sluice_<version>_amd64.deb (nfpm as a library; version from git describe)
+	$(GO) run ./deploy/deb -version $(VERSION) -binary $(BIN) -out dist
+
+.PHONY: deb-check
+deb-check: ## dpkg -i, -r and -P the package in overlays (the host is untouched); checks paths, conffile, scripts (root)
+	rm -rf dist
+	$(MAKE) --no-print-directory deb
+	./test/deb/check.sh dist/sluice_*_amd64.deb $(VERSION)
 
 .PHONY: demo
 demo: deps ## the main job: a one-minute story with real Kafka clients, live status, demo.png (root)
@@ -65,6 +78,7 @@ test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespa
 	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory adversarial
 	$(MAKE) --no-print-directory systemd-check
+	$(MAKE) --no-print-directory deb-check
 
 .PHONY: e2e
 e2e: ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
@@ -86,9 +100,12 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 
 .PHONY: install
-install: build ## install the binary, the systemd unit and an example /etc/sluice/sluice.yaml (DESTDIR, PREFIX)
+install: build ## install the binary, the systemd unit and an example /etc/sluice/sluice.yaml (DESTDIR, PREFIX); make deb builds a package instead
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sluice
-	install -D -m 0644 deploy/sluice.service $(DESTDIR)/etc/systemd/system/sluice.service
+	@# The unit names the binary where PREFIX put it.
+	install -d $(DESTDIR)/etc/systemd/system
+	sed 's|/usr/local/bin/sluice|$(PREFIX)/bin/sluice|g' deploy/sluice.service > $(DESTDIR)/etc/systemd/system/sluice.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/sluice.service
 	@if [ -e $(DESTDIR)/etc/sluice/sluice.yaml ]; then echo "keeping existing $(DESTDIR)/etc/sluice/sluice.yaml"; \
 	else install -D -m 0640 deploy/sluice.yaml $(DESTDIR)/etc/sluice/sluice.yaml; fi
 	install -D -m 0644 README.md $(DESTDIR)/usr/share/doc/sluice/README.md
@@ -128,4 +145,4 @@ fuzz: ## run each fuzz target for FUZZTIME (default 60s)
 
 .PHONY: clean
 clean: ## remove build output
-	rm -rf bin
+	rm -rf bin dist

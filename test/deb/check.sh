@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# make deb-check: install, remove and purge the Debian package with dpkg,
+# inside private mount and network namespaces whose /usr, /etc and /var
+# are overlays on tmpfs, so the host's files, dpkg database, interfaces and
+# pins never change. A stub
+# systemctl (first on PATH, /run/systemd/system present) records what the
+# maintainer scripts ask of systemd. Checks: the files and their paths,
+# the conffile, the unit naming the packaged binary, `sluice version`
+# printing the package's version, daemon-reload but never enable or start,
+# dpkg -r leaving only the conffile, dpkg -P leaving nothing.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+deb=${1:?usage: check.sh sluice_VERSION_amd64.deb VERSION}
+version=${2:?usage: check.sh sluice_VERSION_amd64.deb VERSION}
+deb=$(readlink -f "$deb")
+[ "$(id -u)" = 0 ] || { echo "deb-check needs root (mount namespaces, dpkg)" >&2; exit 1; }
+if dpkg-query -W sluice >/dev/null 2>&1; then
+	echo "deb-check: a sluice package is installed on this host; the check works in overlays and does not need it" >&2
+fi
+
+# A network namespace of its own and a fresh bpffs too: prerm runs
+# `sluice unload` with the shipped configuration (interfaces: [eth0]),
+# which must not touch this host's eth0 or pins.
+exec unshare --mount --net --propagation private bash -s "$deb" "$version" <<'INNER'
+set -euo pipefail
+deb=$1 version=$2
+fail() { echo "FAIL: $*" >&2; exit 1; }
+say() { printf '\n== %s\n' "$*"; }
+scratch=$(mktemp -d)
+mount -t tmpfs tmpfs "$scratch"
+for d in usr etc var; do
+	mkdir -p "$scratch/$d.upper" "$scratch/$d.work"
+	mount -t overlay overlay -o "lowerdir=/$d,upperdir=$scratch/$d.upper,workdir=$scratch/$d.work" "/$d"
+done
+mount -t tmpfs tmpfs /run
+mount -t bpf bpf /sys/fs/bpf
+mkdir -p /run/systemd/system /usr/local/sbin
+calls=/run/systemctl-calls
+cat > /usr/local/sbin/systemctl <<STUB
+#!/bin/sh
+echo "\$*" >> $calls
+STUB
+chmod +x /usr/local/sbin/systemctl
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+: > "$calls"
+
+say "dpkg -i $(basename "$deb")"
+dpkg -i "$deb"
+for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /etc/sluice/sluice.yaml \
+	/usr/share/sluice/prometheus/sluice-rules.yaml /usr/share/sluice/grafana/sluice-dashboard.json /usr/share/doc/sluice/README.md; do
+	[ -e "$f" ] || fail "$f not installed"
+	echo "installed $f"
+done
+dpkg-query -W -f='${Conffiles}\n' sluice | grep '/etc/sluice/sluice.yaml' >/dev/null || fail "/etc/sluice/sluice.yaml is not a conffile"
+echo "conffile: /etc/sluice/sluice.yaml"
+for exe in $(sed -n 's/^Exec[A-Za-z]*=\([^ ]*\).*/\1/p' /usr/lib/systemd/system/sluice.service); do
+	[ -x "$exe" ] || fail "the unit runs $exe, which is not installed"
+	echo "unit runs $exe"
+done
+grep '^ExecStart=/usr/bin/sluice run' /usr/lib/systemd/system/sluice.service >/dev/null || fail "ExecStart does not name /usr/bin/sluice"
+got=$(/usr/bin/sluice version)
+case "$got" in "sluice $version revision "*) echo "$got" ;; *) fail "sluice version printed '$got', want version $version" ;; esac
+grep -x 'daemon-reload' "$calls" >/dev/null || fail "postinst did not reload systemd"
+if grep -E '(^| )(start|enable|restart)( |$)' "$calls"; then fail "postinst enabled or started the unconfigured agent"; fi
+echo "systemctl calls on install: $(paste -sd';' "$calls")"
+
+say "an edited conffile survives dpkg -r"
+echo "# edited by the operator" >> /etc/sluice/sluice.yaml
+: > "$calls"
+dpkg -r sluice
+grep -x 'disable --now sluice.service' "$calls" >/dev/null || fail "prerm did not stop and disable the unit"
+for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /usr/share/sluice /usr/share/doc/sluice; do
+	[ ! -e "$f" ] || fail "$f left after dpkg -r"
+done
+grep '# edited by the operator' /etc/sluice/sluice.yaml >/dev/null || fail "dpkg -r lost the edited configuration"
+[ "$(dpkg-query -W -f='${db:Status-Abbrev}' sluice)" = "rc " ] || fail "status after -r: $(dpkg-query -W -f='${db:Status-Abbrev}' sluice)"
+echo "left after dpkg -r: $(find /etc/sluice -type f)"
+
+say "dpkg -P"
+dpkg -P sluice
+[ ! -e /etc/sluice ] || fail "/etc/sluice left after purge: $(ls -A /etc/sluice)"
+if dpkg-query -W sluice >/dev/null 2>&1; then fail "sluice still known to dpkg after purge"; fi
+echo "nothing left after dpkg -P"
+echo
+echo "deb-check: PASS"
+INNER
