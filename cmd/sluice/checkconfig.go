@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,8 +19,7 @@ import (
 // BPF programs sized by the file through the verifier. --config is the
 // spelling every subcommand shares; the bare FILE is kept for scripts.
 func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("check-config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check-config", stderr)
 	flagPath := fs.String("config", "", "configuration file (default "+defaultConfigPath+")")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}

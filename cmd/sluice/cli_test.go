@@ -23,6 +23,32 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// Every subcommand's --help (and -h) prints its synopsis, flags and
+// examples to stdout and exits 0, without running the command.
+func TestEverySubcommandHasHelp(t *testing.T) {
+	for _, c := range commands() {
+		for _, flag := range []string{"--help", "-h"} {
+			var stdout, stderr bytes.Buffer
+			if err := run(context.Background(), []string{c.name, flag}, &stdout, &stderr); err != nil {
+				t.Errorf("%s %s: %v", c.name, flag, err)
+			}
+			out := stdout.String()
+			if !strings.HasPrefix(out, "usage: sluice "+c.name) || !strings.Contains(out, "examples:\n  ") || !strings.Contains(out, "exit status:") {
+				t.Errorf("%s %s printed:\n%s", c.name, flag, out)
+			}
+			if stderr.Len() > 0 || strings.Contains(out, versionString()) {
+				t.Errorf("%s %s ran the command or wrote to stderr: %q %q", c.name, flag, out, stderr.String())
+			}
+		}
+	}
+	// A bad flag is still a usage error, reported on stderr.
+	var stderr bytes.Buffer
+	var ue usageError
+	if err := run(context.Background(), []string{"status", "--bogus"}, &bytes.Buffer{}, &stderr); !errors.As(err, &ue) || !strings.Contains(stderr.String(), "bogus") {
+		t.Errorf("status --bogus: %v, stderr %q", err, stderr.String())
+	}
+}
+
 // -o takes text or json; anything else is a usage error (exit status 2)
 // before any socket is dialled.
 func TestOutputFlagIsChecked(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -14,8 +13,7 @@ import (
 // control loop and prints each cycle as a table. It needs no Kafka cluster,
 // no root and no files.
 func runDemo(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", stderr)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}

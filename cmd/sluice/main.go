@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,19 +24,81 @@ type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// synopsis and examples are what `sluice COMMAND --help` prints.
+	synopsis string
+	examples []string
 }
 
 func commands() []command {
 	return []command{
-		{"run", "run the agent: attach, learn, allocate and shape (root)", runAgent},
-		{"status", "show the running agent's directions and entities (--watch to refresh)", runStatus},
-		{"explain", "show how an entity's dynamic limit was derived in the last cycle", runExplain},
-		{"check-config", "validate a configuration file (and, as root, verify the BPF programs)", runCheckConfig},
-		{"unload", "remove what an agent left attached with keep_attached_on_exit (root)", runUnload},
-		{"simulate", "play a scenario file through the control loop and print each cycle as JSON", runSimulate},
-		{"demo", "show the control loop on the worked examples of the design", runDemo},
-		{"version", "print the version and the revision it was built from (also --version)", runVersion},
+		{"run", "run the agent: attach, learn, allocate and shape (root)", runAgent,
+			"sluice run [--config FILE] [--ready-file FILE]",
+			[]string{"sluice run --config /etc/sluice/sluice.yaml   # what the systemd unit runs"}},
+		{"status", "show the running agent's directions and entities (--watch to refresh)", runStatus,
+			"sluice status [-o text|json] [--watch] [--socket PATH]",
+			[]string{"sluice status", "sluice status --watch", "sluice status -o json | jq '.directions[] | {direction, overcommit, promised_ratio}'"}},
+		{"explain", "show how an entity's dynamic limit was derived in the last cycle", runExplain,
+			"sluice explain [-o text|json] [--socket PATH] NAME   (a client-id, a topic-partition, or kind:name)",
+			[]string{"sluice explain orders-consumer", "sluice explain topic-partition:orders-0", "sluice explain -o json client:backfill"}},
+		{"check-config", "validate a configuration file (and, as root, verify the BPF programs)", runCheckConfig,
+			"sluice check-config [--config FILE | FILE]",
+			[]string{"sluice check-config --config /etc/sluice/sluice.yaml && systemctl reload sluice"}},
+		{"unload", "remove what an agent left attached with keep_attached_on_exit (root)", runUnload,
+			"sluice unload [--config FILE]",
+			[]string{"systemctl stop sluice && sluice unload --config /etc/sluice/sluice.yaml"}},
+		{"simulate", "play a scenario file through the control loop and print each cycle as JSON", runSimulate,
+			"sluice simulate --scenario FILE [--format json|table]",
+			[]string{"sluice simulate --scenario allocator/scenario/examples/4-paper-overcommit.yaml --format table"}},
+		{"demo", "show the control loop on the worked examples of the design", runDemo,
+			"sluice demo", []string{"sluice demo"}},
+		{"version", "print the version and the revision it was built from (also --version)", runVersion,
+			"sluice version", []string{"sluice version", "sluice --version"}},
 	}
+}
+
+// newFlagSet is a subcommand's flag set: errors go to stderr, and its
+// usage prints the synopsis, the flags and examples.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		for _, c := range commands() {
+			if c.name == name {
+				printCommandUsage(fs.Output(), c, fs)
+			}
+		}
+	}
+	return fs
+}
+
+func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", c.synopsis, c.summary)
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		fmt.Fprintln(w, "\nflags:")
+		fs.PrintDefaults()
+	}
+	fmt.Fprintln(w, "\nexamples:")
+	for _, e := range c.examples {
+		fmt.Fprintln(w, "  "+e)
+	}
+	fmt.Fprintln(w, "\n"+exitStatusHelp)
+}
+
+const exitStatusHelp = "exit status: 0 success; 1 failure (the agent, the kernel, a socket); 2 bad usage or invalid input (flags, a configuration file)"
+
+// asksForHelp reports whether args (before a "--") ask for help.
+func asksForHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
 }
 
 func main() {
@@ -64,9 +127,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	for _, c := range commands() {
-		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdout, stderr)
+		if c.name != args[0] {
+			continue
 		}
+		if asksForHelp(args[1:]) {
+			// Help goes to stdout with status 0: the flag set prints its
+			// usage and reports flag.ErrHelp.
+			fs := newFlagSet(c.name, stdout)
+			if err := c.run(ctx, []string{"-h"}, stdout, stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
+				return err
+			} else if err == nil { // a command without flags
+				printCommandUsage(stdout, c, fs)
+			}
+			return nil
+		}
+		return c.run(ctx, args[1:], stdout, stderr)
 	}
 	printUsage(stderr)
 	return usageError{fmt.Errorf("unknown command %q", args[0])}
@@ -77,5 +152,5 @@ func printUsage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nexit status: 0 success; 1 failure (the agent, the kernel, a socket); 2 bad usage or invalid input (flags, a configuration file)")
+	fmt.Fprintln(w, "\n"+exitStatusHelp)
 }

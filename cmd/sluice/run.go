@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 
 	"github.com/sluice-dev/sluice/agent"
@@ -13,8 +12,7 @@ const defaultConfigPath = "/etc/sluice/sluice.yaml"
 // runAgent: `sluice run --config FILE [--ready-file FILE]`. The lifecycle
 // (attach, adopt, reload, detach) is agent.RunDaemon's.
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("run", stderr)
 	path := fs.String("config", defaultConfigPath, "configuration file")
 	readyFile := fs.String("ready-file", "", "write this file once the agent is attached and has run its first cycle")
 	if err := fs.Parse(args); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,8 +14,7 @@ import (
 // runSimulate: `sluice simulate --scenario FILE [--format json|table]`.
 // Invalid input exits 2 with the field path on stderr and nothing on stdout.
 func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("simulate", stderr)
 	file := fs.String("scenario", "", "scenario file (.yaml, .yml or .json)")
 	format := fs.String("format", "json", "output format: json or table")
 	if err := fs.Parse(args); err != nil {

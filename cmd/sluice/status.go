@@ -17,8 +17,7 @@ import (
 
 // runStatus: `sluice status [--socket PATH] [--watch] [-o text|json]`.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("status", stderr)
 	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
 	watch := fs.Bool("watch", false, "refresh every second until interrupted")
 	output := outputFlag(fs)
@@ -84,8 +83,7 @@ func writeStatus(w io.Writer, s *agent.Snapshot) {
 // runExplain: `sluice explain [-o text|json] NAME` shows how an entity's
 // limit was derived.
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("explain", stderr)
 	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
 	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -18,8 +17,7 @@ import (
 // exited with keep_attached_on_exit left: pinned links (which detaches the
 // programs) and maps, its IFB devices and its root HTB qdiscs.
 func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("unload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("unload", stderr)
 	path := fs.String("config", defaultConfigPath, "configuration file (for the interfaces and pin path)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}

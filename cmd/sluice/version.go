@@ -8,7 +8,11 @@ import (
 )
 
 // runVersion: `sluice version` (and `sluice --version`).
-func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
 	fmt.Fprintln(stdout, versionString())
 	return nil
 }
