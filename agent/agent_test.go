@@ -829,3 +829,54 @@ entities:
 		t.Errorf("after the reload the fetch capacity is %v, want 2000", r.sh.capacity[maps.Fetch])
 	}
 }
+
+// Java's default client-ids are one per instance; a pattern gives the
+// group one entity: three consumers share its id, its bytes and its one
+// limit, and survive a restart of the agent under the same id.
+func TestAgentClientPatternSharesOneEntity(t *testing.T) {
+	r := newRig(t, `
+entities:
+  clients:
+    'consumer-orders-*': {consumer_byte_rate: 300}
+`)
+	var ids []uint32
+	for i, id := range []string{"consumer-orders-1", "consumer-orders-2", "consumer-orders-3"} {
+		ids = append(ids, r.learn(uint16(47000+i), id, apiVersions()).Fetch)
+	}
+	other := r.learn(47010, "consumer-payments-1", apiVersions()).Fetch
+	if ids[0] != ids[1] || ids[1] != ids[2] || other == ids[0] {
+		t.Fatalf("entity ids %v and %d: the group must share one, others not", ids, other)
+	}
+	r.cycle()
+	for _, id := range ids {
+		r.dp.add(maps.Fetch, id, 200)
+	}
+	s := r.cycle()
+	e := entityView(s, entity.Fetch, "consumer-orders-*")
+	if e.Kind != "client-pattern" || e.Bytes != 600 || float64(e.Limit) != 300 || !e.Configured {
+		t.Errorf("pattern entity %+v: want kind client-pattern, 600 bytes, limit 300, configured", e)
+	}
+	if float64(e.DynamicLimit) > 300 {
+		t.Errorf("the group's dynamic limit %v exceeds its one limit 300", e.DynamicLimit)
+	}
+
+	// Restart: the pattern entity is restored under its id, as its kind.
+	cfg, err := config.Parse([]byte(baseConfig + "entities: {clients: {'consumer-orders-*': {consumer_byte_rate: 300}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newStoringDataPath()
+	first, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pattern := entity.Key{Kind: entity.KindClientPattern, Name: "consumer-orders-*"}
+	before, _ := first.registry.Lookup(pattern)
+	second, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, ok := second.registry.Lookup(pattern); !ok || after != before {
+		t.Errorf("after a restart the pattern entity has id %d (%v), want %d", after, ok, before)
+	}
+}

@@ -6,6 +6,7 @@ package config
 import (
 	"log/slog"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/allocator"
@@ -135,6 +136,12 @@ const (
 	LogText = "text"
 	LogJSON = "json"
 )
+
+// IsClientPattern reports whether a clients key is a glob of client-ids
+// (Go's path.Match syntax): every client-id it matches shares one entity.
+// Java clients' default client-ids (consumer-<group>-<n>, producer-<n>)
+// are one per instance; consumer-orders-* gives the group one bucket.
+func IsClientPattern(name string) bool { return strings.ContainsAny(name, `*?[\`) }
 
 // DefaultMetricsPort is /metrics' port unless metrics_address says
 // otherwise. Prometheus' list of default exporter ports has no free number

@@ -344,3 +344,19 @@ entities:
 		t.Errorf("topic-partitions.default: %v", err)
 	}
 }
+
+// A malformed client-id pattern is refused naming its key; a good one
+// is accepted as a clients entry like any other.
+func TestClientPatternKeys(t *testing.T) {
+	cfg, err := Parse([]byte(minimal + "entities: {clients: {'consumer-orders-*': {consumer_byte_rate: 1MiB}}}\n"))
+	if err != nil || cfg.Entities.Clients["consumer-orders-*"].ConsumerByteRate == nil {
+		t.Errorf("pattern entity: %+v, %v", cfg.Entities.Clients, err)
+	}
+	if !IsClientPattern("consumer-orders-*") || IsClientPattern("consumer-orders-1") {
+		t.Error("IsClientPattern")
+	}
+	_, err = Parse([]byte(minimal + "entities: {clients: {'orders-[': {consumer_byte_rate: 1MiB}}}\n"))
+	if err == nil || !strings.Contains(err.Error(), "entities.clients.orders-[") || !strings.Contains(err.Error(), "pattern") {
+		t.Errorf("malformed pattern: %v, want an error naming the key", err)
+	}
+}

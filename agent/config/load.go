@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	pathpkg "path"
 	"slices"
 	"sort"
 	"strconv"
@@ -379,6 +380,12 @@ func (l *loader) entities(v any) {
 					} else {
 						l.fail(path, "%v", err)
 					}
+					continue
+				}
+			}
+			if section == "clients" && IsClientPattern(name) {
+				if _, err := pathpkg.Match(name, ""); err != nil {
+					l.fail(path, "not a valid client-id pattern (* any run of characters but '/', ? one character, [a-z] a class, \\ escapes): %v", err)
 					continue
 				}
 			}

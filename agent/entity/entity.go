@@ -37,6 +37,9 @@ const (
 	KindClient
 	// KindTopicPartition is a configured topic-partition.
 	KindTopicPartition
+	// KindClientPattern is a configured glob of client-ids
+	// (consumer-orders-*): every client-id it matches shares this entity.
+	KindClientPattern
 )
 
 func (k Kind) String() string {
@@ -47,6 +50,8 @@ func (k Kind) String() string {
 		return "overflow"
 	case KindClient:
 		return "client"
+	case KindClientPattern:
+		return "client-pattern"
 	default:
 		return "topic-partition"
 	}

@@ -3,7 +3,9 @@ package entity
 import (
 	"maps"
 	"math"
+	"path"
 	"slices"
+	"strings"
 
 	"github.com/sluice-dev/sluice/agent/config"
 )
@@ -12,10 +14,19 @@ import (
 // belong to and with which parameters. It is immutable: a configuration
 // reload builds a new one.
 type Policy struct {
-	clients        map[string]config.Quota
+	clients map[string]config.Quota
+	// patterns are the glob client entities (config.IsClientPattern),
+	// longest first: every client-id a pattern matches shares its entity,
+	// exact names win over patterns and the longest pattern wins.
+	patterns       []clientPattern
 	clientTemplate config.Quota
 	topicParts     map[topicPartition]configuredTP
 	tpTemplate     config.Quota
+}
+
+type clientPattern struct {
+	glob  string
+	quota config.Quota
 }
 
 type topicPartition struct {
@@ -37,10 +48,21 @@ func NewPolicy(e config.Entities) *Policy {
 		tpTemplate:     e.TopicPartitions[config.DefaultKey],
 	}
 	for name, q := range e.Clients {
-		if name != config.DefaultKey {
+		switch {
+		case name == config.DefaultKey:
+		case config.IsClientPattern(name):
+			p.patterns = append(p.patterns, clientPattern{glob: name, quota: q})
+		default:
 			p.clients[SafeName(name)] = q // matched against SafeName(client-id)
 		}
 	}
+	// Longest pattern first; equal lengths in a fixed order.
+	slices.SortFunc(p.patterns, func(a, b clientPattern) int {
+		if len(a.glob) != len(b.glob) {
+			return len(b.glob) - len(a.glob)
+		}
+		return strings.Compare(a.glob, b.glob)
+	})
 	for name, q := range e.TopicPartitions {
 		if name == config.DefaultKey {
 			continue
@@ -68,18 +90,33 @@ func (p *Policy) TopicPartition(topic string, partition int32) (Key, bool) {
 func (p *Policy) HasTopicPartitions() bool { return len(p.topicParts) > 0 }
 
 // Client returns the client entity of a client-id: the configured client,
-// or a fallback entity of its own (never a shared bucket). The client-id
-// is the client's choice, so its name is SafeName's.
+// else the longest configured pattern matching it (all its client-ids
+// share that one entity), else a fallback entity of its own (never a
+// shared bucket). The client-id is the client's choice, so its name is
+// SafeName's, and patterns match that name. Pattern entities are a kind of
+// their own, so a client-id spelled like a pattern is matched like any
+// other and can never name the pattern's entity.
 func (p *Policy) Client(clientID string) Key {
-	return Key{Kind: KindClient, Name: SafeName(clientID)}
+	name := SafeName(clientID)
+	if _, ok := p.clients[name]; !ok {
+		for _, pt := range p.patterns {
+			if ok, _ := path.Match(pt.glob, name); ok {
+				return Key{Kind: KindClientPattern, Name: pt.glob}
+			}
+		}
+	}
+	return Key{Kind: KindClient, Name: name}
 }
 
 // ConfiguredKeys lists every configured entity (templates excluded), in
 // a stable order: the registry pins them.
 func (p *Policy) ConfiguredKeys() []Key {
-	keys := make([]Key, 0, len(p.clients)+len(p.topicParts))
+	keys := make([]Key, 0, len(p.clients)+len(p.patterns)+len(p.topicParts))
 	for _, name := range slices.Sorted(maps.Keys(p.clients)) {
 		keys = append(keys, Key{Kind: KindClient, Name: name})
+	}
+	for _, pt := range p.patterns {
+		keys = append(keys, Key{Kind: KindClientPattern, Name: pt.glob})
 	}
 	tps := make([]string, 0, len(p.topicParts))
 	for _, tp := range p.topicParts {
@@ -103,6 +140,13 @@ func (p *Policy) Params(k Key, d Direction) Params {
 	switch k.Kind {
 	case KindClient:
 		own, template = p.clients[k.Name], p.clientTemplate
+	case KindClientPattern:
+		template = p.clientTemplate
+		for _, pt := range p.patterns {
+			if pt.glob == k.Name {
+				own = pt.quota
+			}
+		}
 	case KindTopicPartition:
 		if tp, ok := p.lookupTP(k.Name); ok {
 			own = tp.quota
