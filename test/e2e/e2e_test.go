@@ -672,3 +672,33 @@ func TestScenarioShippedDefaultsSettle(t *testing.T) {
 			"tolerance": 0.15, "client_errors": 0},
 	})
 }
+
+// ⑧ Java-style client-ids: consumers named consumer-orders-1..3 (Java's
+// default, one per instance) match one configured pattern and are held
+// together to its one limit, while another group's consumer takes the
+// rest. Judged by the broker sockets' tcp_info, summed over the three.
+func TestScenarioClientPattern(t *testing.T) {
+	w := world(t, harness.Options{Topics: []string{"orders", "payments"}})
+	const limit = 10e6
+	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: "entities:\n  clients:\n" +
+		"    'consumer-orders-*': {consumer_byte_rate: " + itoa(limit) + "}\n"})
+	defer a.Stop()
+	var orders []*harness.Client
+	for i, lib := range []string{"franz", "sarama", "kafkago"} {
+		orders = append(orders, client(t, w, harness.ClientSpec{Name: "orders-" + lib, Lib: lib, Mode: "consume",
+			ClientID: fmt.Sprintf("consumer-orders-%d", i+1), Topic: "orders"}))
+	}
+	payments := client(t, w, harness.ClientSpec{Name: "payments-franz", Lib: "franz", Mode: "consume", ClientID: "consumer-payments-1", Topic: "payments"})
+	kernel, own := metered(t, w, 1, append(orders, payments),
+		[]harness.Ref{{Kind: "client-pattern", Name: "consumer-orders-*"}, {Kind: "client", Name: "consumer-payments-1"}})
+	together, paymentsRate := kernel[0]+kernel[1]+kernel[2], kernel[3]
+	wantPayments := C - limit
+	errs, ok := noErrors(append(orders, payments)...)
+	record(t, Result{
+		Name: "client-pattern",
+		Pass: within(together, limit, 0.10) && paymentsRate >= 0.9*wantPayments && ok,
+		Measured: map[string]any{"orders_together_bps": together, "orders_each_kernel_bps": kernel[:3], "payments_bps": paymentsRate,
+			"measured_at": meteredAt, "client_errors": errs, "sluice_vs_kernel": differences([]float64{together, paymentsRate}, own)},
+		Expected: map[string]any{"orders_together_bps": limit, "tolerance": 0.10, "payments_min_bps": 0.9 * wantPayments, "client_errors": 0},
+	})
+}
