@@ -100,8 +100,10 @@ type Agent struct {
 	conns      connStats
 	// cycleSeconds observes each cycle's duration, for metrics.
 	observeCycle func(time.Duration)
-	// ownSeries[id]: the entity has metric series of its own (assignSeries).
-	ownSeries []bool
+	// ownSeries[id]: the entity has metric series of its own (assignSeries);
+	// seriesStale: entities came, went or changed pinning since it ran.
+	ownSeries   []bool
+	seriesStale bool
 }
 
 // direction is one direction's control-loop state.
@@ -234,7 +236,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		elapsedSum:      make([]float64, cfg.RateWindow+1),
 	}
 	ids := a.registry.Limit()
-	a.ownSeries = make([]bool, ids)
+	a.ownSeries, a.seriesStale = make([]bool, ids), true
 	for _, d := range entity.Directions {
 		a.counters[d] = make([]maps.Counters, ids)
 		dc := directionConfig(cfg, d)
@@ -295,6 +297,7 @@ const maxLimitedPeers = 65536
 // reload), so that no client can take a configured tenant's id, and gives
 // the new ones their standby limits at once.
 func (a *Agent) pinConfigured() {
+	a.seriesStale = true // pinning changes who is eligible, new or not
 	now := a.deps.Clock.Now()
 	for _, id := range a.registry.Pin(a.policy.ConfiguredKeys(), now) {
 		key, _ := a.registry.Key(id)
@@ -304,6 +307,7 @@ func (a *Agent) pinConfigured() {
 
 // registered gives a new entity its standby limit and persists it.
 func (a *Agent) registered(id uint32, key entity.Key) {
+	a.seriesStale = true
 	a.applyStandby(id, key)
 	if a.store != nil {
 		if _, err := a.store.SaveEntity(id, uint8(key.Kind), key.Name); err != nil {
@@ -770,6 +774,7 @@ func (a *Agent) reclaim(now time.Time) error {
 		}
 	}
 	a.registry.Release(ids)
+	a.seriesStale = true
 	a.log.Debug("reclaimed idle entities", "count", len(ids))
 	return nil
 }

@@ -498,10 +498,7 @@ func TestAgentHostileClientIDsAreData(t *testing.T) {
 		t.Fatal(err)
 	}
 	dp := newStoringDataPath()
-	first, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := agentOn(t, cfg, dp, r.clock)
 	for i, id := range hostile {
 		req := maps.Sample{Conn: conn(uint16(46000 + i)), Data: kt.Frame(apiVersions(), 1, kt.Str(id)), Complete: true}
 		if err := first.Learn(req); err != nil {
@@ -512,10 +509,7 @@ func TestAgentHostileClientIDsAreData(t *testing.T) {
 	for id, e := range dp.names {
 		saved[id] = e.name
 	}
-	second, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := agentOn(t, cfg, dp, r.clock)
 	r.clock.advance(time.Second)
 	if err := second.Cycle(); err != nil {
 		t.Fatal(err)
@@ -866,17 +860,22 @@ entities:
 		t.Fatal(err)
 	}
 	dp := newStoringDataPath()
-	first, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := agentOn(t, cfg, dp, r.clock)
 	pattern := entity.Key{Kind: entity.KindClientPattern, Name: "consumer-orders-*"}
 	before, _ := first.registry.Lookup(pattern)
-	second, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: r.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := agentOn(t, cfg, dp, r.clock)
 	if after, ok := second.registry.Lookup(pattern); !ok || after != before {
 		t.Errorf("after a restart the pattern entity has id %d (%v), want %d", after, ok, before)
 	}
+}
+
+// agentOn builds an agent on dp with a fake shaper: a second one on the
+// same storing data path is a restarted agent restoring the registry.
+func agentOn(t *testing.T, cfg config.Config, dp DataPath, clock *fakeClock) *Agent {
+	t.Helper()
+	a, err := New(cfg, Deps{DataPath: dp, Shaper: newFakeShaper(), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

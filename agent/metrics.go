@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-dev/sluice/maps"
 )
 
 // Metrics is sluice's Prometheus registry, named by Prometheus'
@@ -63,7 +65,7 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle (the heartbeat's age)."},
 			func() float64 { return a.RefreshAge().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "stale_after_seconds", Help: "stale_after: once refresh_age_seconds passes it, the data path fails open."},
-			func() float64 { _, stale := a.MetricsConfig(); return stale.Seconds() }),
+			func() float64 { return a.Config().StaleAfter.Seconds() }),
 	)
 	return m
 }
@@ -205,7 +207,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.a.Snapshot()
 	if s != nil {
 		gauge(c.agentInfo, 1, c.info.Build.Version, c.info.Build.Revision, s.Mode, s.Shaper, c.info.Attach)
-		heldCounted := s.Shaper == "edt" || s.Shaper == "police"
+		// BPF shapers count held-back bytes; htb reports delay and drops.
+		heldCounted := dataPathShaper[s.Shaper] == maps.ShaperEDT || dataPathShaper[s.Shaper] == maps.ShaperPolice
 		for _, d := range s.Directions {
 			if !d.Enabled {
 				continue

@@ -154,14 +154,6 @@ func (a *Agent) CycleFailures() uint64 {
 	return a.cycleFailures
 }
 
-// MetricsConfig is the running configuration's metrics section and
-// stale_after (a reload changes them).
-func (a *Agent) MetricsConfig() (config.Metrics, time.Duration) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.cfg.Metrics, a.cfg.StaleAfter
-}
-
 // RateWriteFailures counts cycles whose rate writes failed.
 func (a *Agent) RateWriteFailures() uint64 {
 	a.mu.Lock()

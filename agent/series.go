@@ -14,12 +14,19 @@ import (
 // they only grow (an entity joining or leaving the sum would otherwise
 // read as a counter reset or a burst).
 
-// assignSeries decides, once a cycle, which entities have series of their
+// assignSeries decides, at the start of a cycle, which entities have series of their
 // own: the unknown and overflow entities always; configured entities
 // (pinned), and in mode all every other entity, while fewer than
 // max_entity_series have them. Entities that have series keep them before
 // new ones get any, so a full table does not churn.
 func (a *Agent) assignSeries() {
+	// Who has series changes only when entities come or go, get pinned or
+	// unpinned, or the metrics section is reloaded: the passes over the
+	// registry run after one of those, not every cycle.
+	if !a.seriesStale {
+		return
+	}
+	a.seriesStale = false
 	mc := a.cfg.Metrics
 	eligible := func(id entity.ID) bool {
 		return mc.Entities == config.MetricsAll || a.registry.Pinned(id)

@@ -151,6 +151,9 @@ func quote(s string) string {
 	return string(b)
 }
 
+// labelValues is a query variable's label_values(SELECTOR, label).
+var labelValues = regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`)
+
 // collectQueries walks the dashboard model for panel targets' "expr" and
 // query variables' "query".
 func collectQueries(v any, out []string) []string {
@@ -161,7 +164,7 @@ func collectQueries(v any, out []string) []string {
 		}
 		if v["type"] == "query" {
 			if q, ok := v["query"].(string); ok {
-				if m := regexp.MustCompile(`^label_values\((.*),\s*\w+\)$`).FindStringSubmatch(q); m != nil {
+				if m := labelValues.FindStringSubmatch(q); m != nil {
 					out = append(out, m[1])
 				}
 			}

@@ -131,13 +131,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		if asksForHelp(args[1:]) {
-			// Help goes to stdout with status 0: the flag set prints its
-			// usage and reports flag.ErrHelp.
-			fs := newFlagSet(c.name, stdout)
-			if err := c.run(ctx, []string{"-h"}, stdout, stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
-				return err
-			} else if err == nil { // a command without flags
-				printCommandUsage(stdout, c, fs)
+			// Help goes to stdout with status 0: every command's flag set
+			// (newFlagSet) prints its usage and reports flag.ErrHelp.
+			if err := c.run(ctx, []string{"-h"}, stdout, stdout); !errors.Is(err, flag.ErrHelp) {
+				return fmt.Errorf("%s: -h ran the command (%v) instead of printing its usage", c.name, err)
 			}
 			return nil
 		}

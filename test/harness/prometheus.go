@@ -61,9 +61,7 @@ scrape_configs:
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start prometheus (make deps installs it): %w", err)
 	}
-	w.track(cmd)
-	exited := make(chan struct{})
-	go func() { cmd.Process.Wait(); close(exited) }()
+	w.track(cmd) // Close stops and waits for it
 	p := &Prometheus{client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DialContext: func(context.Context, string, string) (net.Conn, error) { return w.Pair.Broker.Dial(prometheusAddr) },
 	}}}
@@ -76,14 +74,11 @@ scrape_configs:
 				return p, nil
 			}
 		}
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("prometheus exited at start (see %s)", logf.Name())
-		case <-time.After(200 * time.Millisecond):
-		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("prometheus not ready after 30 s: %v", err)
+			return nil, fmt.Errorf("prometheus not ready after 30 s (see %s): %v", logf.Name(), err)
 		}
+		time.Sleep(200 * time.Millisecond) // polling /-/ready, the readiness signal itself
+
 	}
 }
 
