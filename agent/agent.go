@@ -32,14 +32,15 @@ type Deps struct {
 	NewShaper ShaperFactory
 	// LogLevel, when set, follows log_level on reload.
 	LogLevel *slog.LevelVar
-	// NewTopics, when set, builds the topic-ID source (the metadata client)
-	// at start and again when a reload changes bootstrap, sasl, tls or
-	// metadata_refresh; stop ends one. It overrides Topics. Without it those
-	// keys need a restart.
-	NewTopics func(cfg config.Config) (topics learner.TopicNames, stop func(), err error)
-	Topics    learner.TopicNames
-	Clock     Clock
-	Log       *slog.Logger
+	// NewMetadata, when set, builds the metadata client (topic IDs, and the
+	// cluster's client quotas with kafka_quotas: import) at start and again
+	// when a reload changes bootstrap, sasl, tls, metadata_refresh or
+	// kafka_quotas. It overrides Topics. Without it those keys need a
+	// restart.
+	NewMetadata func(cfg config.Config) (Metadata, error)
+	Topics      learner.TopicNames
+	Clock       Clock
+	Log         *slog.Logger
 }
 
 // Agent runs the control loop and the learner. Its methods are safe for
@@ -53,6 +54,9 @@ type Agent struct {
 	cfg      config.Config
 	policy   *entity.Policy
 	registry *entity.Registry
+	// tlsPorts are the TLS listeners applyPeers last wrote: their
+	// connections belong to their peers, and samples of them are ignored.
+	tlsPorts map[uint16]bool
 	// newPerPeer caps how fast one peer creates unconfigured entities.
 	newPerPeer *entity.PeerLimiter
 	// overflowLogged: when overflow was last logged, and its count then.
@@ -82,8 +86,10 @@ type Agent struct {
 	lastReloadFailed bool
 	// cycleFailures counts cycles that returned an error.
 	cycleFailures uint64
-	// stopTopics ends the metadata client NewTopics built.
+	// stopTopics ends the metadata client NewMetadata built.
 	stopTopics func()
+	// kafka: the cluster's client quotas and where they come from.
+	kafka kafkaQuotaState
 	// openMetrics (ServeMetrics) opens a metrics listener; stopMetrics
 	// closes the one in use.
 	openMetrics MetricsOpener
@@ -129,12 +135,14 @@ type direction struct {
 	// paramsOf[id] caches the entity's resolved parameters; paramsGen[id]
 	// says for which policy (a reload resolves them again).
 	paramsOf  []entity.Params
+	sourcesOf []entity.Sources // where each of paramsOf's came from (explain)
 	paramsGen []uint64
 	// scratch, reused every cycle
 	inputs  []allocator.Entity
 	outputs []allocator.Allocation
 	keys    []entity.Key
 	params  []entity.Params
+	sources []entity.Sources
 	heldOf  []shaper.Held
 	summary allocator.Summary
 	// published copies for status, explain and metrics (built into views on demand)
@@ -150,6 +158,7 @@ type published struct {
 	outputs []allocator.Allocation
 	keys    []entity.Key
 	params  []entity.Params
+	sources []entity.Sources
 	heldOf  []shaper.Held
 	bytes   []uint64
 	// Per entity (as inputs): held-back bytes the data path counted,
@@ -207,20 +216,22 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		deps.Shaper = shaper.Shadow{}
 	}
 	stopTopics := func() {}
-	if deps.NewTopics != nil {
-		topics, stop, terr := deps.NewTopics(cfg)
-		if terr != nil {
-			return nil, fmt.Errorf("metadata client: %w", terr)
+	var quotas QuotaSource
+	if deps.NewMetadata != nil {
+		md, merr := deps.NewMetadata(cfg)
+		if merr != nil {
+			return nil, fmt.Errorf("metadata client: %w", merr)
 		}
-		deps.Topics, stopTopics = topics, stop
+		deps.Topics, stopTopics, quotas = md.Topics, md.stop(), md.Quotas
 		defer func() { // err: New's result
 			if err != nil {
-				stop()
+				stopTopics()
 			}
 		}()
 	}
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
+		kafka:           kafkaQuotaState{source: quotas},
 		policyGen:       1,
 		deps:            deps,
 		log:             deps.Log,
@@ -235,6 +246,10 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		elapsed:         make([]float64, cfg.RateWindow),
 		elapsedSum:      make([]float64, cfg.RateWindow+1),
 	}
+	// Read under a.mu, so a reload's listener protocols apply at once.
+	a.learner.SetSASLListeners(func(c maps.ConnKey) bool {
+		return a.cfg.Protocol(c.Local.Port()) == config.ProtocolSASLPlaintext
+	})
 	ids := a.registry.Limit()
 	a.ownSeries, a.seriesStale = make([]bool, ids), true
 	for _, d := range entity.Directions {
@@ -264,6 +279,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			guaranteed: make([]float64, ids),
 			held:       map[uint32]shaper.Held{},
 			paramsOf:   make([]entity.Params, ids),
+			sourcesOf:  make([]entity.Sources, ids),
 			paramsGen:  make([]uint64, ids),
 		}
 	}
@@ -358,6 +374,9 @@ func (a *Agent) applyDataPathSettings() error {
 	if err := dp.SetExempt(a.cfg.ExemptPeers); err != nil {
 		return err
 	}
+	if err := a.applyPeers(); err != nil {
+		return err
+	}
 	mode := maps.ShaperNone
 	if a.cfg.Mode == config.ModeEnforce {
 		mode = dataPathShaper[a.deps.Shaper.Kind()]
@@ -392,6 +411,72 @@ func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb int) erro
 	})
 }
 
+// applyPeers writes the TLS listeners' peer table (each TLS listener's
+// own entry, then every configured prefix under it) and rebinds the
+// listeners' open connections to what the table now says, so that a
+// changed table, or one written after connections started, reaches them.
+func (a *Agent) applyPeers() error {
+	tls := a.cfg.TLSListeners()
+	rules := a.policy.Peers()
+	entries := make([]maps.PeerEntity, 0, len(tls)*(len(rules)+1))
+	for _, port := range tls {
+		id := a.configuredID(entity.ListenerKey(port))
+		entries = append(entries, maps.PeerEntity{Port: port, Produce: id, Fetch: id})
+		for _, r := range rules {
+			id := a.configuredID(r.Key)
+			entries = append(entries, maps.PeerEntity{Port: port, Prefix: r.Prefix, Produce: id, Fetch: id})
+		}
+	}
+	if err := a.deps.DataPath.SetPeerEntities(entries); err != nil {
+		return fmt.Errorf("peer entities: %w", err)
+	}
+	if len(tls) == 0 && len(a.tlsPorts) == 0 {
+		return nil
+	}
+	wasTLS := a.tlsPorts
+	a.tlsPorts = map[uint16]bool{}
+	for _, port := range tls {
+		a.tlsPorts[port] = true
+	}
+	var rebind []maps.Binding
+	var forget []maps.ConnKey
+	err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
+		port := b.Conn.Local.Port()
+		if b.Closing || (b.Produce == maps.NotGoverned && b.Fetch == maps.NotGoverned) {
+			return
+		}
+		if !a.tlsPorts[port] {
+			if wasTLS[port] {
+				// No longer TLS: the entry was decided by its peer and tracks
+				// no requests. Forgotten, the broker's next segment enters it
+				// again with request tracking, and the learner decides it.
+				forget = append(forget, b.Conn)
+			}
+			return
+		}
+		id := a.configuredID(a.policy.ByPeer(port, b.Conn.Peer.Addr()))
+		if b.Produce != id || b.Fetch != id {
+			rebind = append(rebind, maps.Binding{Conn: b.Conn, Produce: id, Fetch: id})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("peer entities: %w", err)
+	}
+	if err := a.deps.DataPath.ForgetConns(forget); err != nil {
+		return fmt.Errorf("peer entities: %w", err)
+	}
+	return a.deps.DataPath.BindConns(rebind)
+}
+
+// configuredID is a configured (pinned) entity's id; the unknown entity's
+// if the registry had no room for it (pinning counted it as overflowed).
+func (a *Agent) configuredID(key entity.Key) uint32 {
+	if id, ok := a.registry.Lookup(key); ok {
+		return uint32(id)
+	}
+	return maps.EntityUnknown
+}
+
 // dataPathShaper is what the data path does for each backend.
 var dataPathShaper = map[string]maps.Shaper{"htb": maps.ShaperHTB, "edt": maps.ShaperEDT, "police": maps.ShaperPolice}
 
@@ -401,6 +486,11 @@ var dataPathShaper = map[string]maps.Shaper{"htb": maps.ShaperHTB, "edt": maps.S
 func (a *Agent) Learn(s maps.Sample) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.tlsPorts[s.Conn.Local.Port()] {
+		// Encrypted bytes (a connection the data path tracked before its
+		// listener's peer table was written): its peer decides, not this.
+		return nil
+	}
 	decision, changed, err := a.learner.Learn(s.Conn, s.Born, s.Data)
 	if err != nil {
 		return err
@@ -482,6 +572,7 @@ func (a *Agent) Cycle() error {
 func (a *Agent) runCycle() error {
 	start := a.deps.Clock.Now()
 	a.cycle++
+	a.pullKafkaQuotas()
 	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {
 		return fmt.Errorf("read counters: %w", err)
 	}
@@ -555,7 +646,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	counters := a.counters[dc.dir]
 	w := a.cfg.RateWindow
 	interval := a.elapsed[0]
-	dc.inputs, dc.keys, dc.params, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.heldOf[:0]
+	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldOf[:0]
 	now := a.deps.Clock.Now()
 	dc.others.entities, dc.others.rate = 0, 0
 	a.registry.Each(func(id entity.ID, key entity.Key) {
@@ -580,7 +671,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			return // held to H, outside the allocation
 		}
 		if dc.paramsGen[i] != a.policyGen {
-			dc.paramsOf[i] = a.policy.Params(key, dc.dir)
+			dc.paramsOf[i], dc.sourcesOf[i] = a.policy.Explain(key, dc.dir)
 			dc.paramsGen[i] = a.policyGen
 		}
 		p := dc.paramsOf[i]
@@ -609,6 +700,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		})
 		dc.keys = append(dc.keys, key)
 		dc.params = append(dc.params, p)
+		dc.sources = append(dc.sources, dc.sourcesOf[i])
 		dc.heldOf = append(dc.heldOf, h)
 	})
 	if cap(dc.outputs) < len(dc.inputs) {

@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
-	"github.com/sluice-dev/sluice/agent/learner"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -52,6 +51,12 @@ func newRig(t *testing.T, yaml string) *rig {
 
 func newRigFrom(t *testing.T, yaml string) *rig {
 	t.Helper()
+	return newRigWith(t, yaml, nil)
+}
+
+// newRigWith builds a rig whose deps edit may change (nil: none).
+func newRigWith(t *testing.T, yaml string, edit func(*Deps)) *rig {
+	t.Helper()
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +76,11 @@ func newRigFrom(t *testing.T, yaml string) *rig {
 		r.built = append(r.built, r.sh)
 		return ShaperChoice{Shaper: r.sh, Reason: "test"}, nil
 	}
-	r.a, err = New(cfg, Deps{DataPath: r.dp, NewShaper: newShaper, Clock: r.clock, Log: log})
+	deps := Deps{DataPath: r.dp, NewShaper: newShaper, Clock: r.clock, Log: log}
+	if edit != nil {
+		edit(&deps)
+	}
+	r.a, err = New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -712,9 +721,9 @@ func TestAgentOwnsItsShaperAndMetadataClient(t *testing.T) {
 	sh := newFakeShaper()
 	deps := Deps{DataPath: newFakeDataPath(), Clock: &fakeClock{t: time.Unix(1_000_000, 0)},
 		NewShaper: func(config.Config) (ShaperChoice, error) { return ShaperChoice{Shaper: sh}, nil },
-		NewTopics: func(config.Config) (learner.TopicNames, func(), error) {
+		NewMetadata: func(config.Config) (Metadata, error) {
 			built++
-			return nil, func() { stopped++ }, nil
+			return Metadata{Stop: func() { stopped++ }}, nil
 		}}
 	bad := cfg
 	bad.Fetch.MemoryCycles = 0 // the allocator refuses it after both were built

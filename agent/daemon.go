@@ -125,28 +125,35 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	if err != nil {
 		return err
 	}
-	// The metadata client (topic IDs → names); the agent rebuilds it when a
-	// reload changes bootstrap, sasl, tls or metadata_refresh.
-	newTopics := func(c config.Config) (learner.TopicNames, func(), error) {
+	// The metadata client (topic IDs → names, and the cluster's client
+	// quotas with kafka_quotas: import); the agent rebuilds it when a reload
+	// changes bootstrap, sasl, tls, metadata_refresh or kafka_quotas.
+	newMetadata := func(c config.Config) (Metadata, error) {
 		opts, err := learner.ClientOptions(c)
 		if err != nil {
-			return nil, nil, err
+			return Metadata{}, err
 		}
 		client, err := kgo.NewClient(opts...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("bootstrap: %w", err)
+			return Metadata{}, fmt.Errorf("bootstrap: %w", err)
 		}
 		runCtx, stop := context.WithCancel(ctx)
 		topics := learner.NewMetadataTopics(client, c.MetadataRefresh, learner.DefaultMinRefreshGap, r.log)
 		go topics.Run(runCtx)
-		return topics, func() { stop(); client.Close() }, nil
+		md := Metadata{Topics: topics, Stop: func() { stop(); client.Close() }}
+		if c.KafkaQuotas == config.KafkaQuotasImport {
+			quotas := learner.NewClusterQuotas(client, c.MetadataRefresh, config.MaxEntityIDs, r.log)
+			go quotas.Run(runCtx)
+			md.Quotas = quotas
+		}
+		return md, nil
 	}
 	ifindexes := make([]int, len(r.atts))
 	for i, att := range r.atts {
 		ifindexes[i] = att.Index
 	}
 	newShaper := func(cfg config.Config) (ShaperChoice, error) { return ChooseShaper(cfg, r.dp, ifindexes) }
-	a, err := New(r.cfg, Deps{DataPath: dp, NewShaper: newShaper, NewTopics: newTopics, LogLevel: r.level, Log: r.log})
+	a, err := New(r.cfg, Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log})
 	if err != nil {
 		return err
 	}

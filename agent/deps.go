@@ -27,6 +27,8 @@ type DataPath interface {
 	SetSettings(s maps.Settings) error
 	SetListeners(ports []uint16) error
 	SetExempt(prefixes []netip.Prefix) error
+	// SetPeerEntities makes exactly these the TLS listeners' peer table.
+	SetPeerEntities(entries []maps.PeerEntity) error
 	Stats() (maps.Stats, error)
 }
 

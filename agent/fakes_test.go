@@ -18,6 +18,7 @@ type fakeDataPath struct {
 	settings   maps.Settings
 	listeners  []uint16
 	exempt     []netip.Prefix
+	peers      []maps.PeerEntity
 	resets     []uint32
 }
 
@@ -84,6 +85,10 @@ func (f *fakeDataPath) SetSettings(s maps.Settings) error { f.settings = s; retu
 func (f *fakeDataPath) SetListeners(p []uint16) error     { f.listeners = p; return nil }
 func (f *fakeDataPath) SetExempt(p []netip.Prefix) error  { f.exempt = p; return nil }
 func (f *fakeDataPath) Stats() (maps.Stats, error)        { return maps.Stats{}, nil }
+func (f *fakeDataPath) SetPeerEntities(e []maps.PeerEntity) error {
+	f.peers = e
+	return nil
+}
 
 type fakeShaper struct {
 	kind       string // "" reads as htb

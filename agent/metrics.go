@@ -64,10 +64,26 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 			func() float64 { return boolValue(a.LastReloadSucceeded()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle (the heartbeat's age)."},
 			func() float64 { return a.RefreshAge().Seconds() }),
+		counter("kafka_quota_imports_total", "Reads of the cluster's client quotas that succeeded (kafka_quotas: import).",
+			func() uint64 { return a.KafkaQuotas().Imports }),
+		counter("kafka_quota_import_failures_total", "Reads of the cluster's client quotas that failed (the last imported set stayed in force).",
+			func() uint64 { return a.KafkaQuotas().Failures }),
+		kafkaQuotaGauge(a, "applied", func(k KafkaQuotasView) int { return k.Clients + k.Users + int(boolValue(k.ClientDefault)) }),
+		kafkaQuotaGauge(a, "skipped", func(k KafkaQuotasView) int { return k.Skipped }),
+		kafkaQuotaGauge(a, "left_out", func(k KafkaQuotasView) int { return k.LeftOut }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "stale_after_seconds", Help: "stale_after: once refresh_age_seconds passes it, the data path fails open."},
 			func() float64 { return a.Config().StaleAfter.Seconds() }),
 	)
 	return m
+}
+
+// kafkaQuotaGauge is one state of sluice_kafka_quotas: imported entries
+// in use (applied), that sluice cannot apply (skipped: user, <user,
+// client-id> and ip quotas, invalid values) and left out for room.
+func kafkaQuotaGauge(a *Agent, state string, f func(KafkaQuotasView) int) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "kafka_quotas", ConstLabels: prometheus.Labels{"state": state},
+		Help: "Client quota entries imported from the cluster, by state: applied, skipped (user, <user, client-id> and ip quotas, invalid values) or left_out (no room for more configured entities)."},
+		func() float64 { return float64(f(a.KafkaQuotas())) })
 }
 
 // Serve serves /metrics until the listener closes.

@@ -26,6 +26,7 @@ func (a *Agent) publish(now time.Time) {
 		p.outputs = append(p.outputs[:0], dc.outputs...)
 		p.keys = append(p.keys[:0], dc.keys...)
 		p.params = append(p.params[:0], dc.params...)
+		p.sources = append(p.sources[:0], dc.sources...)
 		p.heldOf = append(p.heldOf[:0], dc.heldOf...)
 		p.bytes, p.heldBytes, p.dropped, p.ownSeries = p.bytes[:0], p.heldBytes[:0], p.dropped[:0], p.ownSeries[:0]
 		for _, in := range dc.inputs {
@@ -63,6 +64,7 @@ func (a *Agent) view() *Snapshot {
 		},
 		Connections:  ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound},
 		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
+		KafkaQuotas:  a.kafka.view(),
 	}
 	for _, dc := range a.dirs {
 		p := &dc.pub
@@ -81,10 +83,12 @@ func (a *Agent) view() *Snapshot {
 				if h.Throttled && !math.IsInf(out.Demand, 1) {
 					held = math.Max(0, out.Demand-in.Usage)
 				}
+				from := p.sources[i]
 				v.Entities = append(v.Entities, EntityView{
 					ID: in.Slot, Kind: key.Kind.String(), Name: key.Name, State: out.State.String(),
 					Rate: Bps(in.Usage), Bytes: p.bytes[i], Throttled: in.Throttled,
 					Reservation: Bps(p.params[i].Reservation), Weight: in.Weight, Limit: Bps(in.Limit),
+					Sources:              SourcesView{Reservation: from.Reservation.String(), Weight: from.Weight.String(), Limit: from.Limit.String()},
 					EffectiveReservation: Bps(out.EffectiveReservation), Demand: Bps(out.Demand), Green: Bps(out.Green),
 					Extra: Bps(out.Extra), Headroom: Bps(out.Headroom), DynamicLimit: Bps(out.DynamicLimit),
 					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: Bps(held),
@@ -95,6 +99,7 @@ func (a *Agent) view() *Snapshot {
 			unknownLimit := Bps(allocatorConfig(p.cfg).UnknownLimit())
 			v.Entities = append(v.Entities, EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
 				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit,
+				Sources:   SourcesView{Reservation: "headroom H", Weight: "headroom H", Limit: "headroom H"},
 				OwnSeries: true})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {
@@ -129,6 +134,16 @@ func (a *Agent) Snapshot() *Snapshot {
 	return a.snapshot
 }
 
+// KafkaQuotas is kafka_quotas: import's state (zero when import is off).
+func (a *Agent) KafkaQuotas() KafkaQuotasView {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v := a.kafka.view(); v != nil {
+		return *v
+	}
+	return KafkaQuotasView{}
+}
+
 // RefreshAge is the time since the last successful cycle.
 func (a *Agent) RefreshAge() time.Duration {
 	a.mu.Lock()
@@ -161,7 +176,7 @@ func (a *Agent) RateWriteFailures() uint64 {
 	return a.rateWriteFailures
 }
 
-// StopMetadata ends the metadata client the agent built (Deps.NewTopics).
+// StopMetadata ends the metadata client the agent built (Deps.NewMetadata).
 func (a *Agent) StopMetadata() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -253,7 +268,7 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	if loadErr != nil {
 		return refuse(loadErr)
 	}
-	if keys := restartOnly(a.cfg, cfg, a.deps.NewTopics != nil, a.openMetrics != nil); len(keys) > 0 {
+	if keys := restartOnly(a.cfg, cfg, a.deps.NewMetadata != nil, a.openMetrics != nil); len(keys) > 0 {
 		return refuse(fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", ")))
 	}
 	// A new metrics listener opens before anything else changes and
@@ -287,15 +302,16 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 			return refuse(fmt.Errorf("shaper: %w", err))
 		}
 	}
-	if a.deps.NewTopics != nil && anyChanged(metadataChanges(a.cfg, cfg)) {
-		topics, stop, err := a.deps.NewTopics(cfg)
+	if a.deps.NewMetadata != nil && anyChanged(metadataChanges(a.cfg, cfg)) {
+		md, err := a.deps.NewMetadata(cfg)
 		if err != nil {
 			return refuse(fmt.Errorf("metadata client: %w", err))
 		}
 		a.stopTopics()
-		a.learner.SetTopics(topics)
-		a.stopTopics = stop
-		a.log.Info("metadata client rebuilt", "bootstrap", cfg.Bootstrap, "metadata_refresh", cfg.MetadataRefresh)
+		a.learner.SetTopics(md.Topics)
+		a.stopTopics = md.stop()
+		a.kafka.replaceSource(md.Quotas)
+		a.log.Info("metadata client rebuilt", "bootstrap", cfg.Bootstrap, "metadata_refresh", cfg.MetadataRefresh, "kafka_quotas", cfg.KafkaQuotas)
 	}
 	for _, dc := range a.dirs {
 		next := directionConfig(cfg, dc.dir)
@@ -306,12 +322,9 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 	}
 	old := a.cfg
 	a.cfg = cfg
-	a.policy = entity.NewPolicy(cfg.Entities)
-	a.policyGen++
-	a.learner.SetPolicy(a.policy)
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
 	a.newPerPeer.SetRate(cfg.NewEntitiesPerPeer)
-	a.pinConfigured()
+	a.rebuildPolicy()
 	if err := a.applyDataPathSettings(); err != nil {
 		a.cfg = old
 		return refuse(err)
@@ -341,7 +354,7 @@ func (a *Agent) Reload(cfg config.Config, loadErr error) error {
 func metadataChanges(old, next config.Config) map[string]bool {
 	return map[string]bool{
 		"bootstrap": !equalStrings(old.Bootstrap, next.Bootstrap), "sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS,
-		"metadata_refresh": old.MetadataRefresh != next.MetadataRefresh,
+		"metadata_refresh": old.MetadataRefresh != next.MetadataRefresh, "kafka_quotas": old.KafkaQuotas != next.KafkaQuotas,
 	}
 }
 

@@ -42,10 +42,12 @@ type EntityView struct {
 	Rate      Bps    `json:"rate"` // measured, over the rate window
 	Bytes     uint64 `json:"bytes"`
 	Throttled bool   `json:"throttled"`
-	// Parameters as resolved from the configuration.
-	Reservation Bps     `json:"reservation"`
-	Weight      float64 `json:"weight"`
-	Limit       Bps     `json:"limit"`
+	// Parameters as resolved from the configuration, and where each came
+	// from (file, kafka, file <default>, kafka <default>, global default).
+	Reservation Bps         `json:"reservation"`
+	Weight      float64     `json:"weight"`
+	Limit       Bps         `json:"limit"`
+	Sources     SourcesView `json:"sources"`
 	// Control-loop steps.
 	EffectiveReservation Bps `json:"effective_reservation"`
 	Demand               Bps `json:"demand"`
@@ -68,6 +70,32 @@ type EntityView struct {
 	// OwnSeries: the entity has series of its own in /metrics; otherwise it
 	// is summed into its direction's Others (metrics.entities).
 	OwnSeries bool `json:"own_series"`
+}
+
+// SourcesView says where each parameter came from (entity.Source).
+type SourcesView struct {
+	Reservation string `json:"reservation"`
+	Weight      string `json:"weight"`
+	Limit       string `json:"limit"`
+}
+
+// KafkaQuotasView is kafka_quotas: import's state.
+type KafkaQuotasView struct {
+	// Imports and Failures count the cluster reads (failures keep the last good set).
+	Imports  uint64 `json:"imports"`
+	Failures uint64 `json:"failures"`
+	// Clients and Users: imported client and user quotas in use (a user
+	// with its <user, client-id>s counts once); ClientDefault: Kafka's
+	// client-id <default> is set.
+	Clients       int  `json:"clients"`
+	Users         int  `json:"users"`
+	ClientDefault bool `json:"client_default"`
+	// Skipped: entries sluice cannot apply (ip quotas, invalid values,
+	// beyond the import bound); LeftOut: entities beyond the room
+	// max_entities less max_unconfigured_entities leaves.
+	Skipped    int       `json:"skipped"`
+	LeftOut    int       `json:"left_out"`
+	LastImport time.Time `json:"last_import"`
 }
 
 // OthersView sums a direction's entities without metric series of their
@@ -114,10 +142,12 @@ type Snapshot struct {
 	Unconfigured int `json:"unconfigured"`
 	// PeerRateRefused: new entities refused because their peer created them
 	// faster than new_entities_per_peer (their connections share overflow).
-	PeerRateRefused uint64          `json:"peer_rate_refused"`
-	Learner         LearnerView     `json:"learner"`
-	Connections     ConnectionsView `json:"connections"`
-	CycleSeconds    float64         `json:"cycle_seconds"`
+	PeerRateRefused uint64      `json:"peer_rate_refused"`
+	Learner         LearnerView `json:"learner"`
+	// KafkaQuotas is nil unless kafka_quotas is import.
+	KafkaQuotas  *KafkaQuotasView `json:"kafka_quotas,omitempty"`
+	Connections  ConnectionsView  `json:"connections"`
+	CycleSeconds float64          `json:"cycle_seconds"`
 }
 
 // LearnerView counts the learner's work.

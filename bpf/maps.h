@@ -60,6 +60,16 @@ struct {
 	__type(value, __u8);
 } exempt SEC(".maps");
 
+// TLS listeners' peers -> the entities of both directions (struct
+// peer_key): read once per connection, when it starts.
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct peer_key);
+	__type(value, struct conn_entities);
+} peer_entities SEC(".maps");
+
 // Counters per (direction * max_entities + entity), per CPU: no increments
 // are lost and no cache line is shared between CPUs.
 struct {

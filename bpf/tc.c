@@ -44,6 +44,22 @@ static __always_inline int is_exempt(const struct parsed *p)
 	return bpf_map_lookup_elem(&exempt, &k) != NULL;
 }
 
+// peer_decision looks a TLS listener's peer up: the entities of its
+// longest matching prefix, or of the listener's own entry; NULL on a
+// listener that is not TLS (its connections are learned from requests).
+static __always_inline struct conn_entities *peer_decision(const struct parsed *p)
+{
+	struct peer_key k = {.prefixlen = 16 + 128};
+	__u16 port = p->v6 ? p->key.local_port : p->key4.local_port;
+	k.port[0] = port >> 8;
+	k.port[1] = port & 0xff;
+	if (p->v6)
+		__builtin_memcpy(k.addr, p->key.peer_addr, 16);
+	else
+		v4_mapped(k.addr, p->key4.peer_addr);
+	return bpf_map_lookup_elem(&peer_entities, &k);
+}
+
 static __always_inline void count_held(struct entity_counters *c, __u32 len)
 {
 	if (c) {
@@ -224,15 +240,20 @@ static __always_inline void count_exempt(int dir, __u32 len)
 // skip the trie); any other starts unbound until the agent learns its
 // entity, with request tracking placed where the broker's acknowledgement
 // says the client's stream stands (if that lands inside a request, the
-// tracking re-synchronises on the next plausible header). It returns 1
-// for an exempt peer.
+// tracking re-synchronises on the next plausible header). On a TLS
+// listener no request can be read: the peer decides the entities here,
+// once, and nothing is tracked. It returns 1 for an exempt peer.
 static __always_inline int conn_start(const struct parsed *p)
 {
 	struct conn_state fresh = {};
 	fresh.born = coarse_now();
 	int exempt = is_exempt(p);
+	struct conn_entities *by_peer;
 	if (exempt) {
 		fresh.bound.entity[0] = fresh.bound.entity[1] = ENTITY_NOT_GOVERNED;
+	} else if ((by_peer = peer_decision(p))) {
+		fresh.bound = *by_peer;
+		fresh.track.by_peer = 1;
 	} else {
 		fresh.track.next_seq = p->ack_seq;
 		fresh.track.synced = 1;
@@ -290,7 +311,7 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 		count_exempt(dir, p.payload_len);
 		return PASS;
 	}
-	if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED) {
+	if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED && !st->track.by_peer) {
 		struct track saved;
 		if (bench_rewind)
 			__builtin_memcpy(&saved, &st->track, sizeof(saved));

@@ -61,7 +61,8 @@ struct track {
 	__u8 synced;        // next_seq is trusted
 	__u8 size_have;     // bytes of size_partial collected (0..3)
 	__u8 closing;       // a FIN or RST went by: the agent reclaims the entry
-	__u8 pad[5];
+	__u8 by_peer;       // attributed by its peer at start (TLS listener): no request tracking
+	__u8 pad[4];
 };
 
 // The connection table's value. Attribution and request tracking share one
@@ -172,6 +173,17 @@ struct entity_name {
 struct exempt_key {
 	__u32 prefixlen; // over addr, v4 as v4-mapped (96 + v4 prefix)
 	__u8 addr[16];
+};
+
+// A peer on a TLS listener (SSL, SASL_SSL), where no request can be read:
+// the listener port (big-endian) then the peer address (v4 as v4-mapped),
+// matched longest prefix first. prefixlen 16 is the listener's own entry,
+// which every peer of it matches (the listener's fallback entity).
+struct peer_key {
+	__u32 prefixlen; // over port and addr: 16 + 96 + v4 prefix, or 16 + v6 prefix
+	__u8 port[2];
+	__u8 addr[16];
+	__u8 pad[2];
 };
 
 // Data path statistics (per CPU).

@@ -78,6 +78,7 @@ type Datapath struct {
 	// listenerPorts remembers what SetListeners set, to clear it next time.
 	listenerPorts map[uint16]bool
 	exemptSet     map[sluiceExemptKey]bool
+	peerSet       map[sluicePeerKey]bool // what SetPeerEntities set
 }
 
 func (o Options) validate() error {
@@ -132,7 +133,7 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 
 // pinnedMaps survive an agent restart: connection attribution, tracking,
 // counters, classes and settings, so a restart resets no flow.
-var pinnedMaps = []string{"conns4", "conns6", "counters", "classes", "settings", "listeners", "exempt", "stats", "entity_names", "rates", "clocks", "buckets"}
+var pinnedMaps = []string{"conns4", "conns6", "counters", "classes", "settings", "listeners", "exempt", "peer_entities", "stats", "entity_names", "rates", "clocks", "buckets"}
 
 // retiredPins are maps an earlier data path pinned and this one no longer
 // has: an upgraded agent removes them, else their memory (tens of MB for
@@ -159,7 +160,7 @@ func Load(opts Options) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Datapath{opts: opts, pinDir: opts.PinDir, listenerPorts: map[uint16]bool{}, exemptSet: map[sluiceExemptKey]bool{}}
+	d := &Datapath{opts: opts, pinDir: opts.PinDir, listenerPorts: map[uint16]bool{}, exemptSet: map[sluiceExemptKey]bool{}, peerSet: map[sluicePeerKey]bool{}}
 	var collOpts ebpf.CollectionOptions
 	var tmp string
 	if opts.PinDir != "" {
@@ -213,6 +214,10 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, err
 	}
 	if err := d.readListeners(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.readPeerEntities(); err != nil {
 		d.Close()
 		return nil, err
 	}

@@ -95,9 +95,12 @@ func TestEDTDepartureTimes(t *testing.T) {
 	}
 }
 
+// Each segment adds a second to the entity's clock, so that the real time
+// between runs (milliseconds on a busy host, which the virtual clock
+// subtracts from every wait) cannot move a segment across a threshold.
 func TestEDTHorizonDropAndECNMark(t *testing.T) {
-	h := shaped(t, ShaperEDT, 5*time.Millisecond, 2*time.Millisecond, 0)
-	h.d.SetEntityRates(Fetch, []EntityRate{{Entity: 5, BytesPerSecond: 1_000_000}})
+	h := shaped(t, ShaperEDT, 5*time.Second, 2*time.Second, 0)
+	h.d.SetEntityRates(Fetch, []EntityRate{{Entity: 5, BytesPerSecond: 1000}})
 	seg := fromBroker(client4, broker4, 40400, 1, make([]byte, 1000))
 	seg.tos = 0x02 // ECT(0)
 	var marked, dropped int
@@ -110,13 +113,13 @@ func TestEDTHorizonDropAndECNMark(t *testing.T) {
 		case ecn == 3:
 			marked++
 			if i < 3 {
-				t.Errorf("segment %d waits %d ms: marked CE below the 2 ms threshold", i, i)
+				t.Errorf("segment %d waits %d s: marked CE below the 2 s threshold", i, i)
 			}
 		case i > 2:
-			t.Errorf("segment %d waits %d ms: not marked above the 2 ms threshold (ECN %b)", i, i, ecn)
+			t.Errorf("segment %d waits %d s: not marked above the 2 s threshold (ECN %b)", i, i, ecn)
 		}
 	}
-	// Waits 0..5 ms pass (3..5 marked); from 6 ms on, beyond the 5 ms horizon, drops.
+	// Waits 0..5 s pass (3..5 marked); from 6 s on, beyond the 5 s horizon, drops.
 	if marked != 3 || dropped != 4 {
 		t.Errorf("marked %d dropped %d, want 3 and 4", marked, dropped)
 	}

@@ -103,6 +103,14 @@ type sluiceExemptKey struct {
 	Addr      [16]uint8
 }
 
+type sluicePeerKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Port      [2]uint8
+	Addr      [16]uint8
+	Pad       [2]uint8
+}
+
 type sluicePoliceBucket struct {
 	_    structs.HostLayout
 	Lock struct {
@@ -160,7 +168,8 @@ type sluiceTrack struct {
 	Synced      uint8
 	SizeHave    uint8
 	Closing     uint8
-	Pad         [5]uint8
+	ByPeer      uint8
+	Pad         [4]uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -178,6 +187,7 @@ const (
 	sluiceMapEntityNames          = "entity_names"
 	sluiceMapExempt               = "exempt"
 	sluiceMapListeners            = "listeners"
+	sluiceMapPeerEntities         = "peer_entities"
 	sluiceMapRates                = "rates"
 	sluiceMapSamples              = "samples"
 	sluiceMapSettings             = "settings"
@@ -256,6 +266,7 @@ type sluiceMapSpecs struct {
 	EntityNames  *ebpf.MapSpec `ebpf:"entity_names"`
 	Exempt       *ebpf.MapSpec `ebpf:"exempt"`
 	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
+	PeerEntities *ebpf.MapSpec `ebpf:"peer_entities"`
 	Rates        *ebpf.MapSpec `ebpf:"rates"`
 	Samples      *ebpf.MapSpec `ebpf:"samples"`
 	Settings     *ebpf.MapSpec `ebpf:"settings"`
@@ -306,6 +317,7 @@ type sluiceMaps struct {
 	EntityNames  *ebpf.Map `ebpf:"entity_names"`
 	Exempt       *ebpf.Map `ebpf:"exempt"`
 	Listeners    *ebpf.Map `ebpf:"listeners"`
+	PeerEntities *ebpf.Map `ebpf:"peer_entities"`
 	Rates        *ebpf.Map `ebpf:"rates"`
 	Samples      *ebpf.Map `ebpf:"samples"`
 	Settings     *ebpf.Map `ebpf:"settings"`
@@ -325,6 +337,7 @@ func (m *sluiceMaps) Close() error {
 		m.EntityNames,
 		m.Exempt,
 		m.Listeners,
+		m.PeerEntities,
 		m.Rates,
 		m.Samples,
 		m.Settings,

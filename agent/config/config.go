@@ -12,6 +12,43 @@ import (
 	"github.com/sluice-dev/sluice/allocator"
 )
 
+// Listener security protocols, as Kafka's listener.security.protocol.map
+// names them.
+const (
+	ProtocolPlaintext     = "PLAINTEXT"
+	ProtocolSSL           = "SSL"
+	ProtocolSASLPlaintext = "SASL_PLAINTEXT"
+	ProtocolSASLSSL       = "SASL_SSL"
+)
+
+// Protocols lists them in Kafka's order.
+var Protocols = []string{ProtocolPlaintext, ProtocolSSL, ProtocolSASLPlaintext, ProtocolSASLSSL}
+
+// Protocol returns a listener port's security protocol.
+func (c Config) Protocol(port uint16) string {
+	if p, ok := c.ListenerProtocols[port]; ok {
+		return p
+	}
+	return ProtocolPlaintext
+}
+
+// IsTLS reports whether a listener protocol encrypts its connections
+// (SSL, SASL_SSL): no request can be read there, so its connections are
+// attributed by their peer (entities.peers, else the listener's entity).
+func IsTLS(protocol string) bool { return protocol == ProtocolSSL || protocol == ProtocolSASLSSL }
+
+// TLSListeners returns the listener ports whose protocol is TLS, in
+// listeners' order.
+func (c Config) TLSListeners() []uint16 {
+	var out []uint16
+	for _, p := range c.Listeners {
+		if IsTLS(c.Protocol(p)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Mode says whether the data path holds traffic back.
 type Mode string
 
@@ -29,6 +66,9 @@ type Config struct {
 	Interfaces []string
 	// Listeners are the broker listener ports whose connections are governed.
 	Listeners []uint16
+	// ListenerProtocols holds each listener's security protocol, in
+	// Kafka's names (Protocol…); a port not in it is PLAINTEXT.
+	ListenerProtocols map[uint16]string
 	// ExemptPeers are never governed (other brokers: replication).
 	ExemptPeers []netip.Prefix
 	// Mode: enforce or shadow.
@@ -55,8 +95,13 @@ type Config struct {
 	Bootstrap []string
 	SASL      SASL
 	TLS       TLS
-	// MetadataRefresh is how often topic IDs are refreshed.
+	// MetadataRefresh is how often topic IDs (and, with KafkaQuotas
+	// import, the cluster's client quotas) are refreshed.
 	MetadataRefresh time.Duration
+	// KafkaQuotas: KafkaQuotasOff, or KafkaQuotasImport to read the
+	// cluster's client quotas (kafka-configs.sh --entity-type clients) as
+	// limits wherever this file sets none.
+	KafkaQuotas string
 	// MaxEntities bounds the entity registry; beyond it new entities share
 	// one overflow entity per direction. Every entity id has an HTB class,
 	// and a tree has 65,533 minors (two ids are unknown and overflow).
@@ -131,6 +176,12 @@ const (
 	MetricsAll        = "all"
 )
 
+// kafka_quotas values.
+const (
+	KafkaQuotasOff    = "off"
+	KafkaQuotasImport = "import"
+)
+
 // Log formats.
 const (
 	LogText = "text"
@@ -196,6 +247,26 @@ type Entities struct {
 	Clients map[string]Quota
 	// TopicPartitions by "<topic>-<partition>".
 	TopicPartitions map[string]Quota
+	// Users by authenticated principal (read on SASL_PLAINTEXT listeners),
+	// each with its own <user, client-id> quotas (KIP-55).
+	Users map[string]UserQuota
+	// Peers by CIDR (canonical: masked, as netip.Prefix prints it): on TLS
+	// listeners a connection belongs to the longest prefix holding its
+	// peer address, decided by the data path when it starts.
+	Peers map[string]Quota
+	// Listeners by port: the entity of a TLS listener's connections that
+	// no peer prefix holds. The loader lists every TLS listener (with no
+	// parameters unless configured); keys are TLS listener ports.
+	Listeners map[string]Quota
+}
+
+// UserQuota is a user's quota and its per-client quotas; both maps'
+// "<default>" entries are templates, as in kafka-configs.sh
+// (--entity-type users --entity-default, --entity-type clients
+// --entity-default under a user).
+type UserQuota struct {
+	Quota
+	Clients map[string]Quota
 }
 
 // MaxEntityIDs is the most entities the registry may hold: one HTB class
@@ -209,10 +280,20 @@ const reservedConfigured = 4096
 // Configured counts the configured entities (templates excluded).
 func (e Entities) Configured() int {
 	n := 0
-	for _, m := range []map[string]Quota{e.Clients, e.TopicPartitions} {
+	for _, m := range []map[string]Quota{e.Clients, e.TopicPartitions, e.Peers, e.Listeners} {
 		n += len(m)
 		if _, ok := m[DefaultKey]; ok {
 			n--
+		}
+	}
+	for name, u := range e.Users {
+		if name != DefaultKey {
+			n++ // the user
+			for client := range u.Clients {
+				if client != DefaultKey {
+					n++ // <user, client-id>
+				}
+			}
 		}
 	}
 	return n
@@ -256,6 +337,7 @@ func Default() Config {
 		Fetch:                   fetch,
 		Bootstrap:               []string{"127.0.0.1:9092"},
 		MetadataRefresh:         30 * time.Second,
+		KafkaQuotas:             KafkaQuotasOff,
 		MaxEntities:             MaxEntityIDs,
 		MaxUnconfiguredEntities: MaxEntityIDs - reservedConfigured,
 		NewEntitiesPerPeer:      50,
@@ -268,6 +350,7 @@ func Default() Config {
 		Socket:                  "/run/sluice/sluice.sock",
 		PinPath:                 "/sys/fs/bpf/sluice",
 		LogLevel:                slog.LevelInfo,
-		Entities:                Entities{Clients: map[string]Quota{}, TopicPartitions: map[string]Quota{}},
+		Entities: Entities{Clients: map[string]Quota{}, TopicPartitions: map[string]Quota{}, Users: map[string]UserQuota{},
+			Peers: map[string]Quota{}, Listeners: map[string]Quota{}},
 	}
 }

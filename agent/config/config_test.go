@@ -2,9 +2,12 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +135,8 @@ produce: {capacity: 1GiB}
 fetch: {capacity: 1GiB}`, []string{"listeners[0]: 0 is not a TCP port", "listeners[1]: 70000 is not a TCP port", "listeners[2]: http is not a TCP port"}},
 		{"cidrs", minimal + `
 exempt_peers: [10.0.0.0/33, banana, 10.1.2.3]`, []string{`exempt_peers[0]: "10.0.0.0/33" is not a CIDR`, `exempt_peers[1]: "banana" is not a CIDR`}},
+		{"kafka_quotas", minimal + `
+kafka_quotas: imports`, []string{`kafka_quotas: "imports" is not off or import (did you mean import?)`}},
 		{"mode", minimal + `
 mode: enforcing`, []string{`mode: "enforcing" is not a mode (enforce or shadow) (did you mean enforce?)`}},
 		{"shaper", minimal + `
@@ -358,5 +363,118 @@ func TestClientPatternKeys(t *testing.T) {
 	_, err = Parse([]byte(minimal + "entities: {clients: {'orders-[': {consumer_byte_rate: 1MiB}}}\n"))
 	if err == nil || !strings.Contains(err.Error(), "entities.clients.orders-[") || !strings.Contains(err.Error(), "pattern") {
 		t.Errorf("malformed pattern: %v, want an error naming the key", err)
+	}
+}
+
+// Listeners take Kafka's protocol names ({port, protocol}; a bare port is
+// PLAINTEXT), and users hold their own quota beside <user, client-id> ones.
+func TestListenerProtocolsAndUsers(t *testing.T) {
+	c, err := Parse([]byte(`
+interfaces: [eth0]
+listeners: [9092, {port: 9093, protocol: SASL_PLAINTEXT}, {port: 9094, protocol: SSL}]
+produce: {capacity: -1}
+fetch: {capacity: 1GiB}
+entities:
+  users:
+    alice:
+      consumer_byte_rate: 10MiB
+      clients:
+        reports: {consumer_byte_rate: 2MiB}
+        '<default>': {quota_weight: 2}
+    '<default>': {consumer_byte_rate: 5MiB}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{c.Protocol(9092), c.Protocol(9093), c.Protocol(9094), c.Protocol(1)}; fmt.Sprint(got) != "[PLAINTEXT SASL_PLAINTEXT SSL PLAINTEXT]" {
+		t.Errorf("protocols %v", got)
+	}
+	if fmt.Sprint(c.Listeners) != "[9092 9093 9094]" {
+		t.Errorf("listeners %v", c.Listeners)
+	}
+	alice := c.Entities.Users["alice"]
+	if *alice.ConsumerByteRate != 10<<20 || *alice.Clients["reports"].ConsumerByteRate != 2<<20 || *alice.Clients[DefaultKey].QuotaWeight != 2 {
+		t.Errorf("alice %+v", alice)
+	}
+	if n := c.Entities.Configured(); n != 3 {
+		t.Errorf("configured %d, want 3 (alice, <alice, reports> and the SSL listener's entity; templates are not entities)", n)
+	}
+	warnings := fmt.Sprint(c.Warnings())
+	if !strings.Contains(warnings, "listeners[2]: port 9094 is SSL: its requests are encrypted, so every connection on it shares the entity listener:9094") || strings.Contains(warnings, "entities.users") {
+		t.Errorf("warnings %s: want the SSL listener's and none about users", warnings)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{`listeners: [{port: 9093, protocol: SASL_PLAINTXT}]`, `listeners[0].protocol: "SASL_PLAINTXT" is not a listener protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) (did you mean SASL_PLAINTEXT?)`},
+		{`listeners: [{port: 9093, protocl: SSL}]`, `listeners[0].protocl: unknown key (did you mean protocol?)`},
+		{`listeners: [9092, {port: 9092, protocol: SSL}]`, `listeners[1]: port 9092 is listed twice`},
+		{"listeners: [9092]\nentities: {users: {bob: {clients: {app: {consumer_byte_rat: 1MiB}}}}}", `entities.users.bob.clients.app.consumer_byte_rat: unknown key (did you mean consumer_byte_rate?)`},
+		{"listeners: [9092]\nentities: {users: {bob: {quota_weight: -1}}}", `entities.users.bob.quota_weight: -1 must be a number > 0`},
+	} {
+		_, err := Parse([]byte("interfaces: [eth0]\nproduce: {capacity: -1}\nfetch: {capacity: 1GiB}\n" + bad.yaml))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+}
+
+// entities.peers takes CIDRs and addresses (canonical keys, one spelling
+// per prefix); entities.listeners takes TLS listener ports, and every TLS
+// listener has an entity whether configured or not.
+func TestPeersAndListenerEntities(t *testing.T) {
+	c, err := Parse([]byte(`
+interfaces: [eth0]
+listeners: [9092, {port: 9093, protocol: SSL}, {port: 9094, protocol: SASL_SSL}]
+produce: {capacity: 100MB}
+fetch: {capacity: 100MB}
+entities:
+  peers:
+    198.18.1.7/24: {consumer_byte_rate: 4MB}
+    198.18.2.9: {consumer_byte_rate: 6MB}
+    2001:db8::/32: {quota_weight: 2}
+    '<default>': {quota_weight: 0.5}
+  listeners:
+    9093: {consumer_byte_rate: 2MB}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Sorted(maps.Keys(c.Entities.Peers))
+	if fmt.Sprint(got) != "[198.18.1.0/24 198.18.2.9/32 2001:db8::/32 <default>]" {
+		t.Errorf("peer keys %v", got)
+	}
+	if *c.Entities.Peers["198.18.1.0/24"].ConsumerByteRate != 4e6 || *c.Entities.Listeners["9093"].ConsumerByteRate != 2e6 {
+		t.Errorf("peers %+v listeners %+v", c.Entities.Peers, c.Entities.Listeners)
+	}
+	if q, ok := c.Entities.Listeners["9094"]; !ok || q != (Quota{}) {
+		t.Errorf("the unconfigured SASL_SSL listener has no entity: %+v", c.Entities.Listeners)
+	}
+	if _, ok := c.Entities.Listeners["9092"]; ok {
+		t.Error("a PLAINTEXT listener got a listener entity")
+	}
+	if n := c.Entities.Configured(); n != 5 {
+		t.Errorf("configured %d, want 5 (three peers, two TLS listeners)", n)
+	}
+	if fmt.Sprint(c.TLSListeners()) != "[9093 9094]" {
+		t.Errorf("TLS listeners %v", c.TLSListeners())
+	}
+	if w := fmt.Sprint(c.Warnings()); strings.Contains(w, "listeners[") {
+		t.Errorf("warnings %s: peers are configured, so no TLS listener warning", w)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"entities: {peers: {198.18.300.0/24: {}}}", `entities.peers.198.18.300.0/24: "198.18.300.0/24" is not a CIDR or an address`},
+		{"entities: {peers: {10.0.0.1/8: {}, 10.0.0.0/8: {}}}", `entities.peers.10.0.0.1/8: the same prefix as "10.0.0.0/8" (10.0.0.0/8)`},
+		{"entities: {peers: {10.0.0.0/8: {consumer_byte_rat: 1MB}}}", `entities.peers.10.0.0.0/8.consumer_byte_rat: unknown key`},
+		{"entities: {listeners: {9092: {consumer_byte_rate: 1MB}}}", `entities.listeners.9092: listener 9092 is PLAINTEXT`},
+		{"entities: {listeners: {9999: {}}}", `entities.listeners.9999: not a port in listeners`},
+	} {
+		_, err := Parse([]byte("interfaces: [eth0]\nlisteners: [9092, {port: 9093, protocol: SSL}]\nproduce: {capacity: -1}\nfetch: {capacity: 1GiB}\n" + bad.yaml))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+	// Peers without a TLS listener match nothing: said so.
+	c, err = Parse([]byte(minimal + "entities: {peers: {10.0.0.0/8: {consumer_byte_rate: 1MB}}}\n"))
+	if err != nil || !strings.Contains(fmt.Sprint(c.Warnings()), "entities.peers: peers attribute connections on SSL and SASL_SSL listeners only") {
+		t.Errorf("%v, warnings %v", err, c.Warnings())
 	}
 }

@@ -60,13 +60,13 @@ func Load(path string) (Config, error) {
 var schema = map[string][]string{
 	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
-		"metadata_refresh", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
+		"metadata_refresh", "kafka_quotas", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
 		"samples_per_second", "metrics_address", "metrics", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities"},
 	"produce":  directionKeys,
 	"fetch":    directionKeys,
 	"sasl":     {"mechanism", "username", "password", "password_file"},
 	"tls":      {"enabled", "ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify"},
-	"entities": {"clients", "topic-partitions"},
+	"entities": {"clients", "topic-partitions", "users", "peers", "listeners"},
 	"metrics":  {"entities", "max_entity_series"},
 }
 
@@ -140,32 +140,50 @@ func (l *loader) checkKeys(section string, m map[string]any) {
 func (l *loader) globals() {
 	c := &l.cfg
 	l.strings("interfaces", &c.Interfaces)
-	if ports, ok := l.list("listeners"); ok {
-		c.Listeners = nil
-		for i, p := range ports {
-			n, err := strconv.Atoi(strings.TrimSpace(fmt.Sprint(p)))
+	if entries, ok := l.list("listeners"); ok {
+		c.Listeners, c.ListenerProtocols = nil, map[uint16]string{}
+		for i, entry := range entries {
+			key := fmt.Sprintf("listeners[%d]", i)
+			port, protocol := entry, any(ProtocolPlaintext)
+			if m, isMap := entry.(map[string]any); isMap {
+				for k := range m {
+					if k != "port" && k != "protocol" {
+						l.fail(key+"."+k, "unknown key%s", suggest(k, []string{"port", "protocol"}))
+					}
+				}
+				port = m["port"]
+				if p, set := m["protocol"]; set {
+					protocol = p
+				}
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(fmt.Sprint(port)))
 			if err != nil || n < 1 || n > 65535 {
-				l.fail(fmt.Sprintf("listeners[%d]", i), "%v is not a TCP port (1-65535)", p)
+				l.fail(key, "%v is not a TCP port (1-65535)", port)
+				continue
+			}
+			name := strings.TrimSpace(fmt.Sprint(protocol))
+			if !contains(Protocols, name) {
+				l.fail(key+".protocol", "%q is not a listener protocol (%s)%s", name, strings.Join(Protocols, ", "), suggest(name, Protocols))
+				continue
+			}
+			if _, dup := c.ListenerProtocols[uint16(n)]; dup {
+				l.fail(key, "port %d is listed twice", n)
 				continue
 			}
 			c.Listeners = append(c.Listeners, uint16(n))
+			c.ListenerProtocols[uint16(n)] = name
 		}
 	}
 	if cidrs, ok := l.list("exempt_peers"); ok {
 		c.ExemptPeers = nil
 		for i, s := range cidrs {
 			text := strings.TrimSpace(fmt.Sprint(s))
-			p, err := netip.ParsePrefix(text)
-			if err != nil {
-				if a, aerr := netip.ParseAddr(text); aerr == nil {
-					p, err = a.Prefix(a.BitLen())
-				}
-			}
+			p, err := parsePrefix(text)
 			if err != nil {
 				l.fail(fmt.Sprintf("exempt_peers[%d]", i), "%q is not a CIDR or an address", text)
 				continue
 			}
-			c.ExemptPeers = append(c.ExemptPeers, p.Masked())
+			c.ExemptPeers = append(c.ExemptPeers, p)
 		}
 	}
 	if s, ok := l.str("mode"); ok {
@@ -188,6 +206,14 @@ func (l *loader) globals() {
 	l.duration("stale_after", &c.StaleAfter, time.Second)
 	l.duration("max_queue_delay", &c.MaxQueueDelay, time.Millisecond)
 	l.duration("metadata_refresh", &c.MetadataRefresh, time.Second)
+	if s, ok := l.str("kafka_quotas"); ok {
+		sources := []string{KafkaQuotasOff, KafkaQuotasImport}
+		if contains(sources, s) {
+			c.KafkaQuotas = s
+		} else {
+			l.fail("kafka_quotas", "%q is not off or import%s", s, suggest(s, sources))
+		}
+	}
 	l.duration("entity_idle_timeout", &c.EntityIdleTimeout, time.Second)
 	if l.has("update_threshold") {
 		if f, ok := l.float("update_threshold"); ok {
@@ -349,14 +375,17 @@ func (l *loader) direction(name string, d *Direction) {
 
 // entities decodes the per-entity section from the raw YAML (see Parse).
 func (l *loader) entities(v any) {
-	if v == nil {
-		return
-	}
 	m, ok := v.(map[string]any)
-	if !ok {
-		l.fail("entities", "must be a mapping with clients and topic-partitions")
+	if v != nil && !ok {
+		l.fail("entities", "must be a mapping with clients, topic-partitions, users, peers and listeners")
+	}
+	// Every TLS listener has its entity, configured or not.
+	l.listenerEntities(m["listeners"])
+	if m == nil {
 		return
 	}
+	l.users(m["users"])
+	l.peers(m["peers"])
 	for _, section := range []string{"clients", "topic-partitions"} {
 		sub, present := m[section]
 		if !present || sub == nil {
@@ -392,6 +421,145 @@ func (l *loader) entities(v any) {
 			if q, ok := l.quota(path, entries[name]); ok {
 				dst[name] = q
 			}
+		}
+	}
+}
+
+// quotaMap decodes one entities section of names to quotas.
+func (l *loader) quotaMap(section string, v any) (map[string]any, bool) {
+	if v == nil {
+		return nil, false
+	}
+	if numbered, ok := v.(map[any]any); ok { // keys YAML read as numbers (ports)
+		entries := make(map[string]any, len(numbered))
+		for k, q := range numbered {
+			entries[fmt.Sprint(k)] = q
+		}
+		return entries, true
+	}
+	entries, ok := v.(map[string]any)
+	if !ok {
+		l.fail("entities."+section, "must be a mapping of names to quotas")
+	}
+	return entries, ok
+}
+
+// peers decodes entities.peers: CIDRs (or single addresses) to quotas,
+// keyed by the canonical prefix; two spellings of one prefix are refused.
+func (l *loader) peers(v any) {
+	entries, ok := l.quotaMap("peers", v)
+	if !ok {
+		return
+	}
+	spelled := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(entries)) {
+		path := "entities.peers." + name
+		key := name
+		if name != DefaultKey {
+			p, err := parsePrefix(name)
+			if err != nil {
+				l.fail(path, "%q is not a CIDR or an address", name)
+				continue
+			}
+			key = p.String()
+			if first, dup := spelled[key]; dup {
+				l.fail(path, "the same prefix as %q (%s)", first, key)
+				continue
+			}
+			spelled[key] = name
+		}
+		if q, ok := l.quota(path, entries[name]); ok {
+			l.cfg.Entities.Peers[key] = q
+		}
+	}
+}
+
+// listenerEntities decodes entities.listeners (TLS listener ports to the
+// quotas of their fallback entities) and lists every TLS listener, so
+// that each has its entity.
+func (l *loader) listenerEntities(v any) {
+	c := &l.cfg
+	if entries, ok := l.quotaMap("listeners", v); ok {
+		for _, name := range slices.Sorted(maps.Keys(entries)) {
+			path := "entities.listeners." + name
+			if name != DefaultKey {
+				port, err := strconv.Atoi(name)
+				if err != nil || port < 1 || port > 65535 || !slices.Contains(c.Listeners, uint16(port)) {
+					l.fail(path, "not a port in listeners")
+					continue
+				}
+				if protocol := c.Protocol(uint16(port)); !IsTLS(protocol) {
+					l.fail(path, "listener %d is %s: its connections are attributed by their requests (client-id, user, topic-partition); a listener entity is for %s and %s listeners",
+						port, protocol, ProtocolSSL, ProtocolSASLSSL)
+					continue
+				}
+			}
+			if q, ok := l.quota(path, entries[name]); ok {
+				c.Entities.Listeners[name] = q
+			}
+		}
+	}
+	for _, port := range c.TLSListeners() {
+		name := strconv.Itoa(int(port))
+		if _, ok := c.Entities.Listeners[name]; !ok {
+			c.Entities.Listeners[name] = Quota{}
+		}
+	}
+}
+
+// parsePrefix reads a CIDR or a single address as a masked prefix.
+func parsePrefix(text string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(text)
+	if err != nil {
+		a, aerr := netip.ParseAddr(text)
+		if aerr != nil {
+			return netip.Prefix{}, err
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	return p.Masked(), nil
+}
+
+// users decodes entities.users: each user's quota keys beside a clients
+// mapping of its <user, client-id> quotas.
+func (l *loader) users(v any) {
+	if v == nil {
+		return
+	}
+	entries, ok := v.(map[string]any)
+	if !ok {
+		l.fail("entities.users", "must be a mapping of user names to quotas")
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(entries)) {
+		path := "entities.users." + name
+		raw, _ := entries[name].(map[string]any)
+		if entries[name] != nil && raw == nil {
+			l.fail(path, "must be a mapping of %s and clients", strings.Join(quotaKeys, ", "))
+			continue
+		}
+		own := map[string]any{}
+		for k, v := range raw {
+			if k != "clients" {
+				own[k] = v
+			}
+		}
+		q, good := l.quota(path, own)
+		u := UserQuota{Quota: q, Clients: map[string]Quota{}}
+		if clients, present := raw["clients"]; present && clients != nil {
+			m, ok := clients.(map[string]any)
+			if !ok {
+				l.fail(path+".clients", "must be a mapping of client-ids to quotas")
+				good = false
+			}
+			for _, client := range slices.Sorted(maps.Keys(m)) {
+				cq, ok := l.quota(path+".clients."+client, m[client])
+				good = good && ok
+				u.Clients[client] = cq
+			}
+		}
+		if good {
+			l.cfg.Entities.Users[name] = u
 		}
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -14,6 +15,28 @@ import (
 // would retry for ever.
 func (c Config) Warnings() Problems {
 	var out Problems
+	peers := 0
+	for name := range c.Entities.Peers {
+		if name != DefaultKey {
+			peers++
+		}
+	}
+	tls := c.TLSListeners()
+	for i, port := range c.Listeners {
+		name := strconv.Itoa(int(port))
+		if IsTLS(c.Protocol(port)) && peers == 0 && c.Entities.Listeners[name] == (Quota{}) && c.Entities.Listeners[DefaultKey] == (Quota{}) {
+			out = append(out, Problem{Key: fmt.Sprintf("listeners[%d]", i),
+				Message: fmt.Sprintf("port %d is %s: its requests are encrypted, so every connection on it shares the entity listener:%d, with the global defaults (no reservation, weight 1, no limit): set entities.peers or entities.listeners.%d", port, c.Protocol(port), port, port)})
+		}
+	}
+	if peers > 0 && len(tls) == 0 {
+		out = append(out, Problem{Key: "entities.peers",
+			Message: "peers attribute connections on SSL and SASL_SSL listeners only, and none is configured: no connection will match a peer"})
+	}
+	if len(c.Entities.Users) > 0 && !slices.ContainsFunc(c.Listeners, func(p uint16) bool { return c.Protocol(p) == ProtocolSASLPlaintext }) {
+		out = append(out, Problem{Key: "entities.users",
+			Message: "users are read only on SASL_PLAINTEXT listeners, and none is configured: no connection will match a user"})
+	}
 	if _, ok := c.Entities.Clients[oldDefaultKey]; ok {
 		out = append(out, Problem{Key: "entities.clients." + oldDefaultKey,
 			Message: fmt.Sprintf("configures the client-id %q only; the template for every client is spelled %q, as Kafka spells it", oldDefaultKey, DefaultKey)})
@@ -51,6 +74,8 @@ func (c Config) Warnings() Problems {
 	}
 	check("clients", c.Entities.Clients)
 	check("topic-partitions", c.Entities.TopicPartitions)
+	check("peers", c.Entities.Peers)
+	check("listeners", c.Entities.Listeners)
 	return out
 }
 

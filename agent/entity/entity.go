@@ -40,6 +40,18 @@ const (
 	// KindClientPattern is a configured glob of client-ids
 	// (consumer-orders-*): every client-id it matches shares this entity.
 	KindClientPattern
+	// KindUser is an authenticated principal (SASL_PLAINTEXT listeners):
+	// every client of the user shares it.
+	KindUser
+	// KindUserClient is one client-id of one user (<user, client-id>,
+	// KIP-55); its name is UserClientName's.
+	KindUserClient
+	// KindPeer is a configured peer prefix (entities.peers): on TLS
+	// listeners every connection from it shares this entity.
+	KindPeer
+	// KindListener is a TLS listener's entity (named by its port): its
+	// connections that no peer prefix holds.
+	KindListener
 )
 
 func (k Kind) String() string {
@@ -52,6 +64,14 @@ func (k Kind) String() string {
 		return "client"
 	case KindClientPattern:
 		return "client-pattern"
+	case KindUser:
+		return "user"
+	case KindUserClient:
+		return "user-client"
+	case KindPeer:
+		return "peer"
+	case KindListener:
+		return "listener"
 	default:
 		return "topic-partition"
 	}

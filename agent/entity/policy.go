@@ -22,6 +22,25 @@ type Policy struct {
 	clientTemplate config.Quota
 	topicParts     map[topicPartition]configuredTP
 	tpTemplate     config.Quota
+	// kafka: the cluster's client quotas (kafka_quotas: import), limits
+	// only, keyed by SafeName(client-id); kafkaDefault is its client-id
+	// <default>. YAML wins wherever it sets a limit (Params).
+	kafka        map[string]config.Quota
+	kafkaDefault config.Quota
+	// users by SafeName(principal); userTemplate is users <default>.
+	users        map[string]*userEntry
+	userTemplate *userEntry
+	// kafkaUsers and kafkaUserTemplate: the same read from the cluster's
+	// quota store (limits only).
+	kafkaUsers        map[string]*userEntry
+	kafkaUserTemplate *userEntry
+	userKeyList       []Key
+	// peers: entities.peers, longest prefix first; listeners: the TLS
+	// listeners' entities by port (every TLS listener is listed).
+	peers            []configuredPeer
+	peerTemplate     config.Quota
+	listeners        map[string]config.Quota
+	listenerTemplate config.Quota
 }
 
 type clientPattern struct {
@@ -40,12 +59,29 @@ type configuredTP struct {
 }
 
 // NewPolicy compiles the entities section of a validated configuration.
-func NewPolicy(e config.Entities) *Policy {
+func NewPolicy(e config.Entities) *Policy { return NewPolicyWithKafka(e, KafkaQuotas{}) }
+
+// NewPolicyWithKafka compiles the entities section together with the
+// client quotas imported from the cluster. A client with a Kafka quota is
+// a configured client (pinned, an exact name that wins over patterns), as
+// far as room allows (KafkaQuotas.Clients is already bounded by the caller).
+func NewPolicyWithKafka(e config.Entities, k KafkaQuotas) *Policy {
 	p := &Policy{
-		clients:        map[string]config.Quota{},
-		clientTemplate: e.Clients[config.DefaultKey],
-		topicParts:     map[topicPartition]configuredTP{},
-		tpTemplate:     e.TopicPartitions[config.DefaultKey],
+		kafka:            map[string]config.Quota{},
+		kafkaDefault:     k.ClientDefault,
+		clients:          map[string]config.Quota{},
+		clientTemplate:   e.Clients[config.DefaultKey],
+		topicParts:       map[topicPartition]configuredTP{},
+		tpTemplate:       e.TopicPartitions[config.DefaultKey],
+		peers:            compilePeers(e.Peers),
+		peerTemplate:     e.Peers[config.DefaultKey],
+		listeners:        map[string]config.Quota{},
+		listenerTemplate: e.Listeners[config.DefaultKey],
+	}
+	for port, q := range e.Listeners {
+		if port != config.DefaultKey {
+			p.listeners[port] = q
+		}
 	}
 	for name, q := range e.Clients {
 		switch {
@@ -56,6 +92,13 @@ func NewPolicy(e config.Entities) *Policy {
 			p.clients[SafeName(name)] = q // matched against SafeName(client-id)
 		}
 	}
+	for name, q := range k.Clients {
+		p.kafka[SafeName(name)] = q
+	}
+	p.users, p.userTemplate = compileUsers(e.Users, false)
+	p.kafkaUsers, p.kafkaUserTemplate = compileUsers(k.Users, true)
+	p.userKeyList = p.userKeys(e.Users, k.Users)
+	slices.SortFunc(p.userKeyList, func(a, b Key) int { return strings.Compare(a.String(), b.String()) })
 	// Longest pattern first; equal lengths in a fixed order.
 	slices.SortFunc(p.patterns, func(a, b clientPattern) int {
 		if len(a.glob) != len(b.glob) {
@@ -98,7 +141,7 @@ func (p *Policy) HasTopicPartitions() bool { return len(p.topicParts) > 0 }
 // other and can never name the pattern's entity.
 func (p *Policy) Client(clientID string) Key {
 	name := SafeName(clientID)
-	if _, ok := p.clients[name]; !ok {
+	if !p.exactClient(name) {
 		for _, pt := range p.patterns {
 			if ok, _ := path.Match(pt.glob, name); ok {
 				return Key{Kind: KindClientPattern, Name: pt.glob}
@@ -108,11 +151,27 @@ func (p *Policy) Client(clientID string) Key {
 	return Key{Kind: KindClient, Name: name}
 }
 
+func (p *Policy) exactClient(name string) bool {
+	if _, ok := p.clients[name]; ok {
+		return true
+	}
+	_, ok := p.kafka[name]
+	return ok
+}
+
 // ConfiguredKeys lists every configured entity (templates excluded), in
-// a stable order: the registry pins them.
+// a stable order: the registry pins them. Clients with a Kafka quota are
+// configured too (only the cluster's administrators can set one).
 func (p *Policy) ConfiguredKeys() []Key {
-	keys := make([]Key, 0, len(p.clients)+len(p.patterns)+len(p.topicParts))
-	for _, name := range slices.Sorted(maps.Keys(p.clients)) {
+	keys := make([]Key, 0, len(p.clients)+len(p.kafka)+len(p.patterns)+len(p.topicParts))
+	names := slices.Collect(maps.Keys(p.clients))
+	for name := range p.kafka {
+		if _, ok := p.clients[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		keys = append(keys, Key{Kind: KindClient, Name: name})
 	}
 	for _, pt := range p.patterns {
@@ -126,22 +185,63 @@ func (p *Policy) ConfiguredKeys() []Key {
 	for _, name := range tps {
 		keys = append(keys, Key{Kind: KindTopicPartition, Name: name})
 	}
+	keys = append(keys, p.userKeyList...)
+	for _, peer := range p.peers {
+		keys = append(keys, Key{Kind: KindPeer, Name: peer.name})
+	}
+	for _, port := range slices.Sorted(maps.Keys(p.listeners)) {
+		keys = append(keys, Key{Kind: KindListener, Name: port})
+	}
 	return keys
 }
 
 // Params resolves an entity's three parameters for a direction atomically
-// from one place: the entity's own configuration, then its type's default
-// template, then the global defaults; finally reservation = min(res, limit).
-// Overflow entities take the clients template (they stand for unconfigured
-// clients); unknown entities take the global defaults (the agent holds them
-// to the headroom H).
+// from one place (Explain says where each came from).
 func (p *Policy) Params(k Key, d Direction) Params {
-	var own, template config.Quota
+	params, _ := p.Explain(k, d)
+	return params
+}
+
+// Source says where a resolved parameter came from.
+type Source uint8
+
+const (
+	// SourceGlobal: DESIGN.md's global default.
+	SourceGlobal Source = iota
+	// SourceFile: the entity's own entry in the configuration file.
+	SourceFile
+	// SourceKafka: the entity's own client quota in the cluster.
+	SourceKafka
+	// SourceTemplate: the file's <default> template for the entity's type.
+	SourceTemplate
+	// SourceKafkaDefault: the cluster's client-id <default> quota.
+	SourceKafkaDefault
+)
+
+func (s Source) String() string {
+	return [...]string{"global default", "file", "kafka", "file <default>", "kafka <default>"}[s]
+}
+
+// Sources says where each of an entity's parameters came from.
+type Sources struct{ Reservation, Weight, Limit Source }
+
+// Explain resolves an entity's parameters for a direction, from the most
+// specific level down (users and <user, client-id> entities: the levels of
+// KIP-55 that name them, then the global defaults): the entity's own entry in the file, its own quota
+// in Kafka (limits only), its type's template in the file, Kafka's client
+// <default> (limits only), the global defaults. Exact entities come before
+// defaults, as in Kafka, and the file wins at each level because it is the
+// only place that sets reservations and weights. Finally reservation =
+// min(res, limit). Overflow entities take the client templates (they stand
+// for unconfigured clients); unknown entities take the global defaults
+// (the agent holds them to the headroom H).
+func (p *Policy) Explain(k Key, d Direction) (Params, Sources) {
+	var own, kafkaOwn, template, kafkaTemplate config.Quota
 	switch k.Kind {
 	case KindClient:
-		own, template = p.clients[k.Name], p.clientTemplate
+		own, kafkaOwn, template, kafkaTemplate = p.clients[k.Name], p.kafka[k.Name], p.clientTemplate, p.kafkaDefault
 	case KindClientPattern:
-		template = p.clientTemplate
+		template, kafkaTemplate = p.clientTemplate, p.kafkaDefault
 		for _, pt := range p.patterns {
 			if pt.glob == k.Name {
 				own = pt.quota
@@ -153,22 +253,53 @@ func (p *Policy) Params(k Key, d Direction) Params {
 		}
 		template = p.tpTemplate
 	case KindOverflow:
-		template = p.clientTemplate
+		template, kafkaTemplate = p.clientTemplate, p.kafkaDefault
+	case KindPeer:
+		template = p.peerTemplate
+		for _, peer := range p.peers {
+			if peer.name == k.Name {
+				own = peer.quota
+			}
+		}
+	case KindListener:
+		own, template = p.listeners[k.Name], p.listenerTemplate
 	}
-	res, limit := own.ProducerByteReservation, own.ProducerByteRate
-	tres, tlimit := template.ProducerByteReservation, template.ProducerByteRate
+	levels := []level{{own, SourceFile}, {kafkaOwn, SourceKafka}, {template, SourceTemplate}, {kafkaTemplate, SourceKafkaDefault}}
+	if k.Kind == KindUser || k.Kind == KindUserClient {
+		levels = p.userLevels(k)
+	}
+	resolve := func(field func(config.Quota) *float64, global float64) (float64, Source) {
+		for _, l := range levels {
+			if v := field(l.q); v != nil {
+				return *v, l.src
+			}
+		}
+		return global, SourceGlobal
+	}
+	res, limit := producerReservation, producerRate
 	if d == Fetch {
-		res, limit = own.ConsumerByteReservation, own.ConsumerByteRate
-		tres, tlimit = template.ConsumerByteReservation, template.ConsumerByteRate
+		res, limit = consumerReservation, consumerRate
 	}
-	out := Params{
-		Reservation: first(res, tres, globalDefaults.Reservation),
-		Weight:      first(own.QuotaWeight, template.QuotaWeight, globalDefaults.Weight),
-		Limit:       first(limit, tlimit, globalDefaults.Limit),
-	}
+	var out Params
+	var from Sources
+	out.Reservation, from.Reservation = resolve(res, globalDefaults.Reservation)
+	out.Weight, from.Weight = resolve(weight, globalDefaults.Weight)
+	out.Limit, from.Limit = resolve(limit, globalDefaults.Limit)
 	out.Reservation = math.Min(out.Reservation, out.Limit)
-	return out
+	return out, from
 }
+
+// level is one place parameters may come from, and which source it is.
+type level struct {
+	q   config.Quota
+	src Source
+}
+
+func producerReservation(q config.Quota) *float64 { return q.ProducerByteReservation }
+func consumerReservation(q config.Quota) *float64 { return q.ConsumerByteReservation }
+func producerRate(q config.Quota) *float64        { return q.ProducerByteRate }
+func consumerRate(q config.Quota) *float64        { return q.ConsumerByteRate }
+func weight(q config.Quota) *float64              { return q.QuotaWeight }
 
 func (p *Policy) lookupTP(name string) (configuredTP, bool) {
 	topic, part, err := config.SplitTopicPartition(name)
@@ -177,14 +308,4 @@ func (p *Policy) lookupTP(name string) (configuredTP, bool) {
 	}
 	tp, ok := p.topicParts[topicPartition{topic, part}]
 	return tp, ok
-}
-
-func first(own, template *float64, global float64) float64 {
-	if own != nil {
-		return *own
-	}
-	if template != nil {
-		return *template
-	}
-	return global
 }

@@ -20,6 +20,13 @@ func seedRequests(f *testing.F) {
 	for v := int16(0); v <= (&kmsg.ShareFetchRequest{}).MaxVersion(); v++ {
 		f.Add(frame(shareFetchRequest(v), 1, str("s")))
 	}
+	for v := int16(0); v <= 2; v++ {
+		f.Add(authenticate(v, []byte("\x00alice\x00"+secret)))
+		f.Add(authenticate(v, []byte("n,,n=b=2Cob,r=nonce")))
+	}
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Mechanism = MechanismScramSHA256
+	f.Add(frame(hs, 1, str("h")))
 }
 
 // FuzzParse: arbitrary bytes never panic; the parse is the same with a fresh

@@ -2,7 +2,9 @@
 // the request prefixes the data path samples (the first bytes of a request,
 // from its size field on) into the facts the learner needs: API key, version,
 // client-id, and for Produce and Fetch the topics and partitions, fetch
-// session, forgotten topics and replica identity.
+// session, forgotten topics and replica identity; for SASL, the mechanism
+// and the principal a PLAIN or SCRAM first message names (never the
+// secret beside it).
 //
 // Samples are usually truncated (a Produce request's records run far past
 // the sample), so the body is walked field by field with franz-go's kbin
@@ -69,6 +71,14 @@ type Request struct {
 	SessionID    int32
 	SessionEpoch int32
 	Forgotten    []TopicPartitions
+
+	// SaslHandshake only: the mechanism, one of the Mechanism… constants.
+	Mechanism string
+	// SaslAuthenticate only: the principal a PLAIN message or a SCRAM
+	// client-first message names, and which of the two it was. The rest
+	// of the message (password, nonce, proof) is never kept.
+	Principal       string
+	PrincipalFormat PrincipalFormat
 
 	// HeaderComplete: the header, client-id included, was read. When it is
 	// false only Size (and perhaps APIKey) mean anything.
@@ -295,6 +305,10 @@ func (p *Parser) parse(w *walker, r *Request) error {
 		return p.fetch(w, r)
 	case KeyShareFetch:
 		return p.shareFetch(w, r)
+	case KeySaslHandshake:
+		return p.saslHandshake(w, r)
+	case KeySaslAuthenticate:
+		return p.saslAuthenticate(w, r)
 	}
 	return nil
 }

@@ -61,7 +61,10 @@ type Learner[C comparable] struct {
 	policy *entity.Policy
 	topics TopicNames
 	conns  map[C]*conn
-	Stats  Stats
+	// saslListener reports whether a connection came in on a SASL_PLAINTEXT
+	// listener, where the principal is read (nil: none is).
+	saslListener func(C) bool
+	Stats        Stats
 }
 
 type conn struct {
@@ -69,6 +72,11 @@ type conn struct {
 	clientID string
 	decision Decision
 	session  session
+	// SASL_PLAINTEXT connections: the mechanism the handshake named and
+	// the principal its first SaslAuthenticate named (kafka.Request keeps
+	// nothing else of the exchange, and neither does the learner).
+	mechanism string
+	user      string
 }
 
 // New returns a learner resolving entities with policy and topic IDs with
@@ -81,6 +89,16 @@ func New[C comparable](policy *entity.Policy, topics TopicNames) *Learner[C] {
 // SetPolicy swaps in a new policy (configuration reload). Connections are
 // re-resolved as their next requests arrive.
 func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p }
+
+// SetSASLListeners says which connections came in on SASL_PLAINTEXT
+// listeners. Only there is a principal read: on any other listener a
+// SaslAuthenticate was not asked for, and its name would be the client's
+// claim. On those listeners a connection is decided only once its
+// principal is known (until then its bytes are the unknown entity's, held
+// to H), so losing the authentication's sample never frees a user from
+// its quota; the broker answers nothing but ApiVersions and the SASL
+// exchange before authentication, and closes a connection that fails it.
+func (l *Learner[C]) SetSASLListeners(f func(C) bool) { l.saslListener = f }
 
 // SetTopics replaces the topic-ID source (a reload changed the metadata
 // client's settings).
@@ -141,6 +159,23 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 	}
 	before := st.decision
 	st.clientID = r.ClientID
+	// A mechanism whose messages name no principal this parser reads
+	// (GSSAPI, OAUTHBEARER) leaves the connection to its client-id.
+	sasl := l.saslListener != nil && l.saslListener(c) && st.mechanism != kafka.MechanismOther
+	if sasl && st.user == "" {
+		switch r.APIKey {
+		case kafka.KeySaslHandshake:
+			st.mechanism = r.Mechanism
+		case kafka.KeySaslAuthenticate:
+			if principalFits(st.mechanism, r.PrincipalFormat) {
+				st.user = r.Principal
+				key := Target{Key: l.policy.Entity(st.user, st.clientID)}
+				st.set(entity.Produce, key)
+				st.set(entity.Fetch, key)
+			}
+		}
+		return st.decision, st.decision != before, nil
+	}
 	if r.IsFollowerFetch() || kafka.IsBrokerFetcherClientID(r.ClientID) {
 		// Samples come only from governed peers (the data path never samples
 		// exempt ones): a claim to be a broker is noted and ignored.
@@ -150,26 +185,26 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 	case r.APIKey == kafka.KeyProduce:
 		// A sample cut before its first partition says nothing new.
 		if len(r.Topics) > 0 || !r.Truncated || !st.decision.Decided[entity.Produce] {
-			st.set(entity.Produce, l.resolve(st.clientID, r.Topics))
+			st.set(entity.Produce, l.resolve(st.user, st.clientID, r.Topics))
 		}
 	case r.APIKey == kafka.KeyFetch:
 		if r.Truncated && len(r.Topics) == 0 && len(r.Forgotten) == 0 && st.decision.Decided[entity.Fetch] {
 			break // cut before its partitions: says nothing new
 		}
 		st.session.update(r)
-		st.set(entity.Fetch, l.resolve(st.clientID, st.session.partitions(r)))
+		st.set(entity.Fetch, l.resolve(st.user, st.clientID, st.session.partitions(r)))
 	case r.APIKey == kafka.KeyShareFetch:
 		// A share group's records, attributed as Fetch's. A share session's
 		// later requests name only what changed: one that names no topic
 		// keeps the decision its session's topics made.
 		if len(r.Topics) > 0 || !st.decision.Decided[entity.Fetch] {
-			st.set(entity.Fetch, l.resolve(st.clientID, r.Topics))
+			st.set(entity.Fetch, l.resolve(st.user, st.clientID, r.Topics))
 		}
 	default:
 		// Every connection opens with ApiVersions, which names the client:
 		// until a Produce or Fetch says more, both directions are the
 		// client's.
-		client := Target{Key: l.policy.Client(st.clientID)}
+		client := Target{Key: l.policy.Entity(st.user, st.clientID)}
 		for _, d := range entity.Directions {
 			if !st.decision.Decided[d] {
 				st.set(d, client)
@@ -189,13 +224,14 @@ func (st *conn) set(d entity.Direction, t Target) {
 }
 
 // resolve applies DESIGN.md §5 to a request's partitions in request order:
-// the first configured topic-partition wins, otherwise the client's entity.
+// the first configured topic-partition wins, otherwise the entity of the
+// user and client (Policy.Entity).
 // Kafka's internal topics are never topic-partition entities; a client
 // reading or writing them is governed as that client (as Kafka's own client
 // quotas do: only replication is exempt, and that by its peer).
-func (l *Learner[C]) resolve(clientID string, topics []kafka.TopicPartitions) Target {
+func (l *Learner[C]) resolve(user, clientID string, topics []kafka.TopicPartitions) Target {
 	if !l.policy.HasTopicPartitions() {
-		return Target{Key: l.policy.Client(clientID)}
+		return Target{Key: l.policy.Entity(user, clientID)}
 	}
 	for i := range topics {
 		tp := &topics[i]
@@ -223,5 +259,17 @@ func (l *Learner[C]) resolve(clientID string, topics []kafka.TopicPartitions) Ta
 			}
 		}
 	}
-	return Target{Key: l.policy.Client(clientID)}
+	return Target{Key: l.policy.Entity(user, clientID)}
+}
+
+// principalFits reports whether a principal was read from the message
+// format of the mechanism the handshake named.
+func principalFits(mechanism string, f kafka.PrincipalFormat) bool {
+	switch mechanism {
+	case kafka.MechanismPlain:
+		return f == kafka.PrincipalPlain
+	case kafka.MechanismScramSHA256, kafka.MechanismScramSHA512:
+		return f == kafka.PrincipalScram
+	}
+	return false
 }

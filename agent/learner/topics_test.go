@@ -23,17 +23,7 @@ func TestLearnTopicIDsFromBrokerMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	cfg := config.Default()
-	cfg.Bootstrap = cluster.ListenAddrs()
-	opts, err := ClientOptions(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := kgo.NewClient(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := metadataClient(t, cluster)
 	adm := kadm.NewClient(client)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -90,4 +80,22 @@ func TestLearnClientOptionsRejectBadTLSFiles(t *testing.T) {
 	if opts, err := ClientOptions(cfg); err != nil || len(opts) < 3 {
 		t.Errorf("SCRAM + TLS: %d options, %v", len(opts), err)
 	}
+}
+
+// metadataClient is the agent's metadata client (ClientOptions) for a
+// kfake cluster, closed when the test ends.
+func metadataClient(t *testing.T, cluster *kfake.Cluster, more ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Bootstrap = cluster.ListenAddrs()
+	opts, err := ClientOptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kgo.NewClient(append(opts, more...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return client
 }

@@ -18,6 +18,18 @@ import (
 // file, listing every problem with its key path; as root it also loads the
 // BPF programs sized by the file through the verifier. --config is the
 // spelling every subcommand shares; the bare FILE is kept for scripts.
+// listenerSees says what sluice can learn on each kind of listener.
+var listenerSees = map[string]string{
+	config.ProtocolPlaintext: "client-ids and topic-partitions from request headers; no users",
+	config.ProtocolSASLPlaintext: "users from PLAIN and SCRAM logins, client-ids and topic-partitions " +
+		"(a connection is the unknown entity until its login is seen; GSSAPI and OAUTHBEARER connections go by client-id)",
+	config.ProtocolSSL:     tlsSees,
+	config.ProtocolSASLSSL: tlsSees,
+}
+
+const tlsSees = "peers only (requests are encrypted): a connection belongs to the longest entities.peers prefix holding its address, " +
+	"else to the listener's entity (entities.listeners.<port>), decided when it starts; no client-ids, users or topic-partitions"
+
 func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check-config", stderr)
 	flagPath := fs.String("config", "", "configuration file (default "+defaultConfigPath+")")
@@ -45,7 +57,11 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		return usageError{err}
 	}
-	fmt.Fprintf(stdout, "%s: configuration valid (%d clients, %d topic-partitions configured)\n", path, len(cfg.Entities.Clients), len(cfg.Entities.TopicPartitions))
+	fmt.Fprintf(stdout, "%s: configuration valid (%d clients, %d topic-partitions, %d users, %d peers configured)\n", path,
+		len(cfg.Entities.Clients), len(cfg.Entities.TopicPartitions), len(cfg.Entities.Users), len(cfg.Entities.Peers))
+	for _, port := range cfg.Listeners {
+		fmt.Fprintf(stdout, "listener %d %s: %s\n", port, cfg.Protocol(port), listenerSees[cfg.Protocol(port)])
+	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(stdout, "warning: %s: %s\n", w.Key, w.Message)
 	}

@@ -58,6 +58,14 @@ func writeStatus(w io.Writer, s *agent.Snapshot) {
 	fmt.Fprintf(w, "sluice  cycle %d at %s  mode %s  shaper %s (%s)\n", s.Cycle, s.Time.Format(time.TimeOnly), s.Mode, s.Shaper, s.ShaperReason)
 	fmt.Fprintf(w, "entities %d of %d  overflowed %d  learner: %d samples parsed, %d failed, %d connections\n\n",
 		s.Entities, s.MaxEntities, s.Overflowed, s.Learner.Parsed, s.Learner.Failed, s.Learner.Connections)
+	if k := s.KafkaQuotas; k != nil {
+		last := "never"
+		if !k.LastImport.IsZero() {
+			last = k.LastImport.Format(time.TimeOnly)
+		}
+		fmt.Fprintf(w, "kafka quotas: %d clients, client <default> %v, %d users, %d skipped, %d left out for room; %d imports, %d failed, last %s\n\n",
+			k.Clients, k.ClientDefault, k.Users, k.Skipped, k.LeftOut, k.Imports, k.Failures, last)
+	}
 	for _, d := range s.Directions {
 		if !d.Enabled {
 			fmt.Fprintf(w, "%s: not governed (capacity -1)\n\n", d.Direction)
@@ -157,7 +165,8 @@ func containsEntity(d agent.DirectionView, e agent.EntityView) bool {
 
 func writeExplain(w io.Writer, d agent.DirectionView, e agent.EntityView) {
 	fmt.Fprintf(w, "%s %s, %s direction (entity id %d)\n", e.Kind, nameOr(e.Name), d.Direction, e.ID)
-	fmt.Fprintf(w, "  parameters      reservation %s, weight %g, limit %s\n", rate(e.Reservation), e.Weight, rate(e.Limit))
+	fmt.Fprintf(w, "  parameters      reservation %s (%s), weight %g (%s), limit %s (%s)\n", rate(e.Reservation), e.Sources.Reservation,
+		e.Weight, e.Sources.Weight, rate(e.Limit), e.Sources.Limit)
 	fmt.Fprintf(w, "  measured        %s over the rate window; throttled last cycle: %v\n", rate(e.Rate), e.Throttled)
 	fmt.Fprintf(w, "  state           %s\n", e.State)
 	if e.State != "active" {

@@ -190,8 +190,16 @@ func differences(kernel, own []float64) []map[string]float64 {
 }
 
 const (
-	capacity = 40e6 // bytes/s per direction in these scenarios (tens of MB/s: kfake is never the bottleneck)
+	capacity = 40e6 // bytes/s per direction in these scenarios (tens of MB/s: kfake is not the bottleneck, but see keptCapacity)
 	C        = 0.9 * capacity
+	// keptCapacity is the fetch capacity of the scenarios whose consumers
+	// read a log producers wrote (Options.Log) and check every record:
+	// kfake serving a kept log to three or four consumers and a writer at
+	// once moved 31-35 MB/s in all on this 2-CPU host, below a 40 MB pool,
+	// so the shares would have measured kfake, not sluice. At half that
+	// pool it has room on any host these tests run on.
+	keptCapacity = 20e6
+	keptC        = 0.9 * keptCapacity
 )
 
 func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
@@ -234,6 +242,17 @@ func noErrors(clients ...*harness.Client) (int64, bool) {
 	}
 	return n, n == 0
 }
+
+// twoReaders makes a greedy consumer two consumers under its one
+// client-id, each a client on its own connection. A consumer waits for each
+// fetch's answer before asking again, and a broker that keeps the log
+// (kfake: one event loop serving every connection and the writer) takes
+// milliseconds per fetch, so a lone consumer wants less than its share on
+// a slow host: franz-go 14-16 of 17.9 MB/s, sarama 4.3 of 5.4 measured
+// here. That is the client's limit, not sluice's. Two readers overlap one's
+// wait with the other's transfer, so the group wants more than its share
+// on any host, as a greedy group of many members does.
+var twoReaders = []string{"-connections", "2"}
 
 // ① A hot spot on an idle broker gets the idle bandwidth: one unconfigured
 // producer, then separately one unconfigured consumer, each ≥ 90 % of C.
@@ -411,7 +430,7 @@ func TestScenarioShadow(t *testing.T) {
 func TestScenarioWeightedFairness(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"events"}, Log: true})
 	prefill(t, w, "events", 256<<20)
-	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: `entities:
+	a := start(t, w, harness.Config{FetchCapacity: itoa(keptCapacity), Extra: `entities:
   clients:
     group-w5: {quota_weight: 5}
     group-w3: {quota_weight: 3}
@@ -420,9 +439,9 @@ func TestScenarioWeightedFairness(t *testing.T) {
 	defer a.Stop()
 	writer := client(t, w, writerSpec("events"))
 	cs := []*harness.Client{
-		client(t, w, harness.ClientSpec{Name: "w5-franz", Lib: "franz", Mode: "consume", ClientID: "group-w5", Topic: "events", Check: true}),
-		client(t, w, harness.ClientSpec{Name: "w3-sarama", Lib: "sarama", Mode: "consume", ClientID: "group-w3", Topic: "events", Check: true}),
-		client(t, w, harness.ClientSpec{Name: "w2-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "group-w2", Topic: "events", Check: true}),
+		client(t, w, harness.ClientSpec{Name: "w5-franz", Lib: "franz", Mode: "consume", ClientID: "group-w5", Topic: "events", Check: true, Args: twoReaders}),
+		client(t, w, harness.ClientSpec{Name: "w3-sarama", Lib: "sarama", Mode: "consume", ClientID: "group-w3", Topic: "events", Check: true, Args: twoReaders}),
+		client(t, w, harness.ClientSpec{Name: "w2-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "group-w2", Topic: "events", Check: true, Args: twoReaders}),
 	}
 	rates, own := metered(t, w, 1, cs, []harness.Ref{{Kind: "client", Name: "group-w5"}, {Kind: "client", Name: "group-w3"}, {Kind: "client", Name: "group-w2"}})
 	// Each group's floor (min_limit), then the rest of C by weight.
@@ -431,7 +450,7 @@ func TestScenarioWeightedFairness(t *testing.T) {
 	want := make([]float64, len(shares))
 	pass := true
 	for i, share := range shares {
-		want[i] = floor + share*(C-3*floor)
+		want[i] = floor + share*(keptC-3*floor)
 		pass = pass && within(rates[i], want[i], 0.10)
 	}
 	errs, ok := noErrors(append(cs, writer)...)
@@ -505,20 +524,20 @@ func itoa(v float64) string { return strconv.FormatInt(int64(v), 10) }
 func TestScenarioContentionReclaim(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"events"}, Log: true})
 	prefill(t, w, "events", 384<<20)
-	res := 0.4 * C
-	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: "entities:\n  clients:\n" +
+	res := 0.4 * keptC
+	a := start(t, w, harness.Config{FetchCapacity: itoa(keptCapacity), Extra: "entities:\n  clients:\n" +
 		"    core-group: {consumer_byte_reservation: " + itoa(res) + "}\n" +
 		"    backfill-group: {quota_weight: 0.1}\n    normal-group: {quota_weight: 1}\n"})
 	defer a.Stop()
-	const coreDemand = 10e6
+	const coreDemand = keptC * 10 / 36 // 5 MB/s, below its reservation
 	groups := []string{"core-group", "backfill-group", "normal-group"}
 	writer := client(t, w, writerSpec("events"))
-	// Paced with 1 MiB fetches: a paced consumer's fetches arrive as bursts,
-	// and 4 MiB bursts move a 5 s window's figure by ±0.8 MB/s.
+	// Paced with 512 KiB fetches: a paced consumer's fetches arrive as
+	// bursts, and 4 MiB bursts move a 5 s window's figure by ±0.8 MB/s.
 	core := client(t, w, harness.ClientSpec{Name: "core-franz-paced", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events", Rate: coreDemand, Check: true,
-		Args: []string{"-fetch-max-bytes", "1048576"}})
+		Args: []string{"-fetch-max-bytes", "524288"}})
 	backfill := client(t, w, harness.ClientSpec{Name: "backfill-sarama", Lib: "sarama", Mode: "consume", ClientID: "backfill-group", Topic: "events", Check: true})
-	normal := client(t, w, harness.ClientSpec{Name: "normal-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "normal-group", Topic: "events", Check: true})
+	normal := client(t, w, harness.ClientSpec{Name: "normal-kafkago", Lib: "kafkago", Mode: "consume", ClientID: "normal-group", Topic: "events", Check: true, Args: twoReaders})
 	refs := make([]harness.Ref, len(groups))
 	for i, g := range groups {
 		refs[i] = harness.Ref{Kind: "client", Name: g}
@@ -533,11 +552,11 @@ func TestScenarioContentionReclaim(t *testing.T) {
 	// and normal's their floors (min_limit); the rest goes by weight
 	// 1 : 1 : 0.1.
 	const floor = harness.WorldMinLimit
-	spare := C - res - 2*floor
+	spare := keptC - res - 2*floor
 	wantCore, wantBackfill, wantNormal := res+spare/2.1, floor+spare*0.1/2.1, floor+spare/2.1
 	// Before: core used 10 MB/s of its reservation; the other two shared
 	// what was left above their floors 0.1 : 1.
-	spareBefore := C - coreDemand - 2*floor
+	spareBefore := keptC - coreDemand - 2*floor
 	wantRatio := (floor + spareBefore*0.1/1.1) / (floor + spareBefore/1.1)
 	ratio := before[1] / before[2]
 	errs, ok := noErrors(core, backfill, normal, coreGreedy, writer)
@@ -565,8 +584,8 @@ func TestScenarioRandomGroupNames(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"broadcast-topic", "events"}, Log: true})
 	prefill(t, w, "broadcast-topic", 64<<20)
 	prefill(t, w, "events", 320<<20)
-	const limit = 10e6
-	a := start(t, w, harness.Config{FetchCapacity: "40MB", Extra: "entities:\n  topic-partitions:\n" +
+	const limit = keptC * 10 / 36 // 5 MB/s
+	a := start(t, w, harness.Config{FetchCapacity: itoa(keptCapacity), Extra: "entities:\n  topic-partitions:\n" +
 		"    broadcast-topic-0: {consumer_byte_rate: " + itoa(limit) + "}\n"})
 	defer a.Stop()
 	writers := []*harness.Client{client(t, w, writerSpec("broadcast-topic")), client(t, w, writerSpec("events"))}
@@ -575,7 +594,7 @@ func TestScenarioRandomGroupNames(t *testing.T) {
 		id := fmt.Sprintf("instance-%s-%d", netnsSuffix(), i)
 		randoms = append(randoms, client(t, w, harness.ClientSpec{Name: "random-" + lib, Lib: lib, Mode: "consume", ClientID: id, Topic: "broadcast-topic", Check: true}))
 	}
-	stable := client(t, w, harness.ClientSpec{Name: "stable-franz", Lib: "franz", Mode: "consume", ClientID: "stable-group", Topic: "events", Check: true})
+	stable := client(t, w, harness.ClientSpec{Name: "stable-franz", Lib: "franz", Mode: "consume", ClientID: "stable-group", Topic: "events", Check: true, Args: twoReaders})
 	// Held together: the three consumers' broker-side sockets, summed.
 	kernel, own := metered(t, w, 1, append(randoms, stable),
 		[]harness.Ref{{Kind: "topic-partition", Name: "broadcast-topic-0"}, {Kind: "client", Name: "stable-group"}})
@@ -585,7 +604,7 @@ func TestScenarioRandomGroupNames(t *testing.T) {
 		clientSide = append(clientSide, c.Rate(time.Now().Add(-5*time.Second), time.Now()))
 	}
 	// The stable group's fair result: everything the broadcast entity does not take.
-	wantStable := C - limit
+	wantStable := keptC - limit
 	errs, ok := noErrors(append(append(randoms, stable), writers...)...)
 	records, intact := recordsIntact(append(randoms, stable)...)
 	record(t, Result{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -133,4 +134,21 @@ func (p *Prometheus) WaitAlert(name, direction, want string, timeout time.Durati
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// ScrapeMetrics reads the agent's /metrics from inside the broker
+// namespace, as Prometheus would.
+func (w *World) ScrapeMetrics() ([]byte, error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) { return w.Pair.Broker.Dial(addr) },
+	}}
+	resp, err := client.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }

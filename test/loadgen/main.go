@@ -27,6 +27,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 type opts struct {
@@ -40,8 +42,36 @@ type opts struct {
 	fetchMaxBytes                                int           // franz consume: fetch.max.bytes
 	maxBytes                                     int64         // produce: stop once this many value bytes were sent (0: no limit)
 	check                                        bool          // consume: check every record (see recordCheck)
+	connections                                  int           // consume: independent consumers (connections) under the one client-id
 	requestTimeout                               time.Duration // franz consume: the whole deadline of a fetch (Java's request.timeout.ms); 0: franz's default
 	randomIDs                                    bool          // raw churn: a new client-id per connection
+	saslMechanism, saslUser, saslPassword        string        // franz: log in with SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+	tlsCA, sourceAddr                            string        // franz: connect with TLS trusting this CA; from this local address
+}
+
+// saslOpts is franz's login for -sasl-mechanism (none when unset), and
+// its dialer (dialOpts).
+func saslOpts(o opts) ([]kgo.Opt, error) {
+	dial, err := dialOpts(o)
+	if err != nil {
+		return nil, err
+	}
+	login, err := saslLogin(o)
+	return append(login, dial...), err
+}
+
+func saslLogin(o opts) ([]kgo.Opt, error) {
+	switch o.saslMechanism {
+	case "":
+		return nil, nil
+	case "PLAIN":
+		return []kgo.Opt{kgo.SASL(plain.Auth{User: o.saslUser, Pass: o.saslPassword}.AsMechanism())}, nil
+	case "SCRAM-SHA-256":
+		return []kgo.Opt{kgo.SASL(scram.Auth{User: o.saslUser, Pass: o.saslPassword}.AsSha256Mechanism())}, nil
+	case "SCRAM-SHA-512":
+		return []kgo.Opt{kgo.SASL(scram.Auth{User: o.saslUser, Pass: o.saslPassword}.AsSha512Mechanism())}, nil
+	}
+	return nil, fmt.Errorf("-sasl-mechanism %q: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", o.saslMechanism)
 }
 
 func main() {
@@ -65,13 +95,22 @@ func main() {
 	flag.IntVar(&o.fetchMaxBytes, "fetch-max-bytes", 4<<20, "franz consume: fetch.max.bytes (Kafka's default is 50 MiB)")
 	flag.DurationVar(&o.requestTimeout, "request-timeout", 0, "franz consume: a fetch's deadline, as Java's request.timeout.ms (0: franz's default)")
 	flag.Int64Var(&o.maxBytes, "max-bytes", 0, "franz produce: stop after this many value bytes, flushing them (0: run for -duration)")
+	flag.IntVar(&o.connections, "connections", 1, "consume (franz, sarama, kafkago): consumers, each a client on a connection of its own, all with -client-id, each reading from the start")
 	flag.BoolVar(&o.check, "check", false, "consume: check offset continuity from the log's start and each value's own CRC-32 (a log that producers wrote, not synthetic batches)")
+	flag.StringVar(&o.saslMechanism, "sasl-mechanism", "", "franz: SASL mechanism to log in with (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)")
+	flag.StringVar(&o.saslUser, "sasl-user", "", "franz: SASL user")
+	flag.StringVar(&o.saslPassword, "sasl-password", "", "franz: SASL password")
+	flag.StringVar(&o.tlsCA, "tls-ca", "", "franz: connect with TLS, trusting the CA certificate(s) in this PEM file")
+	flag.StringVar(&o.sourceAddr, "source-addr", "", "franz: connect from this local address")
 	flag.BoolVar(&o.randomIDs, "random-ids", false, "raw churn: every connection names a new client-id (-client-id as prefix)")
 	flag.Parse()
 	if o.valueBytes < 12 {
 		log.Fatalf("-value-bytes %d: values carry an 8-byte sequence number and a 4-byte CRC-32, so at least 12", o.valueBytes)
 	}
 	checked.enabled = o.check
+	if o.connections < 1 || (o.connections > 1 && (o.mode != "consume" || o.lib == "raw")) {
+		log.Fatalf("-connections %d: at least 1, and more only for -mode consume with franz, sarama or kafkago", o.connections)
+	}
 	partitions := &o.partitions
 	if o.group == "" {
 		o.group = o.clientID
@@ -98,9 +137,9 @@ func main() {
 	case "franz/produce":
 		err = franzProduce(ctx, o, &moved, &errs)
 	case "franz/consume":
-		err = franzConsume(ctx, o, &moved, &errs)
+		err = readers(ctx, o, franzConsume, &moved, &errs)
 	case "sarama/consume":
-		err = saramaConsume(ctx, o, &moved, &errs)
+		err = readers(ctx, o, saramaConsume, &moved, &errs)
 	case "raw/consume":
 		err = rawFetch(ctx, o, &moved, &errs)
 	case "raw/produce":
@@ -110,7 +149,7 @@ func main() {
 	case "raw/dribble":
 		err = rawDribble(ctx, o, &moved, &errs)
 	case "kafkago/consume":
-		err = kafkagoConsume(ctx, o, &moved, &errs)
+		err = readers(ctx, o, kafkagoConsume, &moved, &errs)
 	case "sarama/produce":
 		err = saramaProduce(ctx, o, &moved, &errs)
 	case "kafkago/produce":
@@ -155,23 +194,30 @@ func numbered(template []byte, seq uint64) []byte {
 type recordCheck struct {
 	enabled                bool
 	mu                     sync.Mutex
-	next                   map[int32]int64 // partition -> the offset expected next
+	next                   map[stream]int64 // the offset expected next
 	records, gaps, corrupt atomic.Int64
 }
 
-var checked = recordCheck{next: map[int32]int64{}}
+var checked = recordCheck{next: map[stream]int64{}}
 
-func (c *recordCheck) see(partition int32, offset int64, value []byte) {
+// stream is one partition as one reader (-connections) reads it.
+type stream struct {
+	reader    int
+	partition int32
+}
+
+func (c *recordCheck) see(reader int, partition int32, offset int64, value []byte) {
 	if !c.enabled {
 		return
 	}
 	c.records.Add(1)
 	c.mu.Lock()
-	if offset != c.next[partition] {
+	at := stream{reader, partition}
+	if offset != c.next[at] {
 		c.gaps.Add(1)
-		log.Printf("offset gap on partition %d: expected %d, read %d", partition, c.next[partition], offset)
+		log.Printf("offset gap on partition %d (reader %d): expected %d, read %d", partition, reader, c.next[at], offset)
 	}
-	c.next[partition] = offset + 1
+	c.next[at] = offset + 1
 	c.mu.Unlock()
 	body := len(value) - 4
 	if body < 8 || binary.BigEndian.Uint32(value[body:]) != crc32.ChecksumIEEE(value[:body]) {
@@ -280,9 +326,13 @@ func value(n int) []byte {
 }
 
 func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID), kgo.DefaultProduceTopic(o.topic),
+	login, err := saslOpts(o)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(login, kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID), kgo.DefaultProduceTopic(o.topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.MaxBufferedRecords(64), kgo.ProducerLinger(0))
+		kgo.MaxBufferedRecords(64), kgo.ProducerLinger(0))...)
 	if err != nil {
 		return err
 	}
@@ -348,21 +398,52 @@ func (h fetchReads) OnBrokerRead(_ kgo.BrokerMetadata, key int16, bytesRead int,
 	}
 }
 
-func franzConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+// consumeFn reads as one consumer (reader) of -connections.
+type consumeFn func(ctx context.Context, o opts, reader int, moved, errs *atomic.Int64) error
+
+// readers runs -connections consumers, each a client of its own (its own
+// connection) reading the partitions from the start: one client-id, and
+// one consumer's wait for each fetch overlapped by another's transfer.
+func readers(ctx context.Context, o opts, consume consumeFn, moved, errs *atomic.Int64) error {
+	failed := make(chan error, o.connections)
+	var wg sync.WaitGroup
+	for reader := range o.connections {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := consume(ctx, o, reader, moved, errs); err != nil {
+				failed <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(failed)
+	return <-failed
+}
+
+func franzConsume(ctx context.Context, o opts, reader int, moved, errs *atomic.Int64) error {
 	parts := map[int32]kgo.Offset{}
 	for p := o.partition; p < o.partition+max(o.partitions, 1); p++ {
 		parts[int32(p)] = kgo.NewOffset().AtStart()
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.topic: parts}),
-		kgo.FetchMaxBytes(int32(o.fetchMaxBytes)), kgo.WithHooks(fetchReads{ctx, errs})}
+		// A partition may fill the whole fetch, as sarama's and kafka-go's
+		// consumers here do (4 MiB): at franz's default of 1 MiB per
+		// partition a one-partition consumer waits a round trip per MiB,
+		// and wants less than a 17 MB/s share on a slow host.
+		kgo.FetchMaxBytes(int32(o.fetchMaxBytes)), kgo.FetchMaxPartitionBytes(int32(o.fetchMaxBytes)), kgo.WithHooks(fetchReads{ctx, errs})}
 	if o.requestTimeout > 0 {
 		// As a Java consumer: fetch.max.wait.ms 500 and request.timeout.ms
 		// as given. franz-go's read deadline is its overhead plus the wait.
 		const wait = 500 * time.Millisecond
 		opts = append(opts, kgo.FetchMaxWait(wait), kgo.RequestTimeoutOverhead(o.requestTimeout-wait))
 	}
-	cl, err := kgo.NewClient(opts...)
+	login, err := saslOpts(o)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, login...)...)
 	if err != nil {
 		return err
 	}
@@ -378,7 +459,7 @@ func franzConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 			}
 		})
 		fs.EachRecord(func(r *kgo.Record) {
-			checked.see(r.Partition, r.Offset, r.Value)
+			checked.see(reader, r.Partition, r.Offset, r.Value)
 			moved.Add(int64(len(r.Value)))
 		})
 	}
@@ -388,7 +469,7 @@ func franzConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 // saramaConsume reads one partition with sarama; every consumer error
 // (a failed fetch, a partition error) is counted, as franzConsume counts
 // its own, and reading goes on.
-func saramaConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+func saramaConsume(ctx context.Context, o opts, reader int, moved, errs *atomic.Int64) error {
 	cfg := sarama.NewConfig()
 	cfg.ClientID = o.clientID
 	cfg.Version = sarama.V2_8_0_0
@@ -411,7 +492,7 @@ func saramaConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error
 		case <-ctx.Done():
 			return nil
 		case m := <-pc.Messages():
-			checked.see(m.Partition, m.Offset, m.Value)
+			checked.see(reader, m.Partition, m.Offset, m.Value)
 			moved.Add(int64(len(m.Value)))
 		case err := <-pc.Errors():
 			if ctx.Err() == nil {
@@ -427,7 +508,7 @@ func saramaConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error
 // kafka-go gives a fetch's response MaxWait to start arriving (no allowance
 // for the round trip or a busy broker): 500 ms, Java's fetch.max.wait.ms,
 // where 100 ms timed out on kfake's stalls with a long log in memory.
-func kafkagoConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
+func kafkagoConsume(ctx context.Context, o opts, reader int, moved, errs *atomic.Int64) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{o.bootstrap}, Topic: o.topic, Partition: o.partition,
 		Dialer: &kafka.Dialer{ClientID: o.clientID, Timeout: 10 * time.Second}, MaxBytes: 4 << 20, MinBytes: 1, MaxWait: 500 * time.Millisecond,
 		// kafka-go retries a failed fetch by itself (a new connection) and
@@ -455,7 +536,7 @@ func kafkagoConsume(ctx context.Context, o opts, moved, errs *atomic.Int64) erro
 			}
 			continue
 		}
-		checked.see(int32(m.Partition), m.Offset, m.Value)
+		checked.see(reader, int32(m.Partition), m.Offset, m.Value)
 		moved.Add(int64(len(m.Value)))
 	}
 	return nil
