@@ -8,8 +8,9 @@ BIN     := bin/sluice
 PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
 # prometheus: promtool checks deploy/prometheus' rules, and a real server
-# scrapes the agent in the overcommit scenario.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus
+# scrapes the agent in the overcommit scenario. kcat: librdkafka clients log
+# in with SASL PLAIN and SCRAM in the SASL scenario.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat
 
 export PATH := $(PATH):/usr/local/go/bin
 

@@ -141,6 +141,12 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 		w.Close()
 		return nil, err
 	}
+	if len(o.SASL) > 0 && !o.TLS { // (asking a TLS listener would need a handshake; no world has both)
+		if err := advertiseSaslHandshakeV0(w.Kafka, pair.Broker.Dial, w.Bootstrap()); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
