@@ -147,7 +147,7 @@ func run(outFile, only string) error {
 			}
 		}
 		if name := fmt.Sprintf("htb-%s-reservation-holds-against-8-newcomers", hook(dir)); want(name) {
-			c, err := e.hierarchy(name, dir)
+			c, err := e.hierarchyMeasured(name, dir)
 			if err != nil {
 				return err
 			}
@@ -475,17 +475,23 @@ func (e *env) steady(name string, dir maps.Direction, flows int, rate float64) (
 		return Case{}, err
 	}
 	defer e.htb.Remove(dir, maps.EntityUnknown)
+	steal := stealFrom(time.Now().Add(omitSeconds * time.Second))
 	r, err := e.iperf(context.Background(), governed, flows, caseSeconds, omitSeconds, dir == maps.Fetch, 0)
 	if err != nil {
 		return Case{}, fmt.Errorf("%s: %w", name, err)
+	}
+	stolen, err := steal.stolen()
+	if err != nil {
+		return Case{}, err
 	}
 	held, err := e.htb.Held(dir)
 	if err != nil {
 		return Case{}, err
 	}
 	c := Case{Name: name, RateBps: rate, GoodputBps: r.goodput(), RetransmitRatio: r.retransmitRatio(), Gated: true}
-	c.Pass = within(c.GoodputBps, rate, 0.03) && c.RetransmitRatio <= 0.001
-	c.Detail = map[string]any{"flows": flows, "seconds": caseSeconds, "omitted_seconds": omitSeconds, "sender_retransmits_whole_run": r.End.SumSent.Retransmits}
+	c.Pass = heldTo(c.GoodputBps, rate, 0.03, stolen, caseSeconds) && c.RetransmitRatio <= 0.001
+	c.Detail = map[string]any{"flows": flows, "seconds": caseSeconds, "omitted_seconds": omitSeconds, "sender_retransmits_whole_run": r.End.SumSent.Retransmits,
+		"stolen_s": stolen.Seconds()}
 	for _, h := range held {
 		c.Detail["shaper_dropped_packets"] = h.Dropped
 	}
@@ -515,6 +521,7 @@ func (e *env) twoEntities(name string, dir maps.Direction, rateA, rateB float64)
 	var wg sync.WaitGroup
 	results := make([]iperfResult, 2)
 	errs := make([]error, 2)
+	steal := stealFrom(time.Now().Add((omitSeconds + 1) * time.Second))
 	for i, p := range []struct{ port, cport int }{{governed, cportA}, {governed2, cportB}} {
 		wg.Add(1)
 		go func(i, port, cport int) {
@@ -525,13 +532,18 @@ func (e *env) twoEntities(name string, dir maps.Direction, rateA, rateB float64)
 	wg.Wait()
 	stop()
 	<-bound
+	stolen, err := steal.stolen()
+	if err != nil {
+		return nil, err
+	}
 	var out []Case
 	for i, rate := range []float64{rateA, rateB} {
 		if errs[i] != nil {
 			return nil, fmt.Errorf("%s: %w", name, errs[i])
 		}
 		c := Case{Name: fmt.Sprintf("%s-entity%d", name, i+1), RateBps: rate, GoodputBps: results[i].goodput(), RetransmitRatio: results[i].retransmitRatio(), Gated: true}
-		c.Pass = within(c.GoodputBps, rate, 0.03) && c.RetransmitRatio <= 0.001
+		c.Pass = heldTo(c.GoodputBps, rate, 0.03, stolen, caseSeconds) && c.RetransmitRatio <= 0.001
+		c.Detail = map[string]any{"stolen_s": stolen.Seconds()}
 		out = append(out, c)
 	}
 	return out, nil
@@ -593,7 +605,14 @@ func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, erro
 			}
 		}
 	}()
-	start <- time.Now()
+	t0 := time.Now()
+	start <- t0
+	// The host's stolen time at each second of the run, to judge each
+	// phase's settled seconds by what the host left of them.
+	steals := make([]*stealMeter, phase*len(rates)+1)
+	for i := range steals {
+		steals[i] = stealFrom(t0.Add(time.Duration(i) * time.Second))
+	}
 	r, err := e.iperf(ctx, governed, 1, phase*len(rates), 0, dir == maps.Fetch, 0, "--get-server-output")
 	if err != nil {
 		return Case{}, fmt.Errorf("%s: %w", name, err)
@@ -618,9 +637,13 @@ func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, erro
 		for _, bps := range per[from:to] {
 			settled += bps / float64(to-from)
 		}
-		ok := within(settled, rates[i], 0.05)
+		<-steals[from].done
+		<-steals[to].done
+		stolen := steals[to].from.since(steals[from].from)
+		ok := heldTo(settled, rates[i], 0.05, stolen, float64(to-from))
 		c.Pass = c.Pass && ok
-		checks = append(checks, map[string]any{"from_s_after_change": 2, "rate_bps": rates[i], "goodput_bps": settled, "per_second_bps": per[from:to], "pass": ok})
+		checks = append(checks, map[string]any{"from_s_after_change": 2, "rate_bps": rates[i], "goodput_bps": settled, "per_second_bps": per[from:to],
+			"stolen_s": stolen.Seconds(), "pass": ok})
 	}
 	c.Pass = c.Pass && c.RetransmitRatio <= 0.001
 	c.Detail = map[string]any{"rates_bps": rates, "phase_seconds": phase, "per_second_bps": per, "steps": checks}
