@@ -115,9 +115,16 @@ func (n *NS) Dial(addr string) (net.Conn, error) {
 // in b with bAddr (CIDR notation, e.g. 198.18.0.1/24). Deleting either
 // namespace removes the pair.
 func Veth(a *NS, aName string, aAddr netip.Prefix, b *NS, bName string, bAddr netip.Prefix) error {
+	return VethQueues(a, aName, aAddr, b, bName, bAddr, 1)
+}
+
+// VethQueues is Veth with queues TX and RX queues at each end: a
+// multi-queue device, as a NIC with a queue per CPU.
+func VethQueues(a *NS, aName string, aAddr netip.Prefix, b *NS, bName string, bAddr netip.Prefix, queues int) error {
 	var err error
 	doErr := a.Do(func() error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: aName, MTU: 1500}, PeerName: bName, PeerNamespace: netlink.NsFd(b.handle)}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: aName, MTU: 1500, NumTxQueues: queues, NumRxQueues: queues},
+			PeerName: bName, PeerNamespace: netlink.NsFd(b.handle), PeerNumTxQueues: uint32(queues), PeerNumRxQueues: uint32(queues)}
 		if err = netlink.LinkAdd(veth); err != nil {
 			return fmt.Errorf("add veth %s/%s: %w", aName, bName, err)
 		}

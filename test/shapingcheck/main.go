@@ -9,8 +9,10 @@
 // newcomers under the capacity (hierarchy.go); the programs' cost on line
 // rate, attached versus not in paired windows, ungoverned and governed,
 // both ways, 1 and 8 flows, and with offloads off, beside bpf_stats'
-// per-packet run time (throughput.go). Recorded, not gated: police, and
-// the cost with offloads off.
+// per-packet run time (throughput.go); what htb's single root costs
+// ungoverned traffic on a multi-queue device against the mq root
+// (multiqueue.go). Recorded, not gated: police, the cost with offloads
+// off, and the multi-queue figure.
 //
 // Run as root: go run ./test/shapingcheck -out shaping-results.json
 package main
@@ -202,6 +204,11 @@ func run(outFile, only string) error {
 			}
 			record(r)
 		}
+	}
+	// What htb's single root costs traffic it does not govern on a
+	// multi-queue device, against the mq root (multiqueue.go).
+	if name := "multiqueue-ungoverned-htb-tree-vs-mq-root"; want(name) {
+		record(e.multiQueue(name))
 	}
 
 	data, _ := json.MarshalIndent(res, "", "  ")
