@@ -263,12 +263,28 @@ static __always_inline int conn_start(const struct parsed *p)
 	return exempt;
 }
 
+// from_egress_ifb: a segment the shared egress IFB sends back out of its
+// interface after its tree held it (htb on several interfaces). It was
+// counted and classified on its first pass; its class id is cleared so
+// that the device's own root qdisc (priomap bands) does not read it.
+static __always_inline int from_egress_ifb(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
+	if (!cfg || !cfg->egress_ifb_ifindex || skb->ingress_ifindex != cfg->egress_ifb_ifindex)
+		return 0;
+	skb->priority = 0;
+	return 1;
+}
+
 static __always_inline int handle(struct __sk_buff *skb, int dir)
 {
 	// Not zeroed: parse writes every field the segment's family reads, and
 	// ungoverned packets should not pay for clearing it.
 	struct parsed p;
 	if (!parse(skb, dir, &p))
+		return PASS;
+	if (dir == DIR_FETCH && skb->ingress_ifindex && from_egress_ifb(skb))
 		return PASS;
 
 	// The handshake creates nothing: a SYN proves no peer. The broker's
@@ -332,6 +348,27 @@ SEC("tc")
 int sluice_egress(struct __sk_buff *skb)
 {
 	return handle(skb, DIR_FETCH);
+}
+
+// sluice_egress_select steers classified egress segments to the shared
+// egress IFB when htb drives several interfaces: one tree per direction
+// for the whole host, so an entity's connections on different interfaces
+// share one class and one ceiling. It runs as a classic cls_bpf filter (not
+// direct action) after sluice_egress, whose skb->priority it reads: a
+// nonzero return is a match, and the filter's mirred action moves the
+// segment to the IFB. A BPF redirect cannot do this: the IFB sends back
+// only what names the device it came from (skb_iif), which mirred sets and
+// bpf_redirect does not.
+SEC("tc")
+int sluice_egress_select(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
+	if (!cfg || cfg->shaper != SHAPER_HTB || !cfg->egress_ifb_ifindex)
+		return 0;
+	if (skb->ingress_ifindex == cfg->egress_ifb_ifindex)
+		return 0; // its second pass, on its way out
+	return (skb->priority >> 16) == HTB_MAJOR ? -1 : 0;
 }
 
 // Types user space reads but no program names by value: referenced here so

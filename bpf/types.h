@@ -112,6 +112,9 @@ struct entity_counters {
 #define SHAPER_EDT 2    // earliest departure time from the entity's rate (needs fq); ingress via IFB
 #define SHAPER_POLICE 3 // token bucket, over-rate segments dropped: a last-resort hard cap
 
+// The major number of sluice's HTB trees (class ids HTB_MAJOR:minor).
+#define HTB_MAJOR 1
+
 // An entity's rate for the BPF shapers (edt, police), written by the agent.
 struct entity_rate {
 	__u64 bytes_per_sec; // TCP payload bytes/s; 0 = not shaped
@@ -138,7 +141,9 @@ struct datapath_settings {
 	__u32 shaper;         // SHAPER_*
 	__u32 ifb_ifindex;    // ingress redirect target (htb, edt)
 	__u32 samples_per_sec;
-	__u32 pad;
+	// htb on several interfaces: the IFB every interface's classified
+	// egress segments pass through (0: the tree sits on the one device).
+	__u32 egress_ifb_ifindex;
 	__u64 horizon_ns;     // edt: beyond this delay a segment is dropped
 	__u64 ecn_ns;         // edt: beyond this delay an ECN-capable segment is marked CE
 	__u64 police_burst;   // police: bucket depth in bytes

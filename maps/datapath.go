@@ -264,6 +264,12 @@ func Unpin(dir string) error {
 func (d *Datapath) IngressProgram() *ebpf.Program { return d.objs.SluiceIngress }
 func (d *Datapath) EgressProgram() *ebpf.Program  { return d.objs.SluiceEgress }
 
+// EgressSelectProgram is the classic (not direct-action) cls_bpf program
+// that matches the egress segments sluice_egress classified, for a filter
+// whose mirred action moves them to the shared egress IFB (htb on several
+// interfaces).
+func (d *Datapath) EgressSelectProgram() *ebpf.Program { return d.objs.SluiceEgressSelect }
+
 // MaxEntities is the number of entity ids per direction.
 func (d *Datapath) MaxEntities() int { return d.opts.MaxEntities }
 

@@ -29,8 +29,12 @@ const (
 
 // Settings are the live knobs the agent writes.
 type Settings struct {
-	Shaper           Shaper
-	IFBIndex         int           // ingress redirect target for ShaperHTB and ShaperEDT
+	Shaper   Shaper
+	IFBIndex int // ingress redirect target for ShaperHTB and ShaperEDT
+	// EgressIFBIndex (htb on several interfaces): the IFB carrying the
+	// egress tree, where EgressSelectProgram's filters send classified
+	// segments; 0 when the tree sits on the one interface.
+	EgressIFBIndex   int
 	StaleAfter       time.Duration // heartbeat age beyond which nothing is held back
 	SamplesPerSecond int           // per-connection sample budget
 	// Horizon (edt): a segment that would wait longer is dropped.
@@ -49,6 +53,7 @@ func (d *Datapath) SetSettings(s Settings) error {
 	}
 	cur.Shaper = uint32(s.Shaper)
 	cur.IfbIfindex = uint32(s.IFBIndex)
+	cur.EgressIfbIfindex = uint32(s.EgressIFBIndex)
 	cur.StaleAfterNs = uint64(s.StaleAfter.Nanoseconds())
 	cur.SamplesPerSec = uint32(s.SamplesPerSecond)
 	cur.HorizonNs = uint64(s.Horizon.Nanoseconds())

@@ -60,16 +60,16 @@ type sluiceConnState struct {
 }
 
 type sluiceDatapathSettings struct {
-	_             structs.HostLayout
-	HeartbeatNs   uint64
-	StaleAfterNs  uint64
-	Shaper        uint32
-	IfbIfindex    uint32
-	SamplesPerSec uint32
-	Pad           uint32
-	HorizonNs     uint64
-	EcnNs         uint64
-	PoliceBurst   uint64
+	_                structs.HostLayout
+	HeartbeatNs      uint64
+	StaleAfterNs     uint64
+	Shaper           uint32
+	IfbIfindex       uint32
+	SamplesPerSec    uint32
+	EgressIfbIfindex uint32
+	HorizonNs        uint64
+	EcnNs            uint64
+	PoliceBurst      uint64
 }
 
 type sluiceEdtClock struct {
@@ -194,6 +194,7 @@ const (
 	sluiceMapStats                = "stats"
 	sluiceProgSluiceBind          = "sluice_bind"
 	sluiceProgSluiceEgress        = "sluice_egress"
+	sluiceProgSluiceEgressSelect  = "sluice_egress_select"
 	sluiceProgSluiceIngress       = "sluice_ingress"
 	sluiceVarBenchRewind          = "bench_rewind"
 	sluiceVarFirstRequestsSampled = "first_requests_sampled"
@@ -246,9 +247,10 @@ type sluiceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceProgramSpecs struct {
-	SluiceBind    *ebpf.ProgramSpec `ebpf:"sluice_bind"`
-	SluiceEgress  *ebpf.ProgramSpec `ebpf:"sluice_egress"`
-	SluiceIngress *ebpf.ProgramSpec `ebpf:"sluice_ingress"`
+	SluiceBind         *ebpf.ProgramSpec `ebpf:"sluice_bind"`
+	SluiceEgress       *ebpf.ProgramSpec `ebpf:"sluice_egress"`
+	SluiceEgressSelect *ebpf.ProgramSpec `ebpf:"sluice_egress_select"`
+	SluiceIngress      *ebpf.ProgramSpec `ebpf:"sluice_ingress"`
 }
 
 // sluiceMapSpecs contains maps before they are loaded into the kernel.
@@ -362,15 +364,17 @@ type sluiceVariables struct {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluicePrograms struct {
-	SluiceBind    *ebpf.Program `ebpf:"sluice_bind"`
-	SluiceEgress  *ebpf.Program `ebpf:"sluice_egress"`
-	SluiceIngress *ebpf.Program `ebpf:"sluice_ingress"`
+	SluiceBind         *ebpf.Program `ebpf:"sluice_bind"`
+	SluiceEgress       *ebpf.Program `ebpf:"sluice_egress"`
+	SluiceEgressSelect *ebpf.Program `ebpf:"sluice_egress_select"`
+	SluiceIngress      *ebpf.Program `ebpf:"sluice_ingress"`
 }
 
 func (p *sluicePrograms) Close() error {
 	return _SluiceClose(
 		p.SluiceBind,
 		p.SluiceEgress,
+		p.SluiceEgressSelect,
 		p.SluiceIngress,
 	)
 }

@@ -74,6 +74,10 @@ type HTB struct {
 	delay   time.Duration
 	trees   [2]*htbTree // indexed by maps.Direction
 	ifb     netlink.Link
+	// Several interfaces (shared.go): the IFB carrying the egress tree,
+	// and the filters on each interface that steer segments to it.
+	egressIFB netlink.Link
+	steers    []steer
 	// in runs netlink work in the interface's network namespace (netlink
 	// acts in the calling thread's namespace).
 	in func(func() error) error
@@ -132,6 +136,9 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 		return nil, fmt.Errorf("htb: find interface %d: %w", ifindex, err)
 	}
 	if err := checkRootQdisc(dev, ifindex); err != nil {
+		return nil, err
+	}
+	if err := removeSharedLeftovers(ifindex); err != nil {
 		return nil, err
 	}
 	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
@@ -201,6 +208,9 @@ func RemoveLeftoverTrees(ifindex int, in func(func() error) error) error {
 		in = InCurrentNamespace
 	}
 	return in(func() error {
+		if err := removeSharedLeftovers(ifindex); err != nil {
+			return err
+		}
 		ifb, err := netlink.LinkByName(IFBName(ifindex))
 		if err != nil {
 			return nil // none left
@@ -560,6 +570,18 @@ func (h *HTB) close() error {
 			errs = append(errs, h.classes.SetClass(maps.Direction(dir), entity, 0))
 		}
 		t.entity = map[uint32]*htbClass{}
+	}
+	// Nothing is steered to the egress IFB once it is going.
+	for _, s := range h.steers {
+		errs = append(errs, s.remove())
+	}
+	h.steers = nil
+	if h.egressIFB != nil {
+		if err := netlink.LinkDel(h.egressIFB); err != nil {
+			errs = append(errs, fmt.Errorf("htb: delete %s: %w", h.egressIFB.Attrs().Name, err))
+		}
+		h.egressIFB = nil
+		h.trees[maps.Fetch] = nil // it went with its device
 	}
 	if t := h.trees[maps.Fetch]; t != nil {
 		if err := deleteRoot(t.link); err != nil {
