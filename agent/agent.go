@@ -23,8 +23,10 @@ type Deps struct {
 	Shaper   shaper.Shaper
 	// ShaperReason says why this shaper was chosen (logged, shown by status).
 	ShaperReason string
-	// IFBIndex is the htb shaper's ingress redirect target (0 otherwise).
-	IFBIndex int
+	// IFBIndex is the htb shaper's ingress redirect target (0 otherwise);
+	// EgressIFBIndex its egress tree's device when it drives several
+	// interfaces (0 otherwise).
+	IFBIndex, EgressIFBIndex int
 	// NewShaper, when set, builds the shaper (overriding the three fields
 	// above) at start and again whenever a reload changes mode, shaper or
 	// max_queue_delay; the agent then owns it (CloseShaper). Without it the
@@ -205,7 +207,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		if serr != nil {
 			return nil, serr
 		}
-		deps.Shaper, deps.ShaperReason, deps.IFBIndex = choice.Shaper, choice.Reason, choice.IFBIndex
+		deps.Shaper, deps.ShaperReason, deps.IFBIndex, deps.EgressIFBIndex = choice.Shaper, choice.Reason, choice.IFBIndex, choice.EgressIFBIndex
 		defer func() { // err: New's result; an agent that fails to start leaves no tree behind
 			if err != nil {
 				choice.Shaper.Close()
@@ -381,7 +383,7 @@ func (a *Agent) applyDataPathSettings() error {
 	if a.cfg.Mode == config.ModeEnforce {
 		mode = dataPathShaper[a.deps.Shaper.Kind()]
 	}
-	if err := a.writeSettings(a.cfg, mode, a.deps.IFBIndex); err != nil {
+	if err := a.writeSettings(a.cfg, mode, a.deps.IFBIndex, a.deps.EgressIFBIndex); err != nil {
 		return err
 	}
 	return a.applyCapacities(a.deps.Shaper)
@@ -404,9 +406,9 @@ func (a *Agent) applyCapacities(s shaper.Shaper) error {
 	return nil
 }
 
-func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb int) error {
+func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb, egressIFB int) error {
 	return a.deps.DataPath.SetSettings(maps.Settings{
-		Shaper: mode, IFBIndex: ifb, StaleAfter: cfg.StaleAfter, SamplesPerSecond: cfg.SamplesPerSecond,
+		Shaper: mode, IFBIndex: ifb, EgressIFBIndex: egressIFB, StaleAfter: cfg.StaleAfter, SamplesPerSecond: cfg.SamplesPerSecond,
 		Horizon: cfg.MaxQueueDelay, ECNThreshold: shaper.ECNThreshold(cfg.MaxQueueDelay), PoliceBurst: shaper.DefaultPoliceBurst,
 	})
 }

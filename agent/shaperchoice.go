@@ -15,6 +15,9 @@ type ShaperChoice struct {
 	Shaper   shaper.Shaper
 	Reason   string
 	IFBIndex int // the IFB device ingress is redirected to (0: none)
+	// EgressIFBIndex is the IFB carrying the egress tree when htb drives
+	// several interfaces (0: the tree sits on the one interface).
+	EgressIFBIndex int
 }
 
 // ShaperFactory builds the backend a configuration asks for. The agent
@@ -39,7 +42,8 @@ func specOf(cfg config.Config) shaperSpec {
 // is not auto's choice until it has passed shaping-check on a host with
 // fq: on ingress a departure time written before the redirect to the IFB
 // may not survive it (docs/edt-manual-check.md). police is a last-resort
-// hard cap. htb and edt drive one interface (ifindexes[0]).
+// hard cap. edt drives one interface; htb drives one, or several through
+// one shared tree per direction (shaper.NewSharedHTB).
 func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (ShaperChoice, error) {
 	if shapesWithoutTrees(cfg) {
 		// Trees an earlier agent left (keep_attached_on_exit) would hold
@@ -56,8 +60,22 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (Shaper
 	if cfg.Shaper == "police" {
 		return ShaperChoice{Shaper: shaper.NewPolice(dp), Reason: "configured (a hard cap: greedy TCP retransmits under it)"}, nil
 	}
-	if len(ifindexes) != 1 {
-		return ShaperChoice{}, fmt.Errorf("interfaces: the %s shaper drives one interface, %d are configured", cfg.Shaper, len(ifindexes))
+	if len(ifindexes) == 0 {
+		return ShaperChoice{}, fmt.Errorf("interfaces: the %s shaper needs an interface", cfg.Shaper)
+	}
+	reason := "configured"
+	if cfg.Shaper == "auto" {
+		reason = autoReason
+	}
+	if len(ifindexes) > 1 {
+		if cfg.Shaper == "edt" {
+			return ShaperChoice{}, fmt.Errorf("interfaces: the edt shaper drives one interface, %d are configured; use htb or auto", len(ifindexes))
+		}
+		h, err := shaper.NewSharedHTB(ifindexes, dp, cfg.MaxQueueDelay, dp.EgressSelectProgram(), nil)
+		if err != nil {
+			return ShaperChoice{}, err
+		}
+		return ShaperChoice{Shaper: h, Reason: reason + "; one tree per direction shared by every interface", IFBIndex: h.IFBIndex(), EgressIFBIndex: h.EgressIFBIndex()}, nil
 	}
 	idx := ifindexes[0]
 	if cfg.Shaper == "edt" {
@@ -73,10 +91,6 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (Shaper
 	h, err := shaper.NewHTB(idx, dp, cfg.MaxQueueDelay, nil)
 	if err != nil {
 		return ShaperChoice{}, err
-	}
-	reason := "configured"
-	if cfg.Shaper == "auto" {
-		reason = autoReason
 	}
 	return ShaperChoice{Shaper: h, Reason: reason, IFBIndex: h.IFBIndex()}, nil
 }
@@ -96,7 +110,7 @@ func shapesWithoutTrees(cfg config.Config) bool {
 // the new one cannot be built, the old configuration's is built again, the
 // data path told to use it, and the error returned (the reload is refused).
 func (a *Agent) switchShaper(next config.Config) error {
-	if err := a.writeSettings(a.cfg, maps.ShaperNone, 0); err != nil {
+	if err := a.writeSettings(a.cfg, maps.ShaperNone, 0, 0); err != nil {
 		return err
 	}
 	if err := a.deps.Shaper.Close(); err != nil {
@@ -109,7 +123,7 @@ func (a *Agent) switchShaper(next config.Config) error {
 			// Nothing holds traffic back now; say so loudly. The data path
 			// counts on and the next reload tries again.
 			a.log.Error("no shaper: the new one failed and the previous one could not be rebuilt", "err", err, "rebuild_err", berr)
-			a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex = shaper.Shadow{}, "no shaper could be built: "+berr.Error(), 0
+			a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = shaper.Shadow{}, "no shaper could be built: "+berr.Error(), 0, 0
 			return err
 		}
 		a.useShaper(back)
@@ -125,7 +139,7 @@ func (a *Agent) switchShaper(next config.Config) error {
 
 // useShaper installs a backend and gives it every rate in force.
 func (a *Agent) useShaper(c ShaperChoice) {
-	a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex = c.Shaper, c.Reason, c.IFBIndex
+	a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = c.Shaper, c.Reason, c.IFBIndex, c.EgressIFBIndex
 	if err := a.applyCapacities(c.Shaper); err != nil {
 		a.log.Warn("capacities for the new shaper; set again by the reload", "err", err)
 	}
