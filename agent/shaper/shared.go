@@ -29,9 +29,9 @@ import (
 // sluice_egress_select with a mirred action to the egress IFB. The
 // interfaces' own root qdiscs (mq on a NIC) stay as they are.
 //
-// A restarted agent rebuilds shared trees rather than adopting them
-// (keep_attached_on_exit adopts the one-interface tree only): until its
-// first cycle, the entities it re-learns pass unshaped.
+// A restarted agent adopts the shared trees an earlier one left
+// (keep_attached_on_exit) as it adopts a one-interface tree, and puts its
+// own select program in each interface's filter in place of the old one.
 
 // Names of the shared IFB devices, after the first configured interface.
 func sharedIngressIFBName(ifindex int) string { return fmt.Sprintf("slifbi%d", ifindex) }
@@ -47,8 +47,7 @@ const (
 
 // steer is the egress filter on one interface.
 type steer struct {
-	ifindex       int
-	createdClsact bool
+	ifindex int
 }
 
 // NewSharedHTB builds the htb backend for several interfaces: the ingress
@@ -78,9 +77,6 @@ func newSharedHTB(ifindexes []int, classes ClassWriter, delay time.Duration, sel
 		if _, err := netlink.LinkByIndex(idx); err != nil {
 			return nil, fmt.Errorf("htb: find interface %d: %w", idx, err)
 		}
-		if err := removeSharedLeftovers(idx); err != nil {
-			return nil, err
-		}
 	}
 	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
@@ -92,6 +88,28 @@ func newSharedHTB(ifindexes []int, classes ClassWriter, delay time.Duration, sel
 		return nil, fmt.Errorf("htb: netlink: %w", err)
 	}
 	h := &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock}
+	// Trees an earlier agent left (keep_attached_on_exit) are adopted with
+	// their classes; anything less than both is removed and rebuilt.
+	ingress, ierr := netlink.LinkByName(sharedIngressIFBName(ifindexes[0]))
+	egress, eerr := netlink.LinkByName(sharedEgressIFBName(ifindexes[0]))
+	if ierr == nil && eerr == nil && ownTree(ingress) && ownTree(egress) {
+		if err := h.adopt(egress, ingress); err == nil {
+			h.egressIFB = egress
+			if err := h.steerAll(ifindexes, selectProg); err != nil {
+				h.close()
+				return nil, err
+			}
+			return h, nil
+		}
+		h.trees = [2]*htbTree{}
+		h.ifb = nil
+	}
+	for _, idx := range ifindexes {
+		if err := removeSharedLeftovers(idx); err != nil {
+			h.close()
+			return nil, err
+		}
+	}
 	if err := classes.ClearClasses(); err != nil {
 		h.close()
 		return nil, err
@@ -104,15 +122,23 @@ func newSharedHTB(ifindexes []int, classes ClassWriter, delay time.Duration, sel
 		h.close()
 		return nil, err
 	}
+	if err := h.steerAll(ifindexes, selectProg); err != nil {
+		h.close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// steerAll puts the egress filter on every interface.
+func (h *HTB) steerAll(ifindexes []int, selectProg *ebpf.Program) error {
 	for _, idx := range ifindexes {
 		s, err := addSteer(idx, selectProg, h.egressIFB.Attrs().Index)
 		if err != nil {
-			h.close()
-			return nil, err
+			return err
 		}
 		h.steers = append(h.steers, s)
 	}
-	return h, nil
+	return nil
 }
 
 // newIFBTree creates an IFB device, brings it up and puts a tree on it.
@@ -146,7 +172,8 @@ func (h *HTB) EgressIFBIndex() int {
 }
 
 // addSteer puts the egress filter on an interface, under its clsact qdisc
-// (added if it has none).
+// (added if it has none); an earlier agent's filter is replaced in place,
+// so no segment passes unsteered meanwhile.
 func addSteer(ifindex int, selectProg *ebpf.Program, egressIFB int) (steer, error) {
 	s := steer{ifindex: ifindex}
 	link, err := netlink.LinkByIndex(ifindex)
@@ -157,7 +184,6 @@ func addSteer(ifindex int, selectProg *ebpf.Program, egressIFB int) (steer, erro
 		if err := netlink.QdiscAdd(clsactOf(ifindex)); err != nil {
 			return s, fmt.Errorf("htb: add clsact qdisc on %s: %w", link.Attrs().Name, err)
 		}
-		s.createdClsact = true
 	}
 	if err := addSelectFilter(ifindex, selectProg.FD(), egressIFB); err != nil {
 		s.remove()
@@ -172,7 +198,7 @@ func addSteer(ifindex int, selectProg *ebpf.Program, egressIFB int) (steer, erro
 // netlink package encodes no actions on bpf filters, so the request is
 // built here.
 func addSelectFilter(ifindex, progFD, egressIFB int) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	req := nl.NewNetlinkRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
 	req.AddData(&nl.TcMsg{
 		Family:  nl.FAMILY_ALL,
 		Ifindex: int32(ifindex),
@@ -194,38 +220,39 @@ func addSelectFilter(ifindex, progFD, egressIFB int) error {
 	return err
 }
 
-// remove deletes the filter, and the clsact qdisc if it added it and
-// nothing else is under it.
+// remove deletes the filter (and the clsact qdisc, if nothing is left
+// under it).
 func (s steer) remove() error {
 	link, err := netlink.LinkByIndex(s.ifindex)
 	if err != nil {
 		return nil // the interface is gone, and its filters with it
 	}
-	var errs []error
-	if err := deleteSteerFilters(link); err != nil {
-		errs = append(errs, err)
-	}
-	if s.createdClsact && !hasEgressOrIngressFilters(link) {
-		if err := netlink.QdiscDel(clsactOf(s.ifindex)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("htb: delete clsact qdisc on %s: %w", link.Attrs().Name, err))
-		}
-	}
-	return errors.Join(errs...)
+	return deleteSteerFilters(link)
 }
 
 // deleteSteerFilters removes every egress filter sluice_egress_select
-// runs on the link (its own, or an earlier agent's).
+// runs on the link (its own, or an earlier agent's), then the clsact
+// qdisc if no filter at all is left under it. Whoever added the clsact,
+// an empty one does nothing; sluice_egress's own legacy filters, if any,
+// keep it (attach removes it with them).
 func deleteSteerFilters(link netlink.Link) error {
 	filters, err := netlink.FilterList(link, netlink.HANDLE_MIN_EGRESS)
 	if err != nil {
 		return nil // no clsact: nothing to remove
 	}
 	var errs []error
+	removed := false
 	for _, f := range filters {
 		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == steerFilterName {
 			if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("htb: delete the egress filter on %s: %w", link.Attrs().Name, err))
 			}
+			removed = true
+		}
+	}
+	if removed && len(errs) == 0 && !hasEgressOrIngressFilters(link) {
+		if err := netlink.QdiscDel(clsactOf(link.Attrs().Index)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("htb: delete clsact qdisc on %s: %w", link.Attrs().Name, err))
 		}
 	}
 	return errors.Join(errs...)
