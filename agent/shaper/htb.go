@@ -141,16 +141,10 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 	if err := removeSharedLeftovers(ifindex); err != nil {
 		return nil, err
 	}
-	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := openHTB(classes, delay)
 	if err != nil {
-		return nil, fmt.Errorf("htb: netlink: %w", err)
+		return nil, err
 	}
-	sock, err := newBatchSocket()
-	if err != nil {
-		nlh.Close()
-		return nil, fmt.Errorf("htb: netlink: %w", err)
-	}
-	h := &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock}
 	// A tree left by an earlier sluice agent (keep_attached_on_exit) is
 	// adopted as it stands: its classes keep holding their entities at the
 	// last rates while this agent starts, and the data path's class ids
@@ -198,6 +192,21 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 	}
 	h.trees[maps.Produce] = ingress
 	return h, nil
+}
+
+// openHTB opens the netlink sockets an htb backend keeps (in the calling
+// thread's namespace), before it has any tree.
+func openHTB(classes ClassWriter, delay time.Duration) (*HTB, error) {
+	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("htb: netlink: %w", err)
+	}
+	sock, err := newBatchSocket()
+	if err != nil {
+		nlh.Close()
+		return nil, fmt.Errorf("htb: netlink: %w", err)
+	}
+	return &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock}, nil
 }
 
 // RemoveLeftoverTrees deletes the htb trees an earlier agent left on the

@@ -78,16 +78,10 @@ func newSharedHTB(ifindexes []int, classes ClassWriter, delay time.Duration, sel
 			return nil, fmt.Errorf("htb: find interface %d: %w", idx, err)
 		}
 	}
-	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := openHTB(classes, delay)
 	if err != nil {
-		return nil, fmt.Errorf("htb: netlink: %w", err)
+		return nil, err
 	}
-	sock, err := newBatchSocket()
-	if err != nil {
-		nlh.Close()
-		return nil, fmt.Errorf("htb: netlink: %w", err)
-	}
-	h := &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock}
 	// Trees an earlier agent left (keep_attached_on_exit) are adopted with
 	// their classes; anything less than both is removed and rebuilt.
 	ingress, ierr := netlink.LinkByName(sharedIngressIFBName(ifindexes[0]))

@@ -38,32 +38,10 @@ func severalInterfaces(t *testing.T, mode attach.Mode) {
 	}
 	brokers := []netip.Addr{pair.BrokerIP, netip.MustParseAddr("198.18.1.1")}
 
-	opts := maps.DefaultOptions()
-	opts.MaxEntities = 64
-	opts.MaxConnections = 4096
-	d, err := maps.Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	if err := d.SetListeners([]uint16{9092}); err != nil {
-		t.Fatal(err)
-	}
+	d := loaded(t)
 	var ifindexes []int
 	for _, dev := range []string{pair.BrokerDev, secondBroker} {
-		idx, err := pair.Broker.Index(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ifindexes = append(ifindexes, idx)
-		var a *attach.Attachment
-		if err := pair.Broker.Do(func() (err error) {
-			a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), mode)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pair.Broker.Do(a.Detach) })
+		ifindexes = append(ifindexes, attachTo(t, pair.Broker, dev, d, mode))
 	}
 	h, err := shaper.NewSharedHTB(ifindexes, d, 200*time.Millisecond, d.EgressSelectProgram(), pair.Broker.Do)
 	if err != nil {

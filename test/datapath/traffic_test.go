@@ -21,6 +21,15 @@ import (
 // attached loads the data path and attaches it to the broker's veth.
 func attached(t testing.TB, pair *netns.Pair, mode attach.Mode) *maps.Datapath {
 	t.Helper()
+	d := loaded(t)
+	attachTo(t, pair.Broker, pair.BrokerDev, d, mode)
+	return d
+}
+
+// loaded loads the data path with listener 9092, counting only, and
+// closes it when the test ends.
+func loaded(t testing.TB) *maps.Datapath {
+	t.Helper()
 	opts := maps.DefaultOptions()
 	opts.MaxEntities = 1024
 	opts.MaxConnections = 16384
@@ -35,23 +44,30 @@ func attached(t testing.TB, pair *netns.Pair, mode attach.Mode) *maps.Datapath {
 	if err := d.SetSettings(maps.Settings{Shaper: maps.ShaperNone, StaleAfter: 10 * time.Second, SamplesPerSecond: 200}); err != nil {
 		t.Fatal(err)
 	}
-	idx, err := pair.Broker.Index(pair.BrokerDev)
+	return d
+}
+
+// attachTo attaches the data path to a device in the namespace, detached
+// when the test ends; it returns the device's index.
+func attachTo(t testing.TB, ns *netns.NS, dev string, d *maps.Datapath, mode attach.Mode) int {
+	t.Helper()
+	idx, err := ns.Index(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var a *attach.Attachment
-	if err := pair.Broker.Do(func() (err error) {
+	if err := ns.Do(func() (err error) {
 		a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), mode)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := pair.Broker.Do(a.Detach); err != nil {
+		if err := ns.Do(a.Detach); err != nil {
 			t.Errorf("detach: %v", err)
 		}
 	})
-	return d
+	return idx
 }
 
 // echo serves each connection: read n bytes, write n bytes back, then
