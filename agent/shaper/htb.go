@@ -40,6 +40,8 @@ import (
 // starts; nothing is dropped or let through by the restart itself.
 
 const (
+	// rootMajor is HTB_MAJOR in bpf/types.h: sluice_egress_select steers
+	// the segments whose class id has it.
 	rootMajor = 1
 	// parentMinor is the class at the direction's capacity every entity's
 	// class hangs under.
