@@ -3,7 +3,8 @@
 // preferred; on kernels without TCX a netlink clsact qdisc with cls_bpf
 // filters (direct action) is used. Only what sluice created is ever
 // removed: its own links, its own named filters, and a clsact qdisc only if
-// sluice added it and nothing else uses it.
+// sluice added it and nothing else uses it (or, for the htb shaper's egress
+// steering filters, steer.go, if nothing at all is left under it).
 package attach
 
 import (
@@ -113,22 +114,11 @@ func (a *Attachment) closeLinks() {
 }
 
 func (a *Attachment) attachLegacy(iface netlink.Link) error {
-	qdiscs, err := netlink.QdiscList(iface)
-	if err != nil {
+	if _, err := netlink.QdiscList(iface); err != nil {
 		return fmt.Errorf("list qdiscs of %s: %w", a.Interface, err)
 	}
-	haveClsact := false
-	for _, q := range qdiscs {
-		if q.Type() == "clsact" {
-			haveClsact = true
-		}
-	}
-	if !haveClsact {
-		clsact := &netlink.GenericQdisc{
-			QdiscAttrs: netlink.QdiscAttrs{LinkIndex: a.Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
-			QdiscType:  "clsact",
-		}
-		if err := netlink.QdiscAdd(clsact); err != nil {
+	if !hasClsact(iface) {
+		if err := netlink.QdiscAdd(clsactOf(a.Index)); err != nil {
 			return fmt.Errorf("add clsact qdisc on %s: %w", a.Interface, err)
 		}
 		a.createdClsact = true
@@ -188,19 +178,41 @@ func (a *Attachment) detachLegacy() error {
 	if a.createdClsact {
 		iface, err := netlink.LinkByIndex(a.Index)
 		if err == nil && !hasFilters(iface) {
-			clsact := &netlink.GenericQdisc{
-				QdiscAttrs: netlink.QdiscAttrs{LinkIndex: a.Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
-				QdiscType:  "clsact",
-			}
-			if err := netlink.QdiscDel(clsact); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-				errs = append(errs, fmt.Errorf("delete clsact qdisc on %s: %w", a.Interface, err))
-			}
+			errs = append(errs, deleteClsact(iface))
 		}
 		a.createdClsact = false
 	}
 	return errors.Join(errs...)
 }
 
+func clsactOf(ifindex int) *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+}
+
+func hasClsact(iface netlink.Link) bool {
+	qdiscs, err := netlink.QdiscList(iface)
+	if err != nil {
+		return false
+	}
+	for _, q := range qdiscs {
+		if q.Type() == "clsact" {
+			return true
+		}
+	}
+	return false
+}
+
+func deleteClsact(iface netlink.Link) error {
+	if err := netlink.QdiscDel(clsactOf(iface.Attrs().Index)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("delete clsact qdisc on %s: %w", iface.Attrs().Name, err)
+	}
+	return nil
+}
+
+// hasFilters: some filter, sluice's or another's, is under the clsact qdisc.
 func hasFilters(iface netlink.Link) bool {
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 		if fs, err := netlink.FilterList(iface, parent); err == nil && len(fs) > 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -79,7 +80,7 @@ type HTB struct {
 	// Several interfaces (shared.go): the IFB carrying the egress tree,
 	// and the filters on each interface that steer segments to it.
 	egressIFB netlink.Link
-	steers    []steer
+	steered   []int // interface indexes
 	// in runs netlink work in the interface's network namespace (netlink
 	// acts in the calling thread's namespace).
 	in func(func() error) error
@@ -172,27 +173,10 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 		return nil, fmt.Errorf("htb on %s: %w", dev.Attrs().Name, err)
 	}
 	h.trees[maps.Fetch] = egress
-	ifb := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: IFBName(ifindex), TxQLen: 1000}}
-	if err := netlink.LinkAdd(ifb); err != nil {
+	if h.ifb, h.trees[maps.Produce], err = newIFBTree(IFBName(ifindex)); err != nil {
 		h.close()
-		return nil, fmt.Errorf("htb: create %s: %w", ifb.Name, err)
+		return nil, err
 	}
-	link, err := netlink.LinkByName(ifb.Name)
-	if err != nil {
-		h.close()
-		return nil, fmt.Errorf("htb: find %s: %w", ifb.Name, err)
-	}
-	h.ifb = link
-	if err := netlink.LinkSetUp(link); err != nil {
-		h.close()
-		return nil, fmt.Errorf("htb: bring up %s: %w", ifb.Name, err)
-	}
-	ingress, err := newTree(link)
-	if err != nil {
-		h.close()
-		return nil, fmt.Errorf("htb on %s: %w", ifb.Name, err)
-	}
-	h.trees[maps.Produce] = ingress
 	return h, nil
 }
 
@@ -362,6 +346,27 @@ func newTree(link netlink.Link) (*htbTree, error) {
 		return nil, fmt.Errorf("add the parent class: %w", err)
 	}
 	return t, nil
+}
+
+// newIFBTree creates an IFB device, brings it up and puts a tree on it.
+func newIFBTree(name string) (netlink.Link, *htbTree, error) {
+	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000}}); err != nil {
+		return nil, nil, fmt.Errorf("htb: create %s: %w", name, err)
+	}
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("htb: find %s: %w", name, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		netlink.LinkDel(link)
+		return nil, nil, fmt.Errorf("htb: bring up %s: %w", name, err)
+	}
+	t, err := newTree(link)
+	if err != nil {
+		netlink.LinkDel(link)
+		return nil, nil, fmt.Errorf("htb on %s: %w", name, err)
+	}
+	return link, t, nil
 }
 
 func deleteRoot(link netlink.Link) error {
@@ -583,10 +588,10 @@ func (h *HTB) close() error {
 		t.entity = map[uint32]*htbClass{}
 	}
 	// Nothing is steered to the egress IFB once it is going.
-	for _, s := range h.steers {
-		errs = append(errs, s.remove())
+	for _, idx := range h.steered {
+		errs = append(errs, attach.Unsteer(idx))
 	}
-	h.steers = nil
+	h.steered = nil
 	if h.egressIFB != nil {
 		if err := netlink.LinkDel(h.egressIFB); err != nil {
 			errs = append(errs, fmt.Errorf("htb: delete %s: %w", h.egressIFB.Attrs().Name, err))

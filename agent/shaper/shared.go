@@ -7,9 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
-	"golang.org/x/sys/unix"
 
+	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -36,19 +35,6 @@ import (
 // Names of the shared IFB devices, after the first configured interface.
 func sharedIngressIFBName(ifindex int) string { return fmt.Sprintf("slifbi%d", ifindex) }
 func sharedEgressIFBName(ifindex int) string  { return fmt.Sprintf("slifbe%d", ifindex) }
-
-const (
-	// steerFilterName names the egress filter on each interface, so that
-	// sluice removes exactly its own.
-	steerFilterName = "sluice_egress_select"
-	// steerFilterPriority runs after sluice_egress's legacy filter (1).
-	steerFilterPriority = 0xc000
-)
-
-// steer is the egress filter on one interface.
-type steer struct {
-	ifindex int
-}
 
 // NewSharedHTB builds the htb backend for several interfaces: the ingress
 // and egress trees on two new IFB devices, and on each interface an egress
@@ -123,37 +109,15 @@ func newSharedHTB(ifindexes []int, classes ClassWriter, delay time.Duration, sel
 	return h, nil
 }
 
-// steerAll puts the egress filter on every interface.
+// steerAll puts the egress steering filter on every interface.
 func (h *HTB) steerAll(ifindexes []int, selectProg *ebpf.Program) error {
 	for _, idx := range ifindexes {
-		s, err := addSteer(idx, selectProg, h.egressIFB.Attrs().Index)
-		if err != nil {
-			return err
+		if err := attach.Steer(idx, selectProg, h.egressIFB.Attrs().Index); err != nil {
+			return fmt.Errorf("htb: %w", err)
 		}
-		h.steers = append(h.steers, s)
+		h.steered = append(h.steered, idx)
 	}
 	return nil
-}
-
-// newIFBTree creates an IFB device, brings it up and puts a tree on it.
-func newIFBTree(name string) (netlink.Link, *htbTree, error) {
-	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000}}); err != nil {
-		return nil, nil, fmt.Errorf("htb: create %s: %w", name, err)
-	}
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		return nil, nil, fmt.Errorf("htb: find %s: %w", name, err)
-	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		netlink.LinkDel(link)
-		return nil, nil, fmt.Errorf("htb: bring up %s: %w", name, err)
-	}
-	t, err := newTree(link)
-	if err != nil {
-		netlink.LinkDel(link)
-		return nil, nil, fmt.Errorf("htb on %s: %w", name, err)
-	}
-	return link, t, nil
 }
 
 // EgressIFBIndex is the shared egress tree's device, 0 when the egress
@@ -165,101 +129,12 @@ func (h *HTB) EgressIFBIndex() int {
 	return h.egressIFB.Attrs().Index
 }
 
-// addSteer puts the egress filter on an interface, under its clsact qdisc
-// (added if it has none); an earlier agent's filter is replaced in place,
-// so no segment passes unsteered meanwhile.
-func addSteer(ifindex int, selectProg *ebpf.Program, egressIFB int) (steer, error) {
-	s := steer{ifindex: ifindex}
-	link, err := netlink.LinkByIndex(ifindex)
-	if err != nil {
-		return s, fmt.Errorf("htb: find interface %d: %w", ifindex, err)
-	}
-	if !hasClsact(link) {
-		if err := netlink.QdiscAdd(clsactOf(ifindex)); err != nil {
-			return s, fmt.Errorf("htb: add clsact qdisc on %s: %w", link.Attrs().Name, err)
-		}
-	}
-	if err := addSelectFilter(ifindex, selectProg.FD(), egressIFB); err != nil {
-		s.remove()
-		return s, fmt.Errorf("htb: add the egress filter on %s: %w", link.Attrs().Name, err)
-	}
-	return s, nil
-}
-
-// addSelectFilter adds a cls_bpf filter in classic mode (a nonzero return
-// is a match) with a mirred egress redirect to the IFB: what `tc filter add
-// dev X egress bpf fd F action mirred egress redirect dev IFB` sends. The
-// netlink package encodes no actions on bpf filters, so the request is
-// built here.
-func addSelectFilter(ifindex, progFD, egressIFB int) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
-	req.AddData(&nl.TcMsg{
-		Family:  nl.FAMILY_ALL,
-		Ifindex: int32(ifindex),
-		Handle:  netlink.MakeHandle(0, 1),
-		Parent:  netlink.HANDLE_MIN_EGRESS,
-		Info:    netlink.MakeHandle(steerFilterPriority, nl.Swap16(unix.ETH_P_ALL)),
-	})
-	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bpf")))
-	options := nl.NewRtAttr(nl.TCA_OPTIONS, nil)
-	options.AddRtAttr(nl.TCA_BPF_FD, nl.Uint32Attr(uint32(progFD)))
-	options.AddRtAttr(nl.TCA_BPF_NAME, nl.ZeroTerminated(steerFilterName))
-	options.AddRtAttr(nl.TCA_BPF_FLAGS, nl.Uint32Attr(0)) // classic, not direct action
-	actions := options.AddRtAttr(nl.TCA_BPF_ACT, nil)
-	if err := netlink.EncodeActions(actions, []netlink.Action{netlink.NewMirredAction(egressIFB)}); err != nil {
-		return err
-	}
-	req.AddData(options)
-	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
-	return err
-}
-
-// remove deletes the filter (and the clsact qdisc, if nothing is left
-// under it).
-func (s steer) remove() error {
-	link, err := netlink.LinkByIndex(s.ifindex)
-	if err != nil {
-		return nil // the interface is gone, and its filters with it
-	}
-	return deleteSteerFilters(link)
-}
-
-// deleteSteerFilters removes every egress filter sluice_egress_select
-// runs on the link (its own, or an earlier agent's), then the clsact
-// qdisc if no filter at all is left under it. Whoever added the clsact,
-// an empty one does nothing; sluice_egress's own legacy filters, if any,
-// keep it (attach removes it with them).
-func deleteSteerFilters(link netlink.Link) error {
-	filters, err := netlink.FilterList(link, netlink.HANDLE_MIN_EGRESS)
-	if err != nil {
-		return nil // no clsact: nothing to remove
-	}
-	var errs []error
-	removed := false
-	for _, f := range filters {
-		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == steerFilterName {
-			if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
-				errs = append(errs, fmt.Errorf("htb: delete the egress filter on %s: %w", link.Attrs().Name, err))
-			}
-			removed = true
-		}
-	}
-	if removed && len(errs) == 0 && !hasEgressOrIngressFilters(link) {
-		if err := netlink.QdiscDel(clsactOf(link.Attrs().Index)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("htb: delete clsact qdisc on %s: %w", link.Attrs().Name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // removeSharedLeftovers deletes what an earlier agent's shared trees left
 // with this interface: its steering filter and, if the interface was the
 // first, the two IFB devices.
 func removeSharedLeftovers(ifindex int) error {
 	var errs []error
-	if link, err := netlink.LinkByIndex(ifindex); err == nil {
-		errs = append(errs, deleteSteerFilters(link))
-	}
+	errs = append(errs, attach.Unsteer(ifindex))
 	for _, name := range []string{sharedIngressIFBName(ifindex), sharedEgressIFBName(ifindex)} {
 		if ifb, err := netlink.LinkByName(name); err == nil {
 			if err := netlink.LinkDel(ifb); err != nil {
@@ -268,33 +143,4 @@ func removeSharedLeftovers(ifindex int) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func clsactOf(ifindex int) *netlink.GenericQdisc {
-	return &netlink.GenericQdisc{
-		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
-		QdiscType:  "clsact",
-	}
-}
-
-func hasClsact(link netlink.Link) bool {
-	qdiscs, err := netlink.QdiscList(link)
-	if err != nil {
-		return false
-	}
-	for _, q := range qdiscs {
-		if q.Type() == "clsact" {
-			return true
-		}
-	}
-	return false
-}
-
-func hasEgressOrIngressFilters(link netlink.Link) bool {
-	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		if fs, err := netlink.FilterList(link, parent); err == nil && len(fs) > 0 {
-			return true
-		}
-	}
-	return false
 }

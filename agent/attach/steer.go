@@ -1,0 +1,103 @@
+package attach
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// Steering: the htb shaper on several interfaces sends each interface's
+// classified egress segments through one IFB device. A BPF redirect cannot
+// do that (the IFB sends back only what names its device of origin in
+// skb_iif, which tc's mirred action sets and bpf_redirect does not), so each
+// interface gets a classic cls_bpf egress filter, after sluice_egress,
+// running a select program with a mirred action to the IFB.
+const (
+	// steerFilterName names the egress filter, so that sluice removes
+	// exactly its own.
+	steerFilterName = "sluice_egress_select"
+	// steerFilterPriority runs after sluice_egress's legacy filter.
+	steerFilterPriority = 0xc000
+)
+
+// Steer puts the egress filter on an interface: selectProg (classic mode:
+// a nonzero return is a match) and a mirred egress redirect to target,
+// under the interface's clsact qdisc (added if it has none). An earlier
+// agent's filter is replaced in place, so no segment passes unsteered
+// meanwhile. On failure nothing is left behind.
+func Steer(ifindex int, selectProg *ebpf.Program, target int) error {
+	link, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return fmt.Errorf("find interface %d: %w", ifindex, err)
+	}
+	if !hasClsact(link) {
+		if err := netlink.QdiscAdd(clsactOf(ifindex)); err != nil {
+			return fmt.Errorf("add clsact qdisc on %s: %w", link.Attrs().Name, err)
+		}
+	}
+	if err := addSteerFilter(ifindex, selectProg.FD(), target); err != nil {
+		Unsteer(ifindex)
+		return fmt.Errorf("add the egress steering filter on %s: %w", link.Attrs().Name, err)
+	}
+	return nil
+}
+
+// addSteerFilter sends what `tc filter replace dev X egress pref P handle 1
+// bpf fd F action mirred egress redirect dev T` sends: the netlink package
+// encodes no actions on bpf filters.
+func addSteerFilter(ifindex, progFD, target int) error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
+	req.AddData(&nl.TcMsg{
+		Family:  nl.FAMILY_ALL,
+		Ifindex: int32(ifindex),
+		Handle:  netlink.MakeHandle(0, 1),
+		Parent:  netlink.HANDLE_MIN_EGRESS,
+		Info:    netlink.MakeHandle(steerFilterPriority, nl.Swap16(unix.ETH_P_ALL)),
+	})
+	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bpf")))
+	options := nl.NewRtAttr(nl.TCA_OPTIONS, nil)
+	options.AddRtAttr(nl.TCA_BPF_FD, nl.Uint32Attr(uint32(progFD)))
+	options.AddRtAttr(nl.TCA_BPF_NAME, nl.ZeroTerminated(steerFilterName))
+	options.AddRtAttr(nl.TCA_BPF_FLAGS, nl.Uint32Attr(0)) // classic, not direct action
+	actions := options.AddRtAttr(nl.TCA_BPF_ACT, nil)
+	if err := netlink.EncodeActions(actions, []netlink.Action{netlink.NewMirredAction(target)}); err != nil {
+		return err
+	}
+	req.AddData(options)
+	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	return err
+}
+
+// Unsteer removes every steering filter on the interface (its own, or an
+// earlier agent's), then the clsact qdisc if no filter at all is left
+// under it: whoever added it, an empty clsact does nothing, and
+// sluice_egress's own legacy filters, if any, keep it (Detach removes it
+// with them). A missing interface has nothing left to remove.
+func Unsteer(ifindex int) error {
+	link, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return nil
+	}
+	filters, err := netlink.FilterList(link, netlink.HANDLE_MIN_EGRESS)
+	if err != nil {
+		return nil // no clsact: nothing to remove
+	}
+	var errs []error
+	removed := false
+	for _, f := range filters {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == steerFilterName {
+			if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("delete the egress steering filter on %s: %w", link.Attrs().Name, err))
+			}
+			removed = true
+		}
+	}
+	if removed && len(errs) == 0 && !hasFilters(link) {
+		errs = append(errs, deleteClsact(link))
+	}
+	return errors.Join(errs...)
+}
