@@ -6,11 +6,14 @@
 // (one lookup per segment). A map update from user space would replace the
 // whole entry and reset the tracking, so the agent queues its bindings in
 // bind_queue and runs this program (BPF_PROG_TEST_RUN), which writes only
-// the entities, in one 8-byte store the data path reads in one load.
+// the entities, in one 8-byte store the data path reads in one load. It
+// also forgets connections, so that every change the agent makes to the
+// tables marks the flow cache's copies stale (flow_bump, after the write).
 #pragma once
 
 #include <linux/bpf.h>
 #include "include/bpf_helpers.h"
+#include "flowcache.h"
 #include "maps.h"
 #include "types.h"
 
@@ -18,9 +21,14 @@ struct bind_progress {
 	__u32 applied;
 };
 
-// bind_into writes one binding into a connection table.
-static __always_inline int bind_into(void *conns, const void *key, struct conn_entities bound)
+// bind_into applies one request to a connection table.
+static __always_inline int bind_into(void *conns, const void *key, const struct bind_request *req)
 {
+	if (req->op == BIND_OP_FORGET) {
+		bpf_map_delete_elem(conns, key); // already gone is fine
+		return 1;
+	}
+	struct conn_entities bound = req->bound;
 	struct conn_state *st = bpf_map_lookup_elem(conns, key);
 	if (!st) {
 		// Not seen yet: the connection starts unsynchronised; its tracking
@@ -53,9 +61,11 @@ static long bind_one(__u32 i, struct bind_progress *progress)
 		};
 		__builtin_memcpy(&k4.peer_addr, req->key.peer_addr + 12, 4);
 		__builtin_memcpy(&k4.local_addr, req->key.local_addr + 12, 4);
-		progress->applied += bind_into(&conns4, &k4, req->bound);
+		progress->applied += bind_into(&conns4, &k4, req);
+		flow_bump(flow_slot4(&k4));
 	} else {
-		progress->applied += bind_into(&conns6, &req->key, req->bound);
+		progress->applied += bind_into(&conns6, &req->key, req);
+		flow_bump(flow_slot6(&req->key));
 	}
 	return 0;
 }

@@ -127,7 +127,9 @@ static __always_inline int take_sample(struct track *t)
 	__u64 elapsed = now - t->refill_ns;
 	if (elapsed > 1000000000ull)
 		elapsed = 1000000000ull;
-	__u64 add = elapsed * rate / 1000000000ull;
+	// The coarse clock moves once a jiffy: most calls find nothing elapsed
+	// and skip the division (tens of cycles).
+	__u64 add = elapsed ? elapsed * rate / 1000000000ull : 0;
 	if (add) {
 		__u64 tokens = t->tokens + add;
 		t->tokens = tokens > rate ? rate : tokens;
@@ -161,6 +163,15 @@ static __always_inline int plausible_header(struct __sk_buff *skb, __u32 poff, _
 	return 1;
 }
 
+// track_quiet_until tells whether tracking has nothing to do (no size field
+// cut, no sample to continue) for segments that end by *until, where the
+// next request starts.
+static __always_inline int track_quiet_until(const struct track *t, __u32 *until)
+{
+	*until = t->next_seq;
+	return t->synced && !t->size_have && t->sample_next == t->sample_end;
+}
+
 // track_request_starts follows request boundaries through one ingress
 // segment (payload [seq, seq+plen) at offset poff of the skb).
 static __always_inline void track_request_starts(struct __sk_buff *skb, const struct parsed *seg,
@@ -172,7 +183,8 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 
 	// Most segments of a big request (and retransmissions) end before the
 	// next request starts, with no sample to continue: nothing to do.
-	if (t->synced && !t->size_have && t->sample_next == t->sample_end && !seq_before(t->next_seq, end))
+	__u32 until;
+	if (track_quiet_until(t, &until) && !seq_before(until, end))
 		return;
 
 	// A gap: the stream jumped past where the next request starts (a

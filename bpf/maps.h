@@ -26,6 +26,33 @@ struct {
 	__type(value, struct conn_state);
 } conns6 SEC(".maps");
 
+// The flow cache (flowcache.h): per CPU, one slot per connection hash, a
+// copy of what the connection table holds for the connection last seen
+// there.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FLOW_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct flow_entry4);
+} flows4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FLOW_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct flow_entry6);
+} flows6 SEC(".maps");
+
+// Shared by all CPUs: per cache slot, how often a connection hashing to it
+// was bound, forgotten or replaced. A cached copy filled before the last
+// such change is stale.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FLOW_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} flow_epochs SEC(".maps");
+
 // Bindings the agent queues for sluice_bind, which writes them into the
 // connection tables without touching the tracking beside them.
 struct {

@@ -45,8 +45,13 @@ static __always_inline void conn_key_of(const struct parsed *p, struct conn_key 
 		__builtin_memcpy(out, &p->key, sizeof(*out));
 		return;
 	}
-	v4_mapped(out->peer_addr, p->key4.peer_addr);
-	v4_mapped(out->local_addr, p->key4.local_addr);
+	// A word at a time (struct conn_key is 4-aligned): v4_mapped writes
+	// bytes, as its other destinations may be unaligned.
+	__u32 *peer = (__u32 *)out->peer_addr, *local = (__u32 *)out->local_addr;
+	peer[0] = peer[1] = local[0] = local[1] = 0;
+	peer[2] = local[2] = bpf_htonl(0xffff);
+	peer[3] = p->key4.peer_addr;
+	local[3] = p->key4.local_addr;
 	out->peer_port = p->key4.peer_port;
 	out->local_port = p->key4.local_port;
 }

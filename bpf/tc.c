@@ -19,6 +19,7 @@
 #include "include/bpf_helpers.h"
 #include "bind.h"
 #include "clock.h"
+#include "flowcache.h"
 #include "kafka.h"
 #include "maps.h"
 #include "packet.h"
@@ -277,6 +278,20 @@ static __always_inline int from_egress_ifb(struct __sk_buff *skb)
 	return 1;
 }
 
+// attributed counts and shapes a segment of a connection whose entry holds
+// bound.
+static __always_inline int attributed(struct __sk_buff *skb, int dir, const struct parsed *p,
+				      struct conn_entities bound)
+{
+	__u32 entity = bound.entity[dir & 1];
+	if (entity == ENTITY_NOT_GOVERNED && bound.entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED) {
+		// An exempt peer (only the data path marks both directions so).
+		count_exempt(dir, p->payload_len);
+		return PASS;
+	}
+	return account(skb, dir, p, entity);
+}
+
 static __always_inline int handle(struct __sk_buff *skb, int dir)
 {
 	// Not zeroed: parse writes every field the segment's family reads, and
@@ -293,10 +308,25 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	if (p.syn)
 		return PASS;
 	if (p.synack) {
-		if (dir == DIR_FETCH)
+		if (dir == DIR_FETCH) {
 			conn_delete(&p);
+			flow_bump(p.v6 ? flow_slot6(&p.key) : flow_slot4(&p.key4));
+		}
 		return PASS;
 	}
+
+	// Most segments: this CPU's cached copy of the connection's entry
+	// answers, unless request tracking has work at this segment.
+	struct flow_ref flow = {};
+	struct flow_view *v = p.fin_rst ? NULL : flow_find(&p, &flow);
+	if (v) {
+		__u32 entity = v->bound.entity[dir & 1];
+		if (dir != DIR_PRODUCE || !p.payload_len || entity == ENTITY_NOT_GOVERNED ||
+		    v->track == FLOW_TRACK_NEVER ||
+		    (v->track == FLOW_TRACK_QUIET && !seq_before(v->quiet_until, p.seq + p.payload_len)))
+			return attributed(skb, dir, &p, v->bound);
+	}
+
 	struct conn_state *st = conn_lookup(&p);
 	if (!st) {
 		if (dir == DIR_PRODUCE || p.fin_rst) {
@@ -322,11 +352,6 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 
 	struct conn_entities bound = st->bound; // one load: both directions agree
 	__u32 entity = bound.entity[dir & 1];
-	if (entity == ENTITY_NOT_GOVERNED && bound.entity[(dir + 1) & 1] == ENTITY_NOT_GOVERNED) {
-		// An exempt peer (only the data path marks both directions so).
-		count_exempt(dir, p.payload_len);
-		return PASS;
-	}
 	if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED && !st->track.by_peer) {
 		struct track saved;
 		if (bench_rewind)
@@ -335,7 +360,8 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 		if (bench_rewind)
 			__builtin_memcpy(&st->track, &saved, sizeof(saved));
 	}
-	return account(skb, dir, &p, entity);
+	flow_fill(&flow, &p, st);
+	return attributed(skb, dir, &p, bound);
 }
 
 SEC("tc")

@@ -23,12 +23,14 @@
 // the broker (local) side and the client (peer) side. The key of IPv6
 // connections, and how samples and the agent name every connection (IPv4
 // as v4-mapped IPv6).
+// 4-aligned (its size is unchanged) so that the data path writes and
+// compares its addresses a word at a time.
 struct conn_key {
 	__u8 peer_addr[16];
 	__u8 local_addr[16];
 	__u16 peer_port;  // host byte order
 	__u16 local_port; // host byte order
-};
+} __attribute__((aligned(4)));
 
 // An IPv4 connection, the same way round (addresses in network order).
 struct conn_key4 {
@@ -77,10 +79,14 @@ struct conn_state {
 	__u64 born;
 };
 
+// What a bind_request asks of sluice_bind.
+#define BIND_OP_BIND 0   // write the connection's entities (entering it if new)
+#define BIND_OP_FORGET 1 // remove the connection from its table
+
 // One binding the agent queues for sluice_bind.
 struct bind_request {
 	struct conn_key key;
-	__u32 pad;
+	__u32 op; // BIND_OP_*
 	struct conn_entities bound;
 };
 
@@ -90,6 +96,38 @@ struct bind_request {
 // sluice_bind's context: how many queued bindings to apply.
 struct bind_args {
 	__u32 count;
+};
+
+// The flow cache (flowcache.h): slots per CPU and family, a power of two.
+#define FLOW_CACHE_BITS 10
+#define FLOW_CACHE_SLOTS (1 << FLOW_CACHE_BITS)
+
+// What a cached connection's segments need: its entities, and whether its
+// request tracking has anything to do (the state of struct track that
+// track_request_starts skips at once).
+#define FLOW_TRACK_BUSY 0  // tracking has work pending: segments take the table
+#define FLOW_TRACK_QUIET 1 // no request starts before quiet_until
+#define FLOW_TRACK_NEVER 2 // attributed by its peer (TLS listener): never tracked
+
+struct flow_view {
+	__u64 jiffies;              // the jiffy it was filled in: valid for that jiffy only
+	struct conn_entities bound; // the table entry's entities when filled
+	__u32 epoch;                // its slot's flow_epochs count when filled
+	__u32 quiet_until;          // FLOW_TRACK_QUIET: the entry's next_seq
+	__u8 track;                 // FLOW_TRACK_*
+	__u8 pad[7];
+};
+
+struct flow_entry4 {
+	struct conn_key4 key;
+	__u32 pad;
+	struct flow_view view;
+};
+
+struct flow_entry6 {
+	struct conn_key key;
+	__u32 pad;
+	struct flow_view view;
 };
 
 // Per CPU: CLOCK_MONOTONIC_COARSE as of the jiffy this CPU last read it.

@@ -76,46 +76,56 @@ type Binding struct {
 // that shares the entry. The data path sees each connection's old or new
 // entities, never a mix.
 func (d *Datapath) BindConns(bindings []Binding) error {
-	batchSize := int(d.objs.BindQueue.MaxEntries()) // BIND_BATCH
-	for len(bindings) > 0 {
-		batch := bindings[:min(len(bindings), batchSize)]
-		bindings = bindings[len(batch):]
-		indexes := make([]uint32, len(batch))
-		requests := make([]sluiceBindRequest, len(batch))
-		for i, b := range batch {
-			indexes[i] = uint32(i)
-			requests[i] = sluiceBindRequest{Key: b.Conn.raw(), Bound: sluiceConnEntities{Entity: [2]uint32{b.Produce, b.Fetch}}}
-		}
-		if _, err := d.objs.BindQueue.BatchUpdate(indexes, requests, nil); err != nil {
-			return fmt.Errorf("queue %d bindings: %w", len(batch), err)
-		}
-		applied, err := d.objs.SluiceBind.Run(&ebpf.RunOptions{Context: sluiceBindArgs{Count: uint32(len(batch))}})
-		if err != nil {
-			return fmt.Errorf("bind %d connections: %w", len(batch), err)
-		}
-		if int(applied) != len(batch) {
-			return fmt.Errorf("bind %d connections: only %d applied (connection table full?)", len(batch), applied)
-		}
+	requests := make([]sluiceBindRequest, len(bindings))
+	for i, b := range bindings {
+		requests[i] = sluiceBindRequest{Key: b.Conn.raw(), Op: bindOpBind, Bound: sluiceConnEntities{Entity: [2]uint32{b.Produce, b.Fetch}}}
 	}
-	return nil
+	return d.applyBindRequests(requests, "bind")
 }
 
 // ForgetConns removes connections from their tables; a connection already
-// gone is not an error.
+// gone is not an error. Like bindings, it goes through sluice_bind, which
+// also marks the data path's cached copies of them stale.
 func (d *Datapath) ForgetConns(conns []ConnKey) error {
-	for _, k := range conns {
-		if err := d.UnbindConn(k); err != nil {
-			return err
-		}
+	requests := make([]sluiceBindRequest, len(conns))
+	for i, k := range conns {
+		requests[i] = sluiceBindRequest{Key: k.raw(), Op: bindOpForget}
 	}
-	return nil
+	return d.applyBindRequests(requests, "forget")
 }
 
 // UnbindConn forgets a connection: its bytes go to the unknown entity.
 func (d *Datapath) UnbindConn(k ConnKey) error {
-	table, raw := d.table(k)
-	if err := table.Delete(raw); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("unbind %s: %w", k, err)
+	return d.ForgetConns([]ConnKey{k})
+}
+
+// The ops of a bind request (BIND_OP_* in bpf/types.h).
+const (
+	bindOpBind   = 0
+	bindOpForget = 1
+)
+
+// applyBindRequests runs sluice_bind over requests in batches of the
+// queue's size; what names the requests in errors.
+func (d *Datapath) applyBindRequests(requests []sluiceBindRequest, what string) error {
+	batchSize := int(d.objs.BindQueue.MaxEntries()) // BIND_BATCH
+	for len(requests) > 0 {
+		batch := requests[:min(len(requests), batchSize)]
+		requests = requests[len(batch):]
+		indexes := make([]uint32, len(batch))
+		for i := range batch {
+			indexes[i] = uint32(i)
+		}
+		if _, err := d.objs.BindQueue.BatchUpdate(indexes, batch, nil); err != nil {
+			return fmt.Errorf("queue %d requests to %s: %w", len(batch), what, err)
+		}
+		applied, err := d.objs.SluiceBind.Run(&ebpf.RunOptions{Context: sluiceBindArgs{Count: uint32(len(batch))}})
+		if err != nil {
+			return fmt.Errorf("%s %d connections: %w", what, len(batch), err)
+		}
+		if int(applied) != len(batch) {
+			return fmt.Errorf("%s %d connections: only %d applied (connection table full?)", what, len(batch), applied)
+		}
 	}
 	return nil
 }

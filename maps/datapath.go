@@ -11,6 +11,8 @@
 package maps
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -49,6 +51,9 @@ type Options struct {
 	// benchRewind makes the program undo its request tracking after each
 	// run, so a benchmark can replay one packet (BPF_PROG_TEST_RUN).
 	benchRewind bool
+	// noFlowCache turns the per-CPU flow cache off (bpf/flowcache.h), so
+	// tests and benchmarks can compare the data path with and without it.
+	noFlowCache bool
 }
 
 // DefaultOptions are the defaults of the configuration.
@@ -122,6 +127,8 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 		"sample_bytes":           uint32(opts.SampleBytes),
 		"first_requests_sampled": uint32(opts.FirstRequestsSampled),
 		"bench_rewind":           boolByte(opts.benchRewind),
+		"flow_cache_on":          boolByte(!opts.noFlowCache),
+		"flow_seed":              flowSeed(),
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -129,6 +136,14 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 		}
 	}
 	return spec, nil
+}
+
+// flowSeed seeds the flow cache's hash, so that a client cannot choose
+// ports that share a slot with another tenant's connection.
+func flowSeed() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return binary.NativeEndian.Uint32(b[:])
 }
 
 // pinnedMaps survive an agent restart: connection attribution, tracking,

@@ -21,7 +21,7 @@ type sluiceBindArgs struct {
 type sluiceBindRequest struct {
 	_     structs.HostLayout
 	Key   sluiceConnKey
-	Pad   uint32
+	Op    uint32
 	Bound sluiceConnEntities
 }
 
@@ -101,6 +101,36 @@ type sluiceExemptKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Addr      [16]uint8
+}
+
+type sluiceFlowEntry4 struct {
+	_    structs.HostLayout
+	Key  sluiceConnKey4
+	Pad  uint32
+	View struct {
+		_          structs.HostLayout
+		Jiffies    uint64
+		Bound      sluiceConnEntities
+		Epoch      uint32
+		QuietUntil uint32
+		Track      uint8
+		Pad        [7]uint8
+	}
+}
+
+type sluiceFlowEntry6 struct {
+	_    structs.HostLayout
+	Key  sluiceConnKey
+	Pad  uint32
+	View struct {
+		_          structs.HostLayout
+		Jiffies    uint64
+		Bound      sluiceConnEntities
+		Epoch      uint32
+		QuietUntil uint32
+		Track      uint8
+		Pad        [7]uint8
+	}
 }
 
 type sluicePeerKey struct {
@@ -186,6 +216,9 @@ const (
 	sluiceMapCounters             = "counters"
 	sluiceMapEntityNames          = "entity_names"
 	sluiceMapExempt               = "exempt"
+	sluiceMapFlowEpochs           = "flow_epochs"
+	sluiceMapFlows4               = "flows4"
+	sluiceMapFlows6               = "flows6"
 	sluiceMapListeners            = "listeners"
 	sluiceMapPeerEntities         = "peer_entities"
 	sluiceMapRates                = "rates"
@@ -198,6 +231,8 @@ const (
 	sluiceProgSluiceIngress       = "sluice_ingress"
 	sluiceVarBenchRewind          = "bench_rewind"
 	sluiceVarFirstRequestsSampled = "first_requests_sampled"
+	sluiceVarFlowCacheOn          = "flow_cache_on"
+	sluiceVarFlowSeed             = "flow_seed"
 	sluiceVarMaxEntities          = "max_entities"
 	sluiceVarSampleBytes          = "sample_bytes"
 	sluiceVarUnusedEntityName     = "unused_entity_name"
@@ -267,6 +302,9 @@ type sluiceMapSpecs struct {
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
 	EntityNames  *ebpf.MapSpec `ebpf:"entity_names"`
 	Exempt       *ebpf.MapSpec `ebpf:"exempt"`
+	FlowEpochs   *ebpf.MapSpec `ebpf:"flow_epochs"`
+	Flows4       *ebpf.MapSpec `ebpf:"flows4"`
+	Flows6       *ebpf.MapSpec `ebpf:"flows6"`
 	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
 	PeerEntities *ebpf.MapSpec `ebpf:"peer_entities"`
 	Rates        *ebpf.MapSpec `ebpf:"rates"`
@@ -281,6 +319,8 @@ type sluiceMapSpecs struct {
 type sluiceVariableSpecs struct {
 	BenchRewind          *ebpf.VariableSpec `ebpf:"bench_rewind"`
 	FirstRequestsSampled *ebpf.VariableSpec `ebpf:"first_requests_sampled"`
+	FlowCacheOn          *ebpf.VariableSpec `ebpf:"flow_cache_on"`
+	FlowSeed             *ebpf.VariableSpec `ebpf:"flow_seed"`
 	MaxEntities          *ebpf.VariableSpec `ebpf:"max_entities"`
 	SampleBytes          *ebpf.VariableSpec `ebpf:"sample_bytes"`
 	UnusedEntityName     *ebpf.VariableSpec `ebpf:"unused_entity_name"`
@@ -318,6 +358,9 @@ type sluiceMaps struct {
 	Counters     *ebpf.Map `ebpf:"counters"`
 	EntityNames  *ebpf.Map `ebpf:"entity_names"`
 	Exempt       *ebpf.Map `ebpf:"exempt"`
+	FlowEpochs   *ebpf.Map `ebpf:"flow_epochs"`
+	Flows4       *ebpf.Map `ebpf:"flows4"`
+	Flows6       *ebpf.Map `ebpf:"flows6"`
 	Listeners    *ebpf.Map `ebpf:"listeners"`
 	PeerEntities *ebpf.Map `ebpf:"peer_entities"`
 	Rates        *ebpf.Map `ebpf:"rates"`
@@ -338,6 +381,9 @@ func (m *sluiceMaps) Close() error {
 		m.Counters,
 		m.EntityNames,
 		m.Exempt,
+		m.FlowEpochs,
+		m.Flows4,
+		m.Flows6,
 		m.Listeners,
 		m.PeerEntities,
 		m.Rates,
@@ -353,6 +399,8 @@ func (m *sluiceMaps) Close() error {
 type sluiceVariables struct {
 	BenchRewind          *ebpf.Variable `ebpf:"bench_rewind"`
 	FirstRequestsSampled *ebpf.Variable `ebpf:"first_requests_sampled"`
+	FlowCacheOn          *ebpf.Variable `ebpf:"flow_cache_on"`
+	FlowSeed             *ebpf.Variable `ebpf:"flow_seed"`
 	MaxEntities          *ebpf.Variable `ebpf:"max_entities"`
 	SampleBytes          *ebpf.Variable `ebpf:"sample_bytes"`
 	UnusedEntityName     *ebpf.Variable `ebpf:"unused_entity_name"`
