@@ -11,7 +11,8 @@
 // request headers, and, while the agent's heartbeat is fresh, hand the
 // packet to the shaper. A stale heartbeat holds nothing back (fail open).
 // O(1) map operations per packet, no loop over entities, no lock shared by
-// all CPUs.
+// all CPUs; most segments find their connection in this CPU's flow cache
+// (flowcache.h) instead of the connection table.
 
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
