@@ -8,10 +8,7 @@ import (
 )
 
 func TestAttributionUnboundChargedToUnknown(t *testing.T) {
-	for _, fam := range []struct {
-		name           string
-		client, broker netip.Addr
-	}{{"v4", client4, broker4}, {"v6", client6, broker6}} {
+	for _, fam := range families {
 		t.Run(fam.name, func(t *testing.T) {
 			h := newHarness(t, testOptions())
 			if v, _ := h.run(Produce, toBroker(fam.client, fam.broker, 40000, 1, flagACK|flagPSH, make([]byte, 100))); v != actUnspec {
@@ -29,10 +26,7 @@ func TestAttributionUnboundChargedToUnknown(t *testing.T) {
 }
 
 func TestAttributionBoundChargedInBothDirections(t *testing.T) {
-	for _, fam := range []struct {
-		name           string
-		client, broker netip.Addr
-	}{{"v4", client4, broker4}, {"v6", client6, broker6}} {
+	for _, fam := range families {
 		t.Run(fam.name, func(t *testing.T) {
 			h := newHarness(t, testOptions())
 			key := connKey(fam.client, fam.broker, 40001)

@@ -131,10 +131,7 @@ func TestFlowCacheMatchesTheTableAcrossCPUs(t *testing.T) {
 // Every change to a connection's entry reaches the very next segment on
 // every CPU, however recently each CPU cached the entry.
 func TestFlowCacheSeesEveryChangeAtOnce(t *testing.T) {
-	for _, fam := range []struct {
-		name           string
-		client, broker netip.Addr
-	}{{"v4", client4, broker4}, {"v6", client6, broker6}} {
+	for _, fam := range families {
 		t.Run(fam.name, func(t *testing.T) {
 			h := newHarness(t, testOptions())
 			key := connKey(fam.client, fam.broker, 43100)

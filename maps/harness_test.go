@@ -32,6 +32,12 @@ var (
 	client6 = netip.MustParseAddr("2001:db8::2")
 )
 
+// families are the address families every attribution test runs in.
+var families = []struct {
+	name           string
+	client, broker netip.Addr
+}{{"v4", client4, broker4}, {"v6", client6, broker6}}
+
 func testOptions() Options {
 	o := DefaultOptions()
 	o.MaxEntities = 64
