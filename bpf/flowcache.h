@@ -25,7 +25,9 @@
 // Colliding connections only take turns in a slot: the key is compared in
 // full, so the worst a client can do by choosing its ports is to cost the
 // connections that share its slot the table lookup they paid without the
-// cache. The hash is seeded at load so that it cannot aim at a slot.
+// cache. The hash is seeded at load so that it cannot aim at a slot. A
+// flood of new connections (each SYN-ACK bumps one slot) likewise only
+// sends the slots it touches back to the table.
 #pragma once
 
 #include <linux/bpf.h>

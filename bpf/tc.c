@@ -293,6 +293,13 @@ static __always_inline int attributed(struct __sk_buff *skb, int dir, const stru
 	return account(skb, dir, p, entity);
 }
 
+// tracked tells whether a segment is one request tracking follows: the
+// client's payload on a governed connection.
+static __always_inline int tracked(int dir, const struct parsed *p, __u32 entity)
+{
+	return dir == DIR_PRODUCE && p->payload_len && entity != ENTITY_NOT_GOVERNED;
+}
+
 static __always_inline int handle(struct __sk_buff *skb, int dir)
 {
 	// Not zeroed: parse writes every field the segment's family reads, and
@@ -321,9 +328,7 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	struct flow_ref flow = {};
 	struct flow_view *v = p.fin_rst ? NULL : flow_find(&p, &flow);
 	if (v) {
-		__u32 entity = v->bound.entity[dir & 1];
-		if (dir != DIR_PRODUCE || !p.payload_len || entity == ENTITY_NOT_GOVERNED ||
-		    v->track == FLOW_TRACK_NEVER ||
+		if (!tracked(dir, &p, v->bound.entity[dir & 1]) || v->track == FLOW_TRACK_NEVER ||
 		    (v->track == FLOW_TRACK_QUIET && !seq_before(v->quiet_until, p.seq + p.payload_len)))
 			return attributed(skb, dir, &p, v->bound);
 	}
@@ -352,8 +357,7 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 		st->track.closing = 1;
 
 	struct conn_entities bound = st->bound; // one load: both directions agree
-	__u32 entity = bound.entity[dir & 1];
-	if (dir == DIR_PRODUCE && p.payload_len && entity != ENTITY_NOT_GOVERNED && !st->track.by_peer) {
+	if (tracked(dir, &p, bound.entity[dir & 1]) && !st->track.by_peer) {
 		struct track saved;
 		if (bench_rewind)
 			__builtin_memcpy(&saved, &st->track, sizeof(saved));
