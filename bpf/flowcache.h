@@ -73,13 +73,10 @@ static __always_inline int same_key6(const struct conn_key *a, const struct conn
 	return diff == 0;
 }
 
-// A segment's place in this CPU's cache.
-struct flow_ref {
-	__u64 jiffies;
-	__u32 slot;
-	__u32 epoch;
-	int usable; // 0: no cache for this segment
-};
+static __always_inline __u32 flow_slot(const struct parsed *p)
+{
+	return p->v6 ? flow_slot6(&p->key) : flow_slot4(&p->key4);
+}
 
 // flow_bump marks the cached copies of the connections hashing to slot
 // stale on every CPU.
@@ -90,72 +87,75 @@ static __always_inline void flow_bump(__u32 slot)
 		__sync_fetch_and_add(epoch, 1);
 }
 
-// flow_find returns this CPU's cached copy of the segment's connection when
-// it is valid, else NULL; either way it readies r for flow_fill. Each map
-// keeps a call site of its own (see conn_lookup).
-static __always_inline struct flow_view *flow_find(const struct parsed *p, struct flow_ref *r)
+// flow_claim readies a slot for flow_fill: the epoch read before the table
+// (see the top of this file), and no jiffy, so that it matches nothing
+// until flow_fill completes it. Nothing of the lookup has to live across
+// the table's code, which keeps the verifier's work there as it was.
+static __always_inline struct flow_view *flow_claim(struct flow_view *v, __u32 epoch)
 {
-	r->usable = 0;
-	if (!flow_cache_on)
-		return NULL;
-	struct flow_view *v;
-	int same;
-	if (p->v6) {
-		r->slot = flow_slot6(&p->key);
-		struct flow_entry6 *e = bpf_map_lookup_elem(&flows6, &r->slot);
-		asm volatile("# flows6");
-		if (!e)
-			return NULL;
-		v = &e->view;
-		same = same_key6(&e->key, &p->key);
-	} else {
-		r->slot = flow_slot4(&p->key4);
-		struct flow_entry4 *e = bpf_map_lookup_elem(&flows4, &r->slot);
-		asm volatile("# flows4");
-		if (!e)
-			return NULL;
-		v = &e->view;
-		same = same_key4(&e->key, &p->key4);
-	}
-	__u32 *epoch = bpf_map_lookup_elem(&flow_epochs, &r->slot);
-	if (!epoch)
-		return NULL;
-	// Read before the connection table (see the top of this file).
-	r->epoch = *(volatile __u32 *)epoch;
-	r->jiffies = bpf_jiffies64();
-	r->usable = 1;
-	if (same && v->epoch == r->epoch && v->jiffies == r->jiffies)
-		return v;
+	v->epoch = epoch;
+	v->jiffies = 0;
 	return NULL;
 }
 
-// flow_fill copies the table's entry st into the segment's cache slot. It
-// looks the slot up again rather than keep a pointer across the table's
-// code, which the verifier could not follow.
-static __always_inline void flow_fill(const struct flow_ref *r, const struct parsed *p, const struct conn_state *st)
+// flow_find returns this CPU's cached copy of the segment's connection when
+// it is valid, else claims the slot for it. Each map keeps a call site of
+// its own (see conn_lookup).
+static __always_inline struct flow_view *flow_find(const struct parsed *p)
 {
-	if (!r->usable)
-		return;
-	__u32 slot = r->slot;
-	struct flow_view *v;
+	if (!flow_cache_on)
+		return NULL;
+	__u32 slot = flow_slot(p);
+	__u32 *epoch_at = bpf_map_lookup_elem(&flow_epochs, &slot);
+	if (!epoch_at)
+		return NULL;
+	__u32 epoch = *(volatile __u32 *)epoch_at; // before the table
+	__u64 now = bpf_jiffies64();
 	if (p->v6) {
 		struct flow_entry6 *e = bpf_map_lookup_elem(&flows6, &slot);
 		asm volatile("# flows6");
 		if (!e)
-			return;
-		__builtin_memcpy(&e->key, &p->key, sizeof(p->key));
-		v = &e->view;
+			return NULL;
+		if (!same_key6(&e->key, &p->key))
+			__builtin_memcpy(&e->key, &p->key, sizeof(p->key));
+		else if (e->view.epoch == epoch && e->view.jiffies == now)
+			return &e->view;
+		return flow_claim(&e->view, epoch);
+	}
+	struct flow_entry4 *e = bpf_map_lookup_elem(&flows4, &slot);
+	asm volatile("# flows4");
+	if (!e)
+		return NULL;
+	if (!same_key4(&e->key, &p->key4))
+		e->key = p->key4;
+	else if (e->view.epoch == epoch && e->view.jiffies == now)
+		return &e->view;
+	return flow_claim(&e->view, epoch);
+}
+
+// flow_fill completes the segment's slot from the table's entry st, when
+// the slot holds the segment's connection. Its epoch was read before the
+// table, so a change since leaves the copy stale, never wrong.
+static __always_inline void flow_fill(const struct parsed *p, const struct conn_state *st)
+{
+	if (!flow_cache_on)
+		return;
+	__u32 slot = flow_slot(p);
+	struct flow_view *v = NULL;
+	if (p->v6) {
+		struct flow_entry6 *e = bpf_map_lookup_elem(&flows6, &slot);
+		asm volatile("# flows6");
+		if (e && same_key6(&e->key, &p->key))
+			v = &e->view;
 	} else {
 		struct flow_entry4 *e = bpf_map_lookup_elem(&flows4, &slot);
 		asm volatile("# flows4");
-		if (!e)
-			return;
-		e->key = p->key4;
-		v = &e->view;
+		if (e && same_key4(&e->key, &p->key4))
+			v = &e->view;
 	}
+	if (!v)
+		return;
 	v->bound = st->bound;
-	v->epoch = r->epoch;
-	v->jiffies = r->jiffies;
 	__u32 until = 0;
 	if (st->track.by_peer)
 		v->track = FLOW_TRACK_NEVER;
@@ -164,4 +164,5 @@ static __always_inline void flow_fill(const struct flow_ref *r, const struct par
 	else
 		v->track = FLOW_TRACK_BUSY;
 	v->quiet_until = until;
+	v->jiffies = bpf_jiffies64();
 }

@@ -26,7 +26,10 @@ struct parsed {
 	__u32 ack_seq;
 	__u32 payload_off; // from skb start
 	__u32 payload_len;
-	__u8 v6, syn, synack, fin_rst;
+	// A whole register, so that the verifier knows it wherever it is read
+	// (a byte on the stack it forgets, and walks the other family's code).
+	__u64 v6;
+	__u8 syn, synack, fin_rst;
 };
 
 static __always_inline void v4_mapped(__u8 *dst, __be32 addr)

@@ -300,6 +300,48 @@ static __always_inline int tracked(int dir, const struct parsed *p, __u32 entity
 	return dir == DIR_PRODUCE && p->payload_len && entity != ENTITY_NOT_GOVERNED;
 }
 
+// Entities that send a segment to the unknown entity, or pass it as an
+// exempt peer's.
+#define UNKNOWN_ENTITIES ((struct conn_entities){{ENTITY_UNKNOWN, ENTITY_UNKNOWN}})
+#define EXEMPT_ENTITIES ((struct conn_entities){{ENTITY_NOT_GOVERNED, ENTITY_NOT_GOVERNED}})
+
+// from_table finds the segment's connection in the connection table
+// (entering it when the broker's segment proves it), follows its requests,
+// refreshes this CPU's cached copy, and returns its entities.
+static __always_inline struct conn_entities from_table(struct __sk_buff *skb, int dir, const struct parsed *p)
+{
+	struct conn_state *st = conn_lookup(p);
+	if (!st) {
+		if (dir == DIR_PRODUCE || p->fin_rst) {
+			// Not proven yet (the client's first request, before the broker
+			// answers), or a stray segment: counted, never entered.
+			if (is_exempt(p))
+				return EXEMPT_ENTITIES;
+			stat_inc(STAT_UNPROVEN);
+			return UNKNOWN_ENTITIES;
+		}
+		if (conn_start(p))
+			return EXEMPT_ENTITIES;
+		st = conn_lookup(p);
+		if (!st)
+			return UNKNOWN_ENTITIES;
+	}
+	if (p->fin_rst)
+		st->track.closing = 1;
+
+	struct conn_entities bound = st->bound; // one load: both directions agree
+	if (tracked(dir, p, bound.entity[dir & 1]) && !st->track.by_peer) {
+		struct track saved;
+		if (bench_rewind)
+			__builtin_memcpy(&saved, &st->track, sizeof(saved));
+		track_request_starts(skb, p, st);
+		if (bench_rewind)
+			__builtin_memcpy(&st->track, &saved, sizeof(saved));
+	}
+	flow_fill(p, st);
+	return bound;
+}
+
 static __always_inline int handle(struct __sk_buff *skb, int dir)
 {
 	// Not zeroed: parse writes every field the segment's family reads, and
@@ -318,54 +360,22 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	if (p.synack) {
 		if (dir == DIR_FETCH) {
 			conn_delete(&p);
-			flow_bump(p.v6 ? flow_slot6(&p.key) : flow_slot4(&p.key4));
+			flow_bump(flow_slot(&p));
 		}
 		return PASS;
 	}
 
 	// Most segments: this CPU's cached copy of the connection's entry
-	// answers, unless request tracking has work at this segment.
-	struct flow_ref flow = {};
-	struct flow_view *v = p.fin_rst ? NULL : flow_find(&p, &flow);
-	if (v) {
-		if (!tracked(dir, &p, v->bound.entity[dir & 1]) || v->track == FLOW_TRACK_NEVER ||
-		    (v->track == FLOW_TRACK_QUIET && !seq_before(v->quiet_until, p.seq + p.payload_len)))
-			return attributed(skb, dir, &p, v->bound);
-	}
-
-	struct conn_state *st = conn_lookup(&p);
-	if (!st) {
-		if (dir == DIR_PRODUCE || p.fin_rst) {
-			// Not proven yet (the client's first request, before the broker
-			// answers), or a stray segment: counted, never entered.
-			if (is_exempt(&p)) {
-				count_exempt(dir, p.payload_len);
-				return PASS;
-			}
-			stat_inc(STAT_UNPROVEN);
-			return account(skb, dir, &p, ENTITY_UNKNOWN);
-		}
-		if (conn_start(&p)) {
-			count_exempt(dir, p.payload_len);
-			return PASS;
-		}
-		st = conn_lookup(&p);
-		if (!st)
-			return account(skb, dir, &p, ENTITY_UNKNOWN);
-	}
-	if (p.fin_rst)
-		st->track.closing = 1;
-
-	struct conn_entities bound = st->bound; // one load: both directions agree
-	if (tracked(dir, &p, bound.entity[dir & 1]) && !st->track.by_peer) {
-		struct track saved;
-		if (bench_rewind)
-			__builtin_memcpy(&saved, &st->track, sizeof(saved));
-		track_request_starts(skb, &p, st);
-		if (bench_rewind)
-			__builtin_memcpy(&st->track, &saved, sizeof(saved));
-	}
-	flow_fill(&flow, &p, st);
+	// answers, unless request tracking has work at this segment. Every path
+	// ends in the one attributed() below, which the verifier then walks
+	// once per distinct state rather than once per path.
+	struct flow_view *v = p.fin_rst ? NULL : flow_find(&p);
+	struct conn_entities bound;
+	if (v && (!tracked(dir, &p, v->bound.entity[dir & 1]) || v->track == FLOW_TRACK_NEVER ||
+		  (v->track == FLOW_TRACK_QUIET && !seq_before(v->quiet_until, p.seq + p.payload_len))))
+		bound = v->bound;
+	else
+		bound = from_table(skb, dir, &p);
 	return attributed(skb, dir, &p, bound);
 }
 
