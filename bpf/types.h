@@ -110,9 +110,9 @@ struct bind_args {
 #define FLOW_TRACK_NEVER 2 // attributed by its peer (TLS listener): never tracked
 
 struct flow_view {
-	__u64 jiffies;              // the jiffy it was filled in: valid for that jiffy only
+	__u64 jiffies;              // the jiffy it was filled in (0 while claimed): valid for that jiffy only
 	struct conn_entities bound; // the table entry's entities when filled
-	__u32 epoch;                // its slot's flow_epochs count when filled
+	__u32 epoch;                // its slot's flow_epochs count, read before the table
 	__u32 quiet_until;          // FLOW_TRACK_QUIET: the entry's next_seq
 	__u8 track;                 // FLOW_TRACK_*
 	__u8 pad[7];
