@@ -47,7 +47,7 @@ func TestAttributionBoundChargedInBothDirections(t *testing.T) {
 			if c := h.counters(Produce, EntityUnknown); c.Bytes != 0 {
 				t.Errorf("bound bytes also went to unknown: %+v", c)
 			}
-			if err := h.d.UnbindConn(key); err != nil {
+			if err := h.d.ForgetConns([]ConnKey{key}); err != nil {
 				t.Fatal(err)
 			}
 			h.run(Produce, toBroker(fam.client, fam.broker, 40001, 1001, flagACK, make([]byte, 10)))

@@ -27,6 +27,11 @@ func BenchmarkDatapath(b *testing.B) {
 	netns.RequireRoot(b, "loads BPF programs")
 	payload := make([]byte, 1400)
 	req := kafkaRequests()[1] // a produce request longer than a sample
+	// bound enters the benchmark's connection, bound to entity 5 both ways.
+	bound := func(h *harness) {
+		h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
+	}
+	midRequest := toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload)
 	cases := []struct {
 		name  string
 		opts  func(*Options)
@@ -38,46 +43,34 @@ func BenchmarkDatapath(b *testing.B) {
 			seg:  segment{src: netipPort(client4, 40000), dst: netipPort(broker4, 22), seq: 1, flags: flagACK, payload: payload},
 		},
 		{
-			name: "governed",
-			setup: func(h *harness) {
-				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
-				syncOnLongRequest(h)
-			},
-			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload),
+			name:  "governed",
+			setup: func(h *harness) { bound(h); syncOnLongRequest(h) },
+			seg:   midRequest,
 		},
 		{
-			name: "governed-table",
-			opts: func(o *Options) { o.noFlowCache = true },
-			setup: func(h *harness) {
-				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
-				syncOnLongRequest(h)
-			},
-			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload),
+			name:  "governed-table",
+			opts:  func(o *Options) { o.noFlowCache = true },
+			setup: func(h *harness) { bound(h); syncOnLongRequest(h) },
+			seg:   midRequest,
 		},
 		{
 			// governed, and the entity has an HTB class: the segment is
 			// classified and redirected to the IFB.
-			name: "governed-shaped",
-			setup: func(h *harness) {
-				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
-				h.d.SetClass(Produce, 5, 0x10005)
-				syncOnLongRequest(h)
-			},
-			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload),
+			name:  "governed-shaped",
+			setup: func(h *harness) { bound(h); h.d.SetClass(Produce, 5, 0x10005); syncOnLongRequest(h) },
+			seg:   midRequest,
 		},
 		{
-			name: "governed-egress",
-			setup: func(h *harness) {
-				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
-			},
-			seg: fromBroker(client4, broker4, 40000, 100, payload),
+			name:  "governed-egress",
+			setup: bound,
+			seg:   fromBroker(client4, broker4, 40000, 100, payload),
 		},
 		{
 			name: "request-start",
 			opts: func(o *Options) { o.benchRewind = true; o.RingBufferBytes = 64 << 20 },
 			setup: func(h *harness) {
 				h.run(Fetch, brokerACK(client4, broker4, 40000, 100)) // enters it, tracking at 100
-				h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
+				bound(h)
 			},
 			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, append(append([]byte{}, req...), payload...)[:1400]),
 		},

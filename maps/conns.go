@@ -94,11 +94,6 @@ func (d *Datapath) ForgetConns(conns []ConnKey) error {
 	return d.applyBindRequests(requests, "forget")
 }
 
-// UnbindConn forgets a connection: its bytes go to the unknown entity.
-func (d *Datapath) UnbindConn(k ConnKey) error {
-	return d.ForgetConns([]ConnKey{k})
-}
-
 // The ops of a bind request (BIND_OP_* in bpf/types.h).
 const (
 	bindOpBind   = 0

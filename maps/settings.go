@@ -207,12 +207,7 @@ func (d *Datapath) SetExempt(prefixes []netip.Prefix) error {
 	if err != nil {
 		return err
 	}
-	for _, k := range stale {
-		if err := d.UnbindConn(k); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.ForgetConns(stale)
 }
 
 func keyPrefix(k sluiceExemptKey) netip.Prefix {
