@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -552,8 +553,9 @@ func TestScenarioContentionReclaim(t *testing.T) {
 	// and normal's their floors (min_limit); the rest goes by weight
 	// 1 : 1 : 0.1.
 	const floor = harness.WorldMinLimit
-	spare := keptC - res - 2*floor
-	wantCore, wantBackfill, wantNormal := res+spare/2.1, floor+spare*0.1/2.1, floor+spare/2.1
+	shares := contention{C: keptC, floor: floor, reservation: res}
+	wantCore := shares.core()
+	backfillShare, normalShare := shares.others(after[0])
 	// Before: core used 10 MB/s of its reservation; the other two shared
 	// what was left above their floors 0.1 : 1.
 	spareBefore := keptC - coreDemand - 2*floor
@@ -564,17 +566,49 @@ func TestScenarioContentionReclaim(t *testing.T) {
 	record(t, Result{
 		Name: "contention-reclaim",
 		Pass: before[0] >= 0.95*math.Min(res, coreDemand) && within(ratio, wantRatio, 0.15) &&
-			after[0] >= 0.95*res && within(after[2], wantNormal, 0.15) && within(after[1], wantBackfill, 0.15) && ok && intact,
+			after[0] >= 0.95*res && normalShare.holds(after[2]) && backfillShare.holds(after[1]) && ok && intact,
 		Measured: map[string]any{"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
 			"backfill_to_normal": ratio, "core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
 			"after_window": "3-8 s after the rise", "measured_at": meteredAt, "client_errors": errs,
 			"sluice_vs_kernel_before": differences(before, ownBefore), "sluice_vs_kernel_after": differences(after, ownAfter),
 			"core_after_for_information_bps": wantCore, "records": records},
 		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": wantRatio, "backfill_to_normal_tolerance": 0.15,
-			"core_after_min_bps": 0.95 * res, "normal_after_bps": wantNormal, "backfill_after_bps": wantBackfill,
-			"tolerance": 0.15, "client_errors": 0, "records": recordsExpected},
+			"core_after_min_bps": 0.95 * res, "normal_after_bps": normalShare, "backfill_after_bps": backfillShare,
+			"after_bps_meaning": shareMeaning, "tolerance": 0.15, "client_errors": 0, "records": recordsExpected},
 	})
 }
+
+// contention is the pool of the contention scenarios once core's demand
+// rises: core (a reservation, weight 1) beside backfill (weight 0.1) and
+// normal (weight 1), each of those two with its floor (min_limit).
+type contention struct{ C, floor, reservation float64 }
+
+// core is core's share: its reservation and a 1/2.1 part of the spare.
+func (c contention) core() float64 {
+	return c.reservation + (c.C-c.reservation-2*c.floor)/2.1
+}
+
+// others are backfill's and normal's shares, judged against what core
+// took (coreRate, measured by the kernel). When the host lets core take
+// its share, each is one point: its floor and its part of the spare.
+// When it does not (a loaded host starves core's client, which then runs
+// under its limit and is not throttled), work conservation hands what
+// core leaves to the other two by weight in the cycles core is not
+// throttled, so each lies between its share and its share of the rest.
+func (c contention) others(coreRate float64) (backfill, normal shareRange) {
+	spare := c.C - c.reservation - 2*c.floor
+	rest := math.Max(0, c.C-math.Min(coreRate, c.core())-2*c.floor)
+	return shareRange{c.floor + spare*0.1/2.1, c.floor + rest*0.1/1.1},
+		shareRange{c.floor + spare/2.1, c.floor + rest/1.1}
+}
+
+// shareRange is what a contention scenario accepts for one group: from
+// its share to its share of what core left, each ±15 %.
+type shareRange [2]float64
+
+func (r shareRange) holds(got float64) bool { return got >= 0.85*r[0] && got <= 1.15*r[1] }
+
+const shareMeaning = "[its share, its share of what core left when core took less than its own] ±tolerance"
 
 // ⑥ Random group names: consumers with per-instance random client-ids
 // reading broadcast-topic, whose partition carries a topic-partition
@@ -653,11 +687,11 @@ func TestScenarioShippedDefaultsSettle(t *testing.T) {
 	core.Stop()
 	rise := time.Now()
 	coreGreedy := client(t, w, harness.ClientSpec{Name: "core-franz-greedy", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events"})
-	floor := float64(config.DefaultFetchMinLimit)
-	spare := C - res - 2*floor
-	wantCore, wantBackfill, wantNormal := res+spare/2.1, floor+spare*0.1/2.1, floor+spare/2.1
+	shares := contention{C: C, floor: float64(config.DefaultFetchMinLimit), reservation: res}
+	wantCore := shares.core()
 	const settleWithin, holdFor = 45 * time.Second, 5
 	var series []float64
+	var decisions []map[string]string // sluice's own view each second: a diagnostic
 	settled, held := time.Duration(-1), 0
 	for time.Since(rise) < settleWithin && held < holdFor {
 		r, err := w.MeterClients(1, time.Second, coreGreedy)
@@ -665,6 +699,7 @@ func TestScenarioShippedDefaultsSettle(t *testing.T) {
 			t.Fatal(err)
 		}
 		series = append(series, r[0])
+		decisions = append(decisions, fetchDecisions(w, "core-group", "backfill-group", "normal-group"))
 		switch {
 		case settled < 0 && r[0] >= 0.95*wantCore:
 			settled, held = time.Since(rise), 1
@@ -674,22 +709,56 @@ func TestScenarioShippedDefaultsSettle(t *testing.T) {
 			settled, held = -1, 0
 		}
 	}
+	// The after window starts once core's rate window holds only seconds
+	// after the rise, so the demand sluice sees for core is what it takes now.
+	shipped := config.Default()
+	if wait := time.Until(rise.Add(time.Duration(shipped.RateWindow+1) * shipped.RefreshInterval)); wait > 0 {
+		time.Sleep(wait) // the shipped rate window fills again: part of the scenario, not readiness
+	}
 	after, err := w.MeterClients(1, 5*time.Second, coreGreedy, backfill, normal)
 	if err != nil {
 		t.Fatal(err)
 	}
+	backfillShare, normalShare := shares.others(after[0])
 	errs, ok := noErrors(core, backfill, normal, coreGreedy)
 	record(t, Result{
 		Name: "shipped-defaults-settle",
-		Pass: held >= holdFor && after[0] >= 0.95*res && within(after[1], wantBackfill, 0.15) && within(after[2], wantNormal, 0.15) && ok,
+		Pass: held >= holdFor && after[0] >= 0.95*res && backfillShare.holds(after[1]) && normalShare.holds(after[2]) && ok,
 		Measured: map[string]any{"settling_s": settled.Seconds(), "core_per_second_after_rise_bps": series,
+			"sluice_per_second_after_rise": decisions, "sluice_after": fetchDecisions(w, "core-group", "backfill-group", "normal-group"),
 			"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
 			"core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
+			"after_window": "from rate_window+1 s after the rise, 5 s",
 			"measured_at": meteredAt, "client_errors": errs, "loop": "deploy/sluice.yaml defaults (rate_window 11, memory_cycles 10, fetch.min_limit 4MiB)"},
 		Expected: map[string]any{"settles_within_s": settleWithin.Seconds(), "core_share_bps": wantCore, "core_holds_min_bps": 0.95 * res,
-			"held_for_s": holdFor, "core_after_min_bps": 0.95 * res, "backfill_after_bps": wantBackfill, "normal_after_bps": wantNormal,
+			"held_for_s": holdFor, "core_after_min_bps": 0.95 * res,
+			"backfill_after_bps": backfillShare, "normal_after_bps": normalShare, "after_bps_meaning": shareMeaning,
 			"tolerance": 0.15, "client_errors": 0},
 	})
+}
+
+// fetchDecisions is sluice's own account of each named client entity's
+// fetch direction in its last cycle ("rate/demand/limit MB/s", with
+// "throttled" when it was): a diagnostic to read beside the kernel's
+// figures, never the judge.
+func fetchDecisions(w *harness.World, names ...string) map[string]string {
+	out := map[string]string{}
+	s, err := w.Status()
+	if err != nil {
+		out["error"] = err.Error()
+		return out
+	}
+	mb := func(b agent.Bps) string { return strconv.FormatFloat(float64(b)/1e6, 'f', 2, 64) }
+	for _, e := range s.Directions[maps.Fetch].Entities {
+		if e.Kind == "client" && slices.Contains(names, e.Name) {
+			v := mb(e.Rate) + "/" + mb(e.Demand) + "/" + mb(e.DynamicLimit)
+			if e.Throttled {
+				v += " throttled"
+			}
+			out[e.Name] = v
+		}
+	}
+	return out
 }
 
 // ⑧ Java-style client-ids: consumers named consumer-orders-1..3 (Java's
