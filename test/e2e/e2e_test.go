@@ -574,7 +574,7 @@ func TestScenarioContentionReclaim(t *testing.T) {
 			"core_after_for_information_bps": wantCore, "records": records},
 		Expected: map[string]any{"core_before_min_bps": 0.95 * math.Min(res, coreDemand), "backfill_to_normal": wantRatio, "backfill_to_normal_tolerance": 0.15,
 			"core_after_min_bps": 0.95 * res, "normal_after_bps": normalShare, "backfill_after_bps": backfillShare,
-			"after_bps_meaning": shareMeaning, "tolerance": 0.15, "client_errors": 0, "records": recordsExpected},
+			"after_bps_meaning": shareMeaning, "tolerance": shareTolerance, "client_errors": 0, "records": recordsExpected},
 	})
 }
 
@@ -603,10 +603,14 @@ func (c contention) others(coreRate float64) (backfill, normal shareRange) {
 }
 
 // shareRange is what a contention scenario accepts for one group: from
-// its share to its share of what core left, each ±15 %.
+// its share to its share of what core left, each ±shareTolerance.
 type shareRange [2]float64
 
-func (r shareRange) holds(got float64) bool { return got >= 0.85*r[0] && got <= 1.15*r[1] }
+const shareTolerance = 0.15
+
+func (r shareRange) holds(got float64) bool {
+	return got >= (1-shareTolerance)*r[0] && got <= (1+shareTolerance)*r[1]
+}
 
 const shareMeaning = "[its share, its share of what core left when core took less than its own] ±tolerance"
 
@@ -689,6 +693,7 @@ func TestScenarioShippedDefaultsSettle(t *testing.T) {
 	coreGreedy := client(t, w, harness.ClientSpec{Name: "core-franz-greedy", Lib: "franz", Mode: "consume", ClientID: "core-group", Topic: "events"})
 	shares := contention{C: C, floor: float64(config.DefaultFetchMinLimit), reservation: res}
 	wantCore := shares.core()
+	groups := []string{"core-group", "backfill-group", "normal-group"}
 	const settleWithin, holdFor = 45 * time.Second, 5
 	var series []float64
 	var decisions []map[string]string // sluice's own view each second: a diagnostic
@@ -699,7 +704,7 @@ func TestScenarioShippedDefaultsSettle(t *testing.T) {
 			t.Fatal(err)
 		}
 		series = append(series, r[0])
-		decisions = append(decisions, fetchDecisions(w, "core-group", "backfill-group", "normal-group"))
+		decisions = append(decisions, fetchDecisions(w, groups...))
 		switch {
 		case settled < 0 && r[0] >= 0.95*wantCore:
 			settled, held = time.Since(rise), 1
@@ -725,14 +730,14 @@ func TestScenarioShippedDefaultsSettle(t *testing.T) {
 		Name: "shipped-defaults-settle",
 		Pass: held >= holdFor && after[0] >= 0.95*res && backfillShare.holds(after[1]) && normalShare.holds(after[2]) && ok,
 		Measured: map[string]any{"settling_s": settled.Seconds(), "core_per_second_after_rise_bps": series,
-			"sluice_per_second_after_rise": decisions, "sluice_after": fetchDecisions(w, "core-group", "backfill-group", "normal-group"),
+			"sluice_per_second_after_rise": decisions, "sluice_after": fetchDecisions(w, groups...),
 			"core_before_bps": before[0], "backfill_before_bps": before[1], "normal_before_bps": before[2],
 			"core_after_bps": after[0], "backfill_after_bps": after[1], "normal_after_bps": after[2],
 			"after_window": "from rate_window+1 s after the rise, 5 s", "measured_at": meteredAt, "client_errors": errs, "loop": "deploy/sluice.yaml defaults (rate_window 11, memory_cycles 10, fetch.min_limit 4MiB)"},
 		Expected: map[string]any{"settles_within_s": settleWithin.Seconds(), "core_share_bps": wantCore, "core_holds_min_bps": 0.95 * res,
 			"held_for_s": holdFor, "core_after_min_bps": 0.95 * res,
 			"backfill_after_bps": backfillShare, "normal_after_bps": normalShare, "after_bps_meaning": shareMeaning,
-			"tolerance": 0.15, "client_errors": 0},
+			"tolerance": shareTolerance, "client_errors": 0},
 	})
 }
 
