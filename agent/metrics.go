@@ -190,7 +190,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		connsRebound: d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again."),
 
 		dpSamples:     d("datapath_samples_total", "Request samples the data path sent to the learner (first fragments)."),
-		dpSampleDrops: d("datapath_sample_drops_total", "Request starts not delivered to the learner, by reason: budget (the connection's sample budget was spent) or ringbuf (the ring buffer was full).", "reason"),
+		dpSampleDrops: d("datapath_sample_drops_total", "Request starts not delivered to the learner, by reason: budget (the connection's sample budget was spent) or ringbuf (the sample ring of the CPU that saw it was full: the agent had not read it yet).", "reason"),
 		dpFragments:   d("datapath_sample_fragments_total", "Continuation fragments of long request samples sent to the learner."),
 		dpDesyncs:     d("datapath_desyncs_total", "Connections whose request framing the data path lost."),
 		dpResyncs:     d("datapath_resyncs_total", "Connections whose request framing the data path found again."),

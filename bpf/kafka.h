@@ -7,7 +7,7 @@
 // number, so it finds request starts wherever segments cut the stream: a
 // size field split across segments, several requests in one segment, a
 // request header spanning segments. At a request start it sends the first
-// bytes of the request to the agent through the ring buffer, as fragments
+// bytes of the request to the agent through its CPU's sample ring, as fragments
 // the agent stitches (a sample whose bytes span segments continues with the
 // next in-order segment). Retransmitted bytes lie before next_seq and are
 // never sampled twice. Connections that predate the agent, or whose stream
@@ -33,6 +33,7 @@
 // Runtime knobs fixed at load (set through spec.Variables).
 volatile const __u32 sample_bytes = 256;          // <= SAMPLE_MAX
 volatile const __u32 first_requests_sampled = 8;  // always sampled per connection
+volatile const __u32 slots_per_cpu = 256;         // a power of two: each CPU's sample ring
 volatile const __u8 bench_rewind = 0;             // benchmarks only: undo tracking after each run
 
 // verifier_mask applies a mask clang may prove redundant and drop, but the
@@ -114,15 +115,21 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	n -= 1;
 	verifier_mask(n, 511);
 	n += 1;
-	struct sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
-	if (!s) {
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sample_ring *ring = bpf_map_lookup_elem(&sample_rings, &cpu);
+	if (!ring)
+		return 0;
+	// head is this CPU's alone; tail is the agent's, and a slot is written
+	// only after the agent has moved tail past it (the branch orders them).
+	__u64 head = ring->head;
+	if (head - *(volatile __u64 *)&ring->tail >= slots_per_cpu) {
 		stat_inc(STAT_RINGBUF_DROPS);
 		return 0;
 	}
-	if (copy_sample(skb, poff + off, s->data, n) < 0) {
-		bpf_ringbuf_discard(s, 0);
-		return 0;
-	}
+	__u32 slot = cpu * slots_per_cpu + ((__u32)head & (slots_per_cpu - 1));
+	struct sample *s = bpf_map_lookup_elem(&sample_slots, &slot);
+	if (!s || copy_sample(skb, poff + off, s->data, n) < 0)
+		return 0; // nothing published: the slot is written again next time
 	conn_key_of(seg, &s->key);
 	s->req_seq = req_seq;
 	s->frag_off = frag_off;
@@ -132,7 +139,9 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	s->time_ns = coarse_now();
 	s->conn_born = st->born;
 	s->bound = st->bound;
-	bpf_ringbuf_submit(s, 0);
+	// Publish: an atomic exchange is a full barrier, so the agent that
+	// reads the new head finds the slot's bytes written.
+	__sync_lock_test_and_set(&ring->head, head + 1);
 	stat_inc(frag_off == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
 	return n;
 }

@@ -187,9 +187,9 @@ struct datapath_settings {
 	__u64 police_burst;   // police: bucket depth in bytes
 };
 
-// One ring buffer record: a fragment of a request's first bytes. A sample
-// whose bytes span segments arrives as several fragments of one request
-// (same req_seq, rising frag_off); user space stitches them.
+// One sample slot: a fragment of a request's first bytes. A sample whose
+// bytes span segments arrives as several fragments of one request (same
+// req_seq, rising frag_off); user space stitches them.
 struct sample {
 	struct conn_key key;
 	__u32 req_seq;  // TCP sequence number of the request's first byte
@@ -201,6 +201,18 @@ struct sample {
 	__u64 conn_born;            // the connection entry's born
 	struct conn_entities bound; // what the entry held when sampled
 	__u8 data[SAMPLE_MAX];
+};
+
+// One CPU's sample ring: slots [tail, head) of its share of sample_slots
+// hold fragments the agent has not read yet. Only the data path on that
+// CPU writes head (TC programs on one CPU never interleave: they run with
+// bottom halves off), only the agent writes tail; each on its own cache
+// line, so that the data path's stores do not bounce the agent's line.
+struct sample_ring {
+	__u64 head; // fragments published on this CPU (slot head % slots is next)
+	__u64 pad_head[7];
+	__u64 tail; // fragments the agent has read
+	__u64 pad_tail[7];
 };
 
 // The agent's entity registry (id -> kind and name), pinned so that a
@@ -234,7 +246,7 @@ enum stat {
 	STAT_SAMPLES = 0,      // sample first fragments sent
 	STAT_FRAGMENTS,        // continuation fragments sent
 	STAT_BUDGET_DROPS,     // request starts not sampled: budget spent
-	STAT_RINGBUF_DROPS,    // ring buffer full
+	STAT_RINGBUF_DROPS,    // fragments not sent: the CPU's sample ring was full
 	STAT_DESYNCS,          // implausible size at a boundary: lost sync
 	STAT_RESYNCS,          // re-synchronised on a plausible header
 	STAT_EXEMPT,           // connections marked exempt

@@ -119,7 +119,7 @@ func (d *Datapath) ResetCounters(entities []uint32) error {
 type Stats struct {
 	Samples, Fragments uint64 // sample first fragments and continuations sent
 	BudgetDrops        uint64 // request starts not sampled: the connection's budget was spent
-	RingBufferDrops    uint64 // fragments lost to a full ring buffer
+	RingBufferDrops    uint64 // fragments not sent: their CPU's sample ring was full
 	Desyncs, Resyncs   uint64 // request tracking lost and found again
 	ExemptConnections  uint64 // connections marked exempt
 	FailOpenPackets    uint64 // governed segments passed because the heartbeat was stale

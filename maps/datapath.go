@@ -3,8 +3,8 @@
 // committed), optionally pins their maps by name under a bpffs directory so
 // they survive an agent restart, and exports domain verbs: bind connections
 // to entities, set listeners, exempt peers and live settings, read counters
-// and statistics, and read request samples stitched from ring buffer
-// fragments. It hands out *ebpf.Program only for attaching.
+// and statistics, and read request samples stitched from the fragments of
+// per-CPU sample rings. It hands out *ebpf.Program only for attaching.
 //
 // Ownership: a Datapath owns its programs and maps and closes them in Close;
 // pinned maps outlive it until Unpin.
@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -43,8 +44,10 @@ type Options struct {
 	SampleBytes int
 	// FirstRequestsSampled requests of every connection are always sampled.
 	FirstRequestsSampled int
-	// RingBufferBytes sizes the sample ring buffer (a power of two, ≥ page size).
-	RingBufferBytes int
+	// SampleSlotsPerCPU sizes each CPU's sample ring (a power of two): the
+	// fragments a CPU can hold between two polls of the agent (~600 bytes
+	// each; samples.go).
+	SampleSlotsPerCPU int
 	// PinDir, when set, pins the maps by name there (a bpffs directory).
 	PinDir string
 
@@ -63,7 +66,7 @@ func DefaultOptions() Options {
 		MaxConnections:       262144,
 		SampleBytes:          256,
 		FirstRequestsSampled: 8,
-		RingBufferBytes:      4 << 20,
+		SampleSlotsPerCPU:    256,
 	}
 }
 
@@ -84,6 +87,8 @@ type Datapath struct {
 	listenerPorts map[uint16]bool
 	exemptSet     map[sluiceExemptKey]bool
 	peerSet       map[sluicePeerKey]bool // what SetPeerEntities set
+	// sampleReaderOpen: a SampleReader owns the sample rings' tails.
+	sampleReaderOpen atomic.Bool
 }
 
 func (o Options) validate() error {
@@ -96,8 +101,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("sample bytes %d outside [16, %d]", o.SampleBytes, SampleMax)
 	case o.FirstRequestsSampled < 0:
 		return fmt.Errorf("first requests sampled %d must not be negative", o.FirstRequestsSampled)
-	case o.RingBufferBytes < os.Getpagesize() || o.RingBufferBytes&(o.RingBufferBytes-1) != 0:
-		return fmt.Errorf("ring buffer size %d must be a power of two of at least a page", o.RingBufferBytes)
+	case o.SampleSlotsPerCPU < 1 || o.SampleSlotsPerCPU > 1<<16 || o.SampleSlotsPerCPU&(o.SampleSlotsPerCPU-1) != 0:
+		return fmt.Errorf("sample slots per CPU %d must be a power of two in [1, %d]", o.SampleSlotsPerCPU, 1<<16)
 	}
 	return nil
 }
@@ -117,7 +122,12 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec.Maps["conns6"].MaxEntries = uint32(opts.MaxConnections)
 	spec.Maps["counters"].MaxEntries = uint32(2 * opts.MaxEntities)
 	spec.Maps["classes"].MaxEntries = uint32(2 * opts.MaxEntities)
-	spec.Maps["samples"].MaxEntries = uint32(opts.RingBufferBytes)
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count possible CPUs: %w", err)
+	}
+	spec.Maps["sample_rings"].MaxEntries = uint32(cpus)
+	spec.Maps["sample_slots"].MaxEntries = uint32(cpus * opts.SampleSlotsPerCPU)
 	spec.Maps["entity_names"].MaxEntries = uint32(opts.MaxEntities)
 	for _, name := range []string{"rates", "clocks", "buckets"} {
 		spec.Maps[name].MaxEntries = uint32(2 * opts.MaxEntities)
@@ -126,6 +136,7 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 		"max_entities":           uint32(opts.MaxEntities),
 		"sample_bytes":           uint32(opts.SampleBytes),
 		"first_requests_sampled": uint32(opts.FirstRequestsSampled),
+		"slots_per_cpu":          uint32(opts.SampleSlotsPerCPU),
 		"bench_rewind":           boolByte(opts.benchRewind),
 		"flow_cache_on":          boolByte(!opts.noFlowCache),
 		"flow_seed":              flowSeed(),

@@ -18,18 +18,26 @@ func onCPU(t testing.TB, cpu int, fn func()) {
 	if runtime.NumCPU() < 2 {
 		t.Fatalf("the flow cache tests need two CPUs, this machine has %d", runtime.NumCPU())
 	}
+	if err := pinned(cpu, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pinned runs fn on one CPU: on its OS thread, pinned there meanwhile.
+func pinned(cpu int, fn func()) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var was, set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &was); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	set.Set(cpu)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		t.Fatalf("pin to CPU %d: %v", cpu, err)
+		return fmt.Errorf("pin to CPU %d: %w", cpu, err)
 	}
 	defer unix.SchedSetaffinity(0, &was)
 	fn()
+	return nil
 }
 
 // flowScript plays one client's life on a connection, switching CPUs

@@ -42,7 +42,7 @@ func testOptions() Options {
 	o := DefaultOptions()
 	o.MaxEntities = 64
 	o.MaxConnections = 4096
-	o.RingBufferBytes = 1 << 20
+	o.SampleSlotsPerCPU = 1024
 	return o
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/sluice-dev/sluice/test/netns"
 
@@ -117,6 +118,19 @@ func TestSampleLayoutMatchesGenerated(t *testing.T) {
 		if o[0] != o[1] {
 			t.Errorf("%s at %d, the decoder reads %d", name, o[0], o[1])
 		}
+	}
+}
+
+func TestSampleRingLayoutMatchesGenerated(t *testing.T) {
+	var r sluiceSampleRing
+	if got := int(unsafe.Sizeof(r)); got != ringSize {
+		t.Fatalf("struct sample_ring is %d bytes, the reader assumes %d", got, ringSize)
+	}
+	if got := unsafe.Offsetof(r.Head); got != ringOffHead {
+		t.Errorf("head at %d, the reader reads %d", got, ringOffHead)
+	}
+	if got := unsafe.Offsetof(r.Tail); got != ringOffTail {
+		t.Errorf("tail at %d, the reader writes %d", got, ringOffTail)
 	}
 }
 

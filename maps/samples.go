@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
-	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Sample is the first bytes of one Kafka request on a connection, stitched
@@ -21,7 +26,7 @@ type Sample struct {
 	// Data is the request's first bytes, from its size field on: up to the
 	// configured sample size, or the whole request if shorter.
 	Data []byte
-	// Complete is false when fragments went missing (ring buffer full,
+	// Complete is false when fragments went missing (a sample ring full,
 	// segments out of order): Data is then a shorter prefix.
 	Complete bool
 	// Born tells connections on one 4-tuple apart: the data path's time of
@@ -48,7 +53,7 @@ const (
 	sampleSize       = sampleOffData + SampleMax
 )
 
-// fragment is one ring buffer record.
+// fragment is one sample slot's record.
 type fragment struct {
 	key     ConnKey
 	reqSeq  uint32
@@ -147,12 +152,102 @@ func (a *assembler) flush(now, age time.Duration) []Sample {
 	return out
 }
 
-// SampleReader reads samples from the ring buffer. Not safe for concurrent use.
+// stitcher orders fragments read from the CPUs' rings and feeds them to
+// the assembler. Rings are drained one CPU after another, so one poll can
+// find a request's continuation (written on one CPU) without its first
+// fragment (written earlier on another CPU, whose ring was read before that
+// fragment was published). It cannot miss it for two polls: a fragment is
+// published before the connection's tracking state moves on, and a later
+// fragment of the connection is written only after that. So the stitcher
+// holds what a poll read until the next poll, then stitches each
+// connection's fragments in stream order: by connection (born), request
+// (sequence number) and offset.
+type stitcher struct {
+	asm  *assembler
+	held map[ConnKey][]heldFragment
+}
+
+type heldFragment struct {
+	fragment
+	fresh bool // read by the current poll
+}
+
+func newStitcher(sampleBytes int) *stitcher {
+	return &stitcher{asm: newAssembler(sampleBytes), held: map[ConnKey][]heldFragment{}}
+}
+
+// take adds one poll's fragments and returns the samples complete (or
+// given up on: older than incompleteAfter at now). It stitches every
+// fragment an earlier poll read, and those of this poll that come before
+// one of them in the stream; the rest wait for the next poll, or are
+// stitched now too when final (the caller stops waiting) and every
+// incomplete sample is delivered as it is.
+func (s *stitcher) take(fresh []fragment, now time.Duration, final bool) []Sample {
+	for _, f := range fresh {
+		s.held[f.key] = append(s.held[f.key], heldFragment{fragment: f, fresh: true})
+	}
+	var out []Sample
+	for key, group := range s.held {
+		sort.SliceStable(group, func(i, j int) bool { return streamBefore(group[i].fragment, group[j].fragment) })
+		stitch := len(group)
+		if !final {
+			stitch = 0
+			for i, f := range group {
+				if !f.fresh {
+					stitch = i + 1
+				}
+			}
+		}
+		for _, f := range group[:stitch] {
+			out = append(out, s.asm.add(f.fragment)...)
+		}
+		rest := group[stitch:]
+		if len(rest) == 0 {
+			delete(s.held, key)
+			continue
+		}
+		for i := range rest {
+			rest[i].fresh = false
+		}
+		s.held[key] = rest
+	}
+	age := incompleteAfter
+	if final {
+		age = 0
+	}
+	return append(out, s.asm.flush(now, age)...)
+}
+
+// streamBefore orders two fragments of one 4-tuple as the stream carried
+// them: an older connection first, then by request (sequence numbers
+// compared as TCP does, across a wrap), then by offset.
+func streamBefore(a, b fragment) bool {
+	if a.born != b.born {
+		return a.born < b.born
+	}
+	if a.reqSeq != b.reqSeq {
+		return int32(a.reqSeq-b.reqSeq) < 0
+	}
+	return a.fragOff < b.fragOff
+}
+
+// SampleReader reads samples from the data path's per-CPU sample rings,
+// memory-mapped, polling them every pollInterval. Read is not safe for
+// concurrent use; Close may be called from any goroutine.
 type SampleReader struct {
-	rd    *ringbuf.Reader
-	asm   *assembler
-	ready []Sample
-	rec   ringbuf.Record
+	d      *Datapath
+	slots  []byte // sample_slots: CPUs * perCPU struct sample, read only
+	rings  []byte // sample_rings: one struct sample_ring per CPU
+	cpus   int
+	perCPU uint64
+	st     *stitcher
+	ready  []Sample
+	// fresh is the current poll's fragments (reused between polls).
+	fresh    []fragment
+	deadline time.Time
+	closed   chan struct{}
+	once     sync.Once
+	mu       sync.Mutex // keeps Close from unmapping the rings under a poll
 	// Malformed counts records that could not be decoded.
 	Malformed uint64
 }
@@ -164,49 +259,141 @@ var ErrClosed = errors.New("sample reader closed")
 // time is delivered as it is.
 const incompleteAfter = time.Second
 
-// NewSampleReader opens the sample ring buffer.
+// pollInterval is how often Read looks at the rings when they are empty: a
+// sample reaches the learner within two of them (see stitcher), and each
+// CPU's ring must hold what it samples in one (Options.SampleSlotsPerCPU).
+const pollInterval = 10 * time.Millisecond
+
+// Layout of struct sample_ring (bpf/types.h), checked in tests.
+const (
+	ringOffHead = 0
+	ringOffTail = 64
+	ringSize    = 128
+)
+
+// NewSampleReader maps the sample rings. One reader at a time: the rings'
+// tails are its.
 func (d *Datapath) NewSampleReader() (*SampleReader, error) {
-	rd, err := ringbuf.NewReader(d.objs.Samples)
-	if err != nil {
-		return nil, fmt.Errorf("open sample ring buffer: %w", err)
+	if !d.sampleReaderOpen.CompareAndSwap(false, true) {
+		return nil, errors.New("a sample reader is already open on this data path")
 	}
-	return &SampleReader{rd: rd, asm: newAssembler(d.opts.SampleBytes)}, nil
+	r := &SampleReader{d: d, cpus: int(d.objs.SampleRings.MaxEntries()), perCPU: uint64(d.opts.SampleSlotsPerCPU),
+		st: newStitcher(d.opts.SampleBytes), closed: make(chan struct{})}
+	var err error
+	if r.slots, err = mapMemory(d.objs.SampleSlots, unix.PROT_READ); err != nil {
+		d.sampleReaderOpen.Store(false)
+		return nil, fmt.Errorf("map sample slots: %w", err)
+	}
+	if r.rings, err = mapMemory(d.objs.SampleRings, unix.PROT_READ|unix.PROT_WRITE); err != nil {
+		_ = unix.Munmap(r.slots)
+		d.sampleReaderOpen.Store(false)
+		return nil, fmt.Errorf("map sample rings: %w", err)
+	}
+	if len(r.slots) < r.cpus*int(r.perCPU)*sampleSize || len(r.rings) < r.cpus*ringSize {
+		r.unmap()
+		d.sampleReaderOpen.Store(false)
+		return nil, fmt.Errorf("sample maps are smaller than %d CPUs of %d slots", r.cpus, r.perCPU)
+	}
+	return r, nil
 }
 
-// SetDeadline makes Read return os.ErrDeadlineExceeded after t.
-func (r *SampleReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
+// mapMemory maps a BPF_F_MMAPABLE array's values (laid out back to back
+// from offset 0, each rounded up to 8 bytes).
+func mapMemory(m *ebpf.Map, prot int) ([]byte, error) {
+	size := int(m.MaxEntries()) * int((m.ValueSize()+7)&^7)
+	page := os.Getpagesize()
+	size = (size + page - 1) / page * page
+	return unix.Mmap(m.FD(), 0, size, prot, unix.MAP_SHARED)
+}
+
+func (r *SampleReader) unmap() {
+	if r.slots != nil {
+		_ = unix.Munmap(r.slots)
+	}
+	if r.rings != nil {
+		_ = unix.Munmap(r.rings)
+	}
+	r.slots, r.rings = nil, nil
+}
+
+// SetDeadline makes Read return os.ErrDeadlineExceeded after t, once it
+// has delivered every sample the rings held by then (the zero time: never).
+func (r *SampleReader) SetDeadline(t time.Time) { r.deadline = t }
 
 // Read blocks until a sample is complete (or given up on) and returns it.
 func (r *SampleReader) Read() (Sample, error) {
 	for len(r.ready) == 0 {
-		err := r.rd.ReadInto(&r.rec)
-		if errors.Is(err, ringbuf.ErrClosed) {
-			return Sample{}, ErrClosed
+		final := !r.deadline.IsZero() && !time.Now().Before(r.deadline)
+		if err := r.poll(final); err != nil {
+			return Sample{}, err
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			r.ready = append(r.ready, r.asm.flush(MonotonicNow(), 0)...)
-			if len(r.ready) == 0 {
-				return Sample{}, err
-			}
+		if len(r.ready) > 0 {
 			break
 		}
-		if err != nil {
-			return Sample{}, fmt.Errorf("read sample: %w", err)
+		if final {
+			return Sample{}, os.ErrDeadlineExceeded
 		}
-		f, err := decodeFragment(r.rec.RawSample)
-		if err != nil {
-			r.Malformed++
-			continue
+		wait := pollInterval
+		if !r.deadline.IsZero() {
+			wait = min(wait, time.Until(r.deadline))
 		}
-		// Copy: the record buffer is reused by the next read.
-		f.data = append([]byte(nil), f.data...)
-		r.ready = append(r.ready, r.asm.add(f)...)
-		r.ready = append(r.ready, r.asm.flush(f.time, incompleteAfter)...)
+		timer := time.NewTimer(wait)
+		select {
+		case <-r.closed:
+			timer.Stop()
+			return Sample{}, ErrClosed
+		case <-timer.C:
+		}
 	}
 	s := r.ready[0]
 	r.ready = r.ready[1:]
 	return s, nil
 }
 
+// poll reads every CPU's published fragments, hands their slots back to
+// the data path, and stitches.
+func (r *SampleReader) poll(final bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rings == nil {
+		return ErrClosed
+	}
+	r.fresh = r.fresh[:0]
+	for cpu := 0; cpu < r.cpus; cpu++ {
+		head := (*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffHead]))
+		tail := (*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffTail]))
+		// The atomic load of head orders the slot reads after it; the
+		// atomic store of tail orders them before the data path may
+		// write those slots again.
+		end, next := atomic.LoadUint64(head), atomic.LoadUint64(tail)
+		if end-next > r.perCPU {
+			next = end - r.perCPU // cannot happen while this reader owns tail
+		}
+		for ; next != end; next++ {
+			off := (cpu*int(r.perCPU) + int(next%r.perCPU)) * sampleSize
+			f, err := decodeFragment(r.slots[off : off+sampleSize])
+			if err != nil {
+				r.Malformed++
+				continue
+			}
+			// Copy: the slot is the data path's again once tail moves.
+			f.data = append([]byte(nil), f.data...)
+			r.fresh = append(r.fresh, f)
+		}
+		atomic.StoreUint64(tail, end)
+	}
+	r.ready = append(r.ready, r.st.take(r.fresh, MonotonicNow(), final)...)
+	return nil
+}
+
 // Close stops the reader; a blocked Read returns ErrClosed.
-func (r *SampleReader) Close() error { return r.rd.Close() }
+func (r *SampleReader) Close() error {
+	r.once.Do(func() {
+		close(r.closed)
+		r.mu.Lock()
+		r.unmap()
+		r.mu.Unlock()
+		r.d.sampleReaderOpen.Store(false)
+	})
+	return nil
+}

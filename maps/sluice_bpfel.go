@@ -167,6 +167,14 @@ type sluiceSample struct {
 	Data     [512]uint8
 }
 
+type sluiceSampleRing struct {
+	_       structs.HostLayout
+	Head    uint64
+	PadHead [7]uint64
+	Tail    uint64
+	PadTail [7]uint64
+}
+
 type sluiceStat uint32
 
 const (
@@ -222,7 +230,8 @@ const (
 	sluiceMapListeners            = "listeners"
 	sluiceMapPeerEntities         = "peer_entities"
 	sluiceMapRates                = "rates"
-	sluiceMapSamples              = "samples"
+	sluiceMapSampleRings          = "sample_rings"
+	sluiceMapSampleSlots          = "sample_slots"
 	sluiceMapSettings             = "settings"
 	sluiceMapStats                = "stats"
 	sluiceProgSluiceBind          = "sluice_bind"
@@ -235,6 +244,7 @@ const (
 	sluiceVarFlowSeed             = "flow_seed"
 	sluiceVarMaxEntities          = "max_entities"
 	sluiceVarSampleBytes          = "sample_bytes"
+	sluiceVarSlotsPerCpu          = "slots_per_cpu"
 	sluiceVarUnusedEntityName     = "unused_entity_name"
 	sluiceVarUnusedSample         = "unused_sample"
 	sluiceVarUnusedStat           = "unused_stat"
@@ -308,7 +318,8 @@ type sluiceMapSpecs struct {
 	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
 	PeerEntities *ebpf.MapSpec `ebpf:"peer_entities"`
 	Rates        *ebpf.MapSpec `ebpf:"rates"`
-	Samples      *ebpf.MapSpec `ebpf:"samples"`
+	SampleRings  *ebpf.MapSpec `ebpf:"sample_rings"`
+	SampleSlots  *ebpf.MapSpec `ebpf:"sample_slots"`
 	Settings     *ebpf.MapSpec `ebpf:"settings"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -323,6 +334,7 @@ type sluiceVariableSpecs struct {
 	FlowSeed             *ebpf.VariableSpec `ebpf:"flow_seed"`
 	MaxEntities          *ebpf.VariableSpec `ebpf:"max_entities"`
 	SampleBytes          *ebpf.VariableSpec `ebpf:"sample_bytes"`
+	SlotsPerCpu          *ebpf.VariableSpec `ebpf:"slots_per_cpu"`
 	UnusedEntityName     *ebpf.VariableSpec `ebpf:"unused_entity_name"`
 	UnusedSample         *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.VariableSpec `ebpf:"unused_stat"`
@@ -364,7 +376,8 @@ type sluiceMaps struct {
 	Listeners    *ebpf.Map `ebpf:"listeners"`
 	PeerEntities *ebpf.Map `ebpf:"peer_entities"`
 	Rates        *ebpf.Map `ebpf:"rates"`
-	Samples      *ebpf.Map `ebpf:"samples"`
+	SampleRings  *ebpf.Map `ebpf:"sample_rings"`
+	SampleSlots  *ebpf.Map `ebpf:"sample_slots"`
 	Settings     *ebpf.Map `ebpf:"settings"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 }
@@ -387,7 +400,8 @@ func (m *sluiceMaps) Close() error {
 		m.Listeners,
 		m.PeerEntities,
 		m.Rates,
-		m.Samples,
+		m.SampleRings,
+		m.SampleSlots,
 		m.Settings,
 		m.Stats,
 	)
@@ -403,6 +417,7 @@ type sluiceVariables struct {
 	FlowSeed             *ebpf.Variable `ebpf:"flow_seed"`
 	MaxEntities          *ebpf.Variable `ebpf:"max_entities"`
 	SampleBytes          *ebpf.Variable `ebpf:"sample_bytes"`
+	SlotsPerCpu          *ebpf.Variable `ebpf:"slots_per_cpu"`
 	UnusedEntityName     *ebpf.Variable `ebpf:"unused_entity_name"`
 	UnusedSample         *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.Variable `ebpf:"unused_stat"`
