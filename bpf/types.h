@@ -206,8 +206,10 @@ struct sample {
 // One CPU's sample ring: slots [tail, head) of its share of sample_slots
 // hold fragments the agent has not read yet. Only the data path on that
 // CPU writes head (TC programs on one CPU never interleave: they run with
-// bottom halves off), only the agent writes tail; each on its own cache
-// line, so that the data path's stores do not bounce the agent's line.
+// bottom halves off; were one ever to nest inside another, the worst is a
+// garbled sample, and the learner takes every sample as untrusted bytes),
+// only the agent writes tail; each on its own cache line, so that the data
+// path's stores do not bounce the agent's line.
 struct sample_ring {
 	__u64 head; // fragments published on this CPU (slot head % slots is next)
 	__u64 pad_head[7];

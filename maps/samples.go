@@ -245,6 +245,7 @@ type SampleReader struct {
 	// fresh is the current poll's fragments (reused between polls).
 	fresh    []fragment
 	deadline time.Time
+	timer    *time.Timer // paces polls while the rings are empty
 	closed   chan struct{}
 	once     sync.Once
 	mu       sync.Mutex // keeps Close from unmapping the rings under a poll
@@ -337,12 +338,15 @@ func (r *SampleReader) Read() (Sample, error) {
 		if !r.deadline.IsZero() {
 			wait = min(wait, time.Until(r.deadline))
 		}
-		timer := time.NewTimer(wait)
+		if r.timer == nil {
+			r.timer = time.NewTimer(wait)
+		} else {
+			r.timer.Reset(wait) // Go ≥ 1.23: no stale tick to drain
+		}
 		select {
 		case <-r.closed:
-			timer.Stop()
 			return Sample{}, ErrClosed
-		case <-timer.C:
+		case <-r.timer.C:
 		}
 	}
 	s := r.ready[0]
