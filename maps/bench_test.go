@@ -28,7 +28,6 @@ import (
 func BenchmarkDatapath(b *testing.B) {
 	netns.RequireRoot(b, "loads BPF programs")
 	payload := make([]byte, 1400)
-	req := kafkaRequests()[1] // a produce request longer than a sample
 	// bound enters the benchmark's connection, bound to entity 5 both ways.
 	bound := func(h *harness) {
 		h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
@@ -74,7 +73,7 @@ func BenchmarkDatapath(b *testing.B) {
 				h.run(Fetch, brokerACK(client4, broker4, 40000, 100)) // enters it, tracking at 100
 				bound(h)
 			},
-			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, append(append([]byte{}, req...), payload...)[:1400]),
+			seg: requestStart(40000),
 		},
 	}
 	// Calibration: an empty TC program in the same run, so the per-packet
@@ -160,6 +159,13 @@ func requestStartOptions(o *Options) {
 	o.SampleSlotsPerCPU = 32768
 }
 
+// requestStart is a full-sized segment at sequence 100 of the client's
+// connection from port that starts a produce request longer than a sample.
+func requestStart(port uint16) segment {
+	req := kafkaRequests()[1]
+	return toBroker(client4, broker4, port, 100, flagACK|flagPSH, append(append([]byte{}, req...), make([]byte, 1400)...)[:1400])
+}
+
 // BenchmarkRequestStartTwoCPUs: both CPUs start requests at once, each on
 // a connection of its own, as a broker's CPUs do. Sampling must not
 // serialise them: a request start should cost about what it costs on one
@@ -171,14 +177,12 @@ func BenchmarkRequestStartTwoCPUs(b *testing.B) {
 	h := newHarness(b, opts)
 	h.d.SetSettings(Settings{Shaper: ShaperHTB, IFBIndex: 1, StaleAfter: 10 * time.Second, SamplesPerSecond: 1 << 30})
 	h.d.Heartbeat(MonotonicNow())
-	req := kafkaRequests()[1]
-	payload := make([]byte, 1400)
 	var frames [2][]byte
 	for cpu := range frames {
 		port := uint16(40000 + cpu)
 		h.run(Fetch, brokerACK(client4, broker4, port, 100))
 		h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, port), Produce: 5, Fetch: 5}})
-		frames[cpu] = toBroker(client4, broker4, port, 100, flagACK|flagPSH, append(append([]byte{}, req...), payload...)[:1400]).frame()
+		frames[cpu] = requestStart(port).frame()
 	}
 	rd, err := h.d.NewSampleReader()
 	if err != nil {
