@@ -64,13 +64,13 @@ static __always_inline int load(struct __sk_buff *skb, __u32 off, void *dst, con
 }
 
 // copy_sample copies n (1..SAMPLE_MAX) bytes of the packet at offset off
-// into dst, a sample's SAMPLE_MAX bytes (8-aligned). When a block of 128
-// or 256 bytes that covers them lies in the packet's linear part, the
-// block is copied inline, a word at a time (bytes past n ride along and
-// are ignored: the sample says its length); else bpf_skb_load_bytes copies
-// exactly n, at the cost of a helper call and a memcpy (~45 ns for 256
-// bytes here). The blocks are fixed so that the verifier walks one path
-// through each, whatever n is.
+// into dst, a sample's SAMPLE_MAX bytes (8-aligned). When n <= 256 and
+// the 256 bytes at off lie in the packet's linear part, they are copied
+// inline, a word at a time (bytes past n ride along and are ignored: the
+// sample says its length); else bpf_skb_load_bytes copies exactly n, at
+// the cost of a helper call and a memcpy (~45 ns for 256 bytes here). The
+// block is fixed so that the verifier walks one path through it, whatever
+// n is.
 static __always_inline int copy_sample(struct __sk_buff *skb, __u32 off, __u8 *dst, __u32 n)
 {
 	void *data = (void *)(long)skb->data;

@@ -274,32 +274,34 @@ const (
 
 // NewSampleReader maps the sample rings. One reader at a time: the rings'
 // tails are its.
-func (d *Datapath) NewSampleReader() (*SampleReader, error) {
+func (d *Datapath) NewSampleReader() (_ *SampleReader, err error) {
 	if !d.sampleReaderOpen.CompareAndSwap(false, true) {
 		return nil, errors.New("a sample reader is already open on this data path")
 	}
 	r := &SampleReader{d: d, cpus: int(d.objs.SampleRings.MaxEntries()), perCPU: uint64(d.opts.SampleSlotsPerCPU),
 		st: newStitcher(d.opts.SampleBytes), closed: make(chan struct{})}
-	var err error
+	defer func() {
+		if err != nil {
+			r.unmap()
+			d.sampleReaderOpen.Store(false)
+		}
+	}()
 	if r.slots, err = mapMemory(d.objs.SampleSlots, unix.PROT_READ); err != nil {
-		d.sampleReaderOpen.Store(false)
 		return nil, fmt.Errorf("map sample slots: %w", err)
 	}
 	if r.rings, err = mapMemory(d.objs.SampleRings, unix.PROT_READ|unix.PROT_WRITE); err != nil {
-		_ = unix.Munmap(r.slots)
-		d.sampleReaderOpen.Store(false)
 		return nil, fmt.Errorf("map sample rings: %w", err)
 	}
 	if len(r.slots) < r.cpus*int(r.perCPU)*sampleSize || len(r.rings) < r.cpus*ringSize {
-		r.unmap()
-		d.sampleReaderOpen.Store(false)
 		return nil, fmt.Errorf("sample maps are smaller than %d CPUs of %d slots", r.cpus, r.perCPU)
 	}
 	return r, nil
 }
 
 // mapMemory maps a BPF_F_MMAPABLE array's values (laid out back to back
-// from offset 0, each rounded up to 8 bytes).
+// from offset 0, each rounded up to 8 bytes). Not the library's
+// Map.Memory: it offers only copying reads and writes, and the rings'
+// head and tail need atomic loads and stores.
 func mapMemory(m *ebpf.Map, prot int) ([]byte, error) {
 	size := int(m.MaxEntries()) * int((m.ValueSize()+7)&^7)
 	page := os.Getpagesize()
@@ -308,11 +310,10 @@ func mapMemory(m *ebpf.Map, prot int) ([]byte, error) {
 }
 
 func (r *SampleReader) unmap() {
-	if r.slots != nil {
-		_ = unix.Munmap(r.slots)
-	}
-	if r.rings != nil {
-		_ = unix.Munmap(r.rings)
+	for _, m := range [][]byte{r.slots, r.rings} {
+		if m != nil {
+			_ = unix.Munmap(m)
+		}
 	}
 	r.slots, r.rings = nil, nil
 }
