@@ -92,6 +92,7 @@ func (r *daemon) setup() error {
 		return err
 	}
 	r.dp = d
+	r.log.Info("data path loaded", "sample_publication", d.SamplePublication())
 	for _, name := range r.cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
 		if err != nil {

@@ -101,6 +101,18 @@ static __always_inline __u32 min_u32(__u32 a, __u32 b)
 	return a < b ? a : b;
 }
 
+// publish_head moves a ring's head past a slot just written, so that the
+// agent reading the new head finds the slot's bytes. As written, an atomic
+// exchange: a full barrier. The loader turns it into a store-release where
+// the kernel has one (maps/publish.go), which orders just the slot before
+// the head and spares the CPU a wait for the slot's cache lines. That
+// rewrite needs this to be the data path's only exchange, its result
+// unused (TestOnlyPublicationExchanges).
+static __always_inline void publish_head(struct sample_ring *ring, __u64 head)
+{
+	(void)__sync_lock_test_and_set(&ring->head, head);
+}
+
 // emit sends payload bytes [off, off+n) as one fragment of the request
 // starting at req_seq. It returns the bytes sent, or 0.
 static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *seg, const struct conn_state *st,
@@ -139,9 +151,7 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	s->time_ns = coarse_now();
 	s->conn_born = st->born;
 	s->bound = st->bound;
-	// Publish: an atomic exchange is a full barrier, so the agent that
-	// reads the new head finds the slot's bytes written.
-	__sync_lock_test_and_set(&ring->head, head + 1);
+	publish_head(ring, head + 1);
 	stat_inc(frag_off == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
 	return n;
 }

@@ -57,6 +57,9 @@ type Options struct {
 	// noFlowCache turns the per-CPU flow cache off (bpf/flowcache.h), so
 	// tests and benchmarks can compare the data path with and without it.
 	noFlowCache bool
+	// noStoreRelease keeps the sample publication's full barrier where the
+	// kernel has a store-release (publish.go), so tests cover both.
+	noStoreRelease bool
 }
 
 // DefaultOptions are the defaults of the configuration.
@@ -90,6 +93,10 @@ type Datapath struct {
 	// sampleReaderOpen: a SampleReader owns the sample rings' tails.
 	sampleReaderOpen atomic.Bool
 }
+
+// SamplePublication says how the data path publishes samples: a
+// store-release, or a full barrier on kernels before 6.15 (publish.go).
+func (d *Datapath) SamplePublication() string { return publication(d.opts) }
 
 func (o Options) validate() error {
 	switch {
@@ -144,6 +151,11 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	if publication(opts) == PublishStoreRelease {
+		if err := useStoreRelease(spec); err != nil {
+			return nil, fmt.Errorf("sample publication: %w", err)
 		}
 	}
 	return spec, nil
