@@ -45,9 +45,10 @@ func storeRelease(dst, src asm.Register, off int16) asm.Instruction {
 // follows the client's stream, which only ingress sees).
 const publishingProgram = "sluice_ingress"
 
-// useStoreRelease turns the sample publication's exchange in the
-// publishing program into a store-release. Every 64-bit exchange in the
-// data path is such a publication (TestOnlyEmitExchanges): emit's result
+// useStoreRelease turns the sample publication's exchanges in the
+// publishing program (one for each call of emit that clang inlined) into
+// store-releases. Every 64-bit exchange in the
+// data path is such a publication (TestOnlyPublicationExchanges): its result
 // is unused, so the register the exchange would have loaded with the old
 // head is never read, and a store that leaves it be is the same program.
 func useStoreRelease(spec *ebpf.CollectionSpec) error {

@@ -75,19 +75,7 @@ func TestSamplePublication(t *testing.T) {
 				c.want == PublishExchange && (releases != 0 || exchanges == 0) {
 				t.Fatalf("%s: the verified program has %d exchanges and %d store-releases", c.want, exchanges, releases)
 			}
-
-			r, err := h.d.NewSampleReader()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			reqs := kafkaRequests()
-			stream := bytes.Join(reqs[1:], nil)
-			s := h.connect(client4, 42710, 1)
-			start := s.seq
-			onCPU(t, 1, func() { s.send(stream[:100], 100) })
-			onCPU(t, 0, func() { s.send(stream[100:], 1000) })
-			checkSamples(t, drain(t, r), reqs[1:], start, 256)
+			stitchAcrossCPUs(t, h)
 		})
 	}
 }

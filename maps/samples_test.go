@@ -91,7 +91,11 @@ func TestStitcherIncompleteDelivered(t *testing.T) {
 // CPU 0 (whose ring the reader reads first) make one whole sample, and the
 // connection's next requests follow it.
 func TestSampleRingsStitchAcrossCPUs(t *testing.T) {
-	h := newHarness(t, testOptions())
+	stitchAcrossCPUs(t, newHarness(t, testOptions()))
+}
+
+func stitchAcrossCPUs(t *testing.T, h *harness) {
+	t.Helper()
 	r, err := h.d.NewSampleReader()
 	if err != nil {
 		t.Fatal(err)
