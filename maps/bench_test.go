@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/sluice-dev/sluice/test/netns"
 
@@ -257,12 +256,10 @@ func BenchmarkRequestStartDrained(b *testing.B) {
 			slot := make([]byte, sampleSize)
 			for !stop.Load() {
 				for cpu := 0; cpu < rd.cpus; cpu++ {
-					head := (*uint64)(unsafe.Pointer(&rd.rings[cpu*ringSize+ringOffHead]))
-					tail := (*uint64)(unsafe.Pointer(&rd.rings[cpu*ringSize+ringOffTail]))
+					head, tail := rd.ring(cpu)
 					end := atomic.LoadUint64(head)
 					for next := atomic.LoadUint64(tail); next != end; next++ {
-						off := (cpu*int(rd.perCPU) + int(next%rd.perCPU)) * sampleSize
-						copy(slot, rd.slots[off:off+sampleSize])
+						copy(slot, rd.slot(cpu, next))
 					}
 					atomic.StoreUint64(tail, end)
 				}

@@ -357,6 +357,18 @@ func (r *SampleReader) Read() (Sample, error) {
 
 // poll reads every CPU's published fragments, hands their slots back to
 // the data path, and stitches.
+// ring returns CPU cpu's head and tail in the mapped rings.
+func (r *SampleReader) ring(cpu int) (head, tail *uint64) {
+	return (*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffHead])),
+		(*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffTail]))
+}
+
+// slot returns the bytes of CPU cpu's slot at ring position pos.
+func (r *SampleReader) slot(cpu int, pos uint64) []byte {
+	off := (cpu*int(r.perCPU) + int(pos%r.perCPU)) * sampleSize
+	return r.slots[off : off+sampleSize]
+}
+
 func (r *SampleReader) poll(final bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -365,8 +377,7 @@ func (r *SampleReader) poll(final bool) error {
 	}
 	r.fresh = r.fresh[:0]
 	for cpu := 0; cpu < r.cpus; cpu++ {
-		head := (*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffHead]))
-		tail := (*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffTail]))
+		head, tail := r.ring(cpu)
 		// The atomic load of head orders the slot reads after it; the
 		// atomic store of tail orders them before the data path may
 		// write those slots again.
@@ -375,8 +386,7 @@ func (r *SampleReader) poll(final bool) error {
 			next = end - r.perCPU // cannot happen while this reader owns tail
 		}
 		for ; next != end; next++ {
-			off := (cpu*int(r.perCPU) + int(next%r.perCPU)) * sampleSize
-			f, err := decodeFragment(r.slots[off : off+sampleSize])
+			f, err := decodeFragment(r.slot(cpu, next))
 			if err != nil {
 				r.Malformed++
 				continue
