@@ -68,13 +68,10 @@ func BenchmarkDatapath(b *testing.B) {
 			seg:   fromBroker(client4, broker4, 40000, 100, payload),
 		},
 		{
-			name: "request-start",
-			opts: requestStartOptions,
-			setup: func(h *harness) {
-				h.run(Fetch, brokerACK(client4, broker4, 40000, 100)) // enters it, tracking at 100
-				bound(h)
-			},
-			seg: requestStart(40000),
+			name:  "request-start",
+			opts:  requestStartOptions,
+			setup: func(h *harness) { enterBound(h, 40000) },
+			seg:   requestStart(40000),
 		},
 	}
 	// Calibration: an empty TC program in the same run, so the per-packet
@@ -166,6 +163,14 @@ func benchLive(h *harness) {
 	h.d.Heartbeat(MonotonicNow())
 }
 
+// enterBound enters the client's connection from port (the broker's ACK
+// proves it; tracking starts at sequence 100) and binds it to entity 5
+// both ways.
+func enterBound(h *harness, port uint16) {
+	h.run(Fetch, brokerACK(client4, broker4, port, 100))
+	h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, port), Produce: 5, Fetch: 5}})
+}
+
 // requestStart is a full-sized segment at sequence 100 of the client's
 // connection from port that starts a produce request longer than a sample.
 func requestStart(port uint16) segment {
@@ -186,8 +191,7 @@ func BenchmarkRequestStartTwoCPUs(b *testing.B) {
 	var frames [2][]byte
 	for cpu := range frames {
 		port := uint16(40000 + cpu)
-		h.run(Fetch, brokerACK(client4, broker4, port, 100))
-		h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, port), Produce: 5, Fetch: 5}})
+		enterBound(h, port)
 		frames[cpu] = requestStart(port).frame()
 	}
 	rd, err := h.d.NewSampleReader()
@@ -238,12 +242,11 @@ func BenchmarkRequestStartTwoCPUs(b *testing.B) {
 func BenchmarkRequestStartDrained(b *testing.B) {
 	netns.RequireRoot(b, "loads BPF programs")
 	opts := testOptions()
-	opts.benchRewind = true
-	opts.SampleSlotsPerCPU = 4096
+	requestStartOptions(&opts)
+	opts.SampleSlotsPerCPU = 4096 // the reader frees slots: a ring nearer the agent's
 	h := newHarness(b, opts)
 	benchLive(h)
-	h.run(Fetch, brokerACK(client4, broker4, 40000, 100))
-	h.d.BindConns([]Binding{{Conn: connKey(client4, broker4, 40000), Produce: 5, Fetch: 5}})
+	enterBound(h, 40000)
 	rd, err := h.d.NewSampleReader()
 	if err != nil {
 		b.Fatal(err)

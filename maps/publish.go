@@ -47,10 +47,10 @@ const publishingProgram = "sluice_ingress"
 
 // useStoreRelease turns the sample publication's exchanges in the
 // publishing program (one for each call of emit that clang inlined) into
-// store-releases. Every 64-bit exchange in the
-// data path is such a publication (TestOnlyPublicationExchanges): its result
-// is unused, so the register the exchange would have loaded with the old
-// head is never read, and a store that leaves it be is the same program.
+// store-releases. Every 64-bit exchange in the data path is such a
+// publication (TestOnlyPublicationExchanges): its result is unused, so the
+// register the exchange would have loaded with the old head is never read,
+// and a store that leaves it be is the same program.
 func useStoreRelease(spec *ebpf.CollectionSpec) error {
 	for name, prog := range spec.Programs {
 		n := 0
@@ -60,7 +60,7 @@ func useStoreRelease(spec *ebpf.CollectionSpec) error {
 					return fmt.Errorf("%s: an atomic exchange outside the sample publication", name)
 				}
 				ins := &prog.Instructions[i]
-				ins.OpCode, ins.Constant = storeReleaseDW, bpfStoreRel
+				*ins = storeRelease(ins.Dst, ins.Src, ins.Offset).WithMetadata(ins.Metadata)
 				n++
 			}
 		}

@@ -355,8 +355,6 @@ func (r *SampleReader) Read() (Sample, error) {
 	return s, nil
 }
 
-// poll reads every CPU's published fragments, hands their slots back to
-// the data path, and stitches.
 // ring returns CPU cpu's head and tail in the mapped rings.
 func (r *SampleReader) ring(cpu int) (head, tail *uint64) {
 	return (*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffHead])),
@@ -369,6 +367,8 @@ func (r *SampleReader) slot(cpu int, pos uint64) []byte {
 	return r.slots[off : off+sampleSize]
 }
 
+// poll reads every CPU's published fragments, hands their slots back to
+// the data path, and stitches.
 func (r *SampleReader) poll(final bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
