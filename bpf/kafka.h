@@ -147,8 +147,6 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	s->frag_off = frag_off;
 	s->req_len = req_len;
 	s->len = n;
-	s->pad = 0;
-	s->time_ns = coarse_now();
 	s->conn_born = st->born;
 	s->bound = st->bound;
 	publish_head(ring, head + 1);

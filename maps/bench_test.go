@@ -25,7 +25,9 @@ import (
 //     segment in a jiffy pays, less filling the cache
 //   - governed-shaped: the same with an HTB class (classified, redirected to the IFB)
 //   - governed-egress: an attributed connection's segment from the broker
-//   - request-start: a segment that starts a request that is sampled
+//   - request-start: a segment that starts a request that is sampled, into
+//     a slot in no cache (BenchmarkRequestStartAgentRing and
+//     BenchmarkRequestStartDrained place it where the agent leaves it)
 func BenchmarkDatapath(b *testing.B) {
 	netns.RequireRoot(b, "loads BPF programs")
 	payload := make([]byte, 1400)
@@ -178,6 +180,56 @@ func requestStart(port uint16) segment {
 	return toBroker(client4, broker4, port, 100, flagACK|flagPSH, append(append([]byte{}, req...), make([]byte, 1400)...)[:1400])
 }
 
+// BenchmarkRequestStartAgentRing: request starts into the ring the agent
+// runs with (DefaultOptions' slots per CPU), which a reader on the other
+// CPU drains between batches of as many starts, as the agent's poll does.
+// BenchmarkDatapath/request-start spreads its 20000 samples a batch over a
+// 32768-slot ring (19 MB), so each start finds its slot in no cache; here
+// the slot is wherever the agent's last read of it left it. The two bound
+// what a sampled request start costs a broker: the slot's lines are the
+// difference (bpf/types.h, struct sample).
+func BenchmarkRequestStartAgentRing(b *testing.B) {
+	netns.RequireRoot(b, "loads BPF programs")
+	opts := testOptions()
+	opts.benchRewind = true
+	opts.SampleSlotsPerCPU = DefaultOptions().SampleSlotsPerCPU
+	h := newHarness(b, opts)
+	benchLive(h)
+	enterBound(h, 40000)
+	rd, err := h.d.NewSampleReader()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rd.Close()
+	frame := requestStart(40000).frame()
+	drainElsewhere := func() {
+		if err := pinned(1, func() { drainQuiet(rd) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var total time.Duration
+	runs := 0
+	for b.Loop() {
+		var per time.Duration
+		var runErr error
+		err := pinned(0, func() {
+			_, per, runErr = h.d.IngressProgram().Benchmark(frame, opts.SampleSlotsPerCPU, func() { drainQuiet(rd) })
+		})
+		if err = errors.Join(err, runErr); err != nil {
+			b.Fatal(err)
+		}
+		total += per
+		runs++
+		b.StopTimer()
+		drainElsewhere()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(runs), "ns/pkt")
+	if st, _ := h.d.Stats(); st.Samples == 0 || st.RingBufferDrops != 0 {
+		b.Fatalf("sampled %d and dropped %d: the benchmark must measure sending every sample", st.Samples, st.RingBufferDrops)
+	}
+}
+
 // BenchmarkRequestStartTwoCPUs: both CPUs start requests at once, each on
 // a connection of its own, as a broker's CPUs do. Sampling must not
 // serialise them: a request start should cost about what it costs on one
@@ -238,7 +290,8 @@ func BenchmarkRequestStartTwoCPUs(b *testing.B) {
 // each sample's cache lines then travel to the reader and back, the cost a
 // broker pays that the ring-filling benchmarks above do not show (their
 // slots stay on one CPU). The reader copies slots and moves tails, nothing
-// more, so that it keeps up; what it still misses is reported as drops.
+// more (the header and the fragment's bytes, as poll reads them), so that
+// it keeps up; what it still misses is reported as drops.
 func BenchmarkRequestStartDrained(b *testing.B) {
 	netns.RequireRoot(b, "loads BPF programs")
 	opts := testOptions()
@@ -256,13 +309,16 @@ func BenchmarkRequestStartDrained(b *testing.B) {
 	reader := make(chan error, 1)
 	go func() {
 		reader <- pinned(1, func() {
-			slot := make([]byte, sampleSize)
+			data := make([]byte, SampleMax)
 			for !stop.Load() {
 				for cpu := 0; cpu < rd.cpus; cpu++ {
 					head, tail := rd.ring(cpu)
 					end := atomic.LoadUint64(head)
 					for next := atomic.LoadUint64(tail); next != end; next++ {
-						copy(slot, rd.slot(cpu, next))
+						// What poll reads: the header and the fragment's bytes.
+						if f, err := decodeFragment(rd.slot(cpu, next)); err == nil {
+							copy(data, f.data)
+						}
 					}
 					atomic.StoreUint64(tail, end)
 				}

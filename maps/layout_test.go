@@ -7,7 +7,6 @@ func offsetofReqSeq() uintptr             { return unsafe.Offsetof(sluiceSample{
 func offsetofFragOff() uintptr            { return unsafe.Offsetof(sluiceSample{}.FragOff) }
 func offsetofReqLen() uintptr             { return unsafe.Offsetof(sluiceSample{}.ReqLen) }
 func offsetofLen() uintptr                { return unsafe.Offsetof(sluiceSample{}.Len) }
-func offsetofTime() uintptr               { return unsafe.Offsetof(sluiceSample{}.TimeNs) }
 func offsetofData() uintptr               { return unsafe.Offsetof(sluiceSample{}.Data) }
 func offsetofBorn() uintptr               { return unsafe.Offsetof(sluiceSample{}.ConnBorn) }
 func offsetofBound() uintptr              { return unsafe.Offsetof(sluiceSample{}.Bound) }

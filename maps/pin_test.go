@@ -109,7 +109,6 @@ func TestSampleLayoutMatchesGenerated(t *testing.T) {
 		"frag_off":  {offsetofFragOff(), sampleOffFragOff},
 		"req_len":   {offsetofReqLen(), sampleOffReqLen},
 		"len":       {offsetofLen(), sampleOffLen},
-		"time_ns":   {offsetofTime(), sampleOffTime},
 		"conn_born": {offsetofBorn(), sampleOffBorn},
 		"bound":     {offsetofBound(), sampleOffBound},
 		"data":      {offsetofData(), sampleOffData},

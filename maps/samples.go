@@ -21,7 +21,9 @@ type Sample struct {
 	Conn ConnKey
 	// Seq is the TCP sequence number of the request's first byte.
 	Seq uint32
-	// Time is the data path's CLOCK_MONOTONIC when the request started.
+	// Time is when the reader took the request's first fragment from its
+	// ring, on the data path's clock (CLOCK_MONOTONIC): within a poll of
+	// the request's start.
 	Time time.Duration
 	// Data is the request's first bytes, from its size field on: up to the
 	// configured sample size, or the whole request if shorter.
@@ -43,13 +45,12 @@ type Sample struct {
 const (
 	sampleOffKey     = 0
 	sampleOffReqSeq  = 36
-	sampleOffFragOff = 40
-	sampleOffReqLen  = 44
-	sampleOffLen     = 48
-	sampleOffTime    = 56
-	sampleOffBorn    = 64
-	sampleOffBound   = 72
-	sampleOffData    = 80
+	sampleOffReqLen  = 40
+	sampleOffFragOff = 44
+	sampleOffLen     = 46
+	sampleOffBorn    = 48
+	sampleOffBound   = 56
+	sampleOffData    = 64
 	sampleSize       = sampleOffData + SampleMax
 )
 
@@ -59,7 +60,7 @@ type fragment struct {
 	reqSeq  uint32
 	fragOff uint32
 	reqLen  uint32
-	time    time.Duration
+	time    time.Duration // when the reader took it
 	born    uint64
 	bound   [2]uint32
 	data    []byte
@@ -82,9 +83,8 @@ func decodeFragment(raw []byte) (fragment, error) {
 	return fragment{
 		key:     fromRaw(k),
 		reqSeq:  le.Uint32(raw[sampleOffReqSeq:]),
-		fragOff: le.Uint32(raw[sampleOffFragOff:]),
+		fragOff: uint32(le.Uint16(raw[sampleOffFragOff:])),
 		reqLen:  le.Uint32(raw[sampleOffReqLen:]),
-		time:    time.Duration(le.Uint64(raw[sampleOffTime:])),
 		born:    le.Uint64(raw[sampleOffBorn:]),
 		bound:   [2]uint32{le.Uint32(raw[sampleOffBound:]), le.Uint32(raw[sampleOffBound+4:])},
 		data:    raw[sampleOffData : sampleOffData+n],
@@ -376,6 +376,7 @@ func (r *SampleReader) poll(final bool) error {
 		return ErrClosed
 	}
 	r.fresh = r.fresh[:0]
+	now := MonotonicNow()
 	for cpu := 0; cpu < r.cpus; cpu++ {
 		head, tail := r.ring(cpu)
 		// The atomic load of head orders the slot reads after it; the
@@ -393,11 +394,12 @@ func (r *SampleReader) poll(final bool) error {
 			}
 			// Copy: the slot is the data path's again once tail moves.
 			f.data = append([]byte(nil), f.data...)
+			f.time = now
 			r.fresh = append(r.fresh, f)
 		}
 		atomic.StoreUint64(tail, end)
 	}
-	r.ready = append(r.ready, r.st.take(r.fresh, MonotonicNow(), final)...)
+	r.ready = append(r.ready, r.st.take(r.fresh, now, final)...)
 	return nil
 }
 

@@ -156,12 +156,9 @@ type sluiceSample struct {
 	_        structs.HostLayout
 	Key      sluiceConnKey
 	ReqSeq   uint32
-	FragOff  uint32
 	ReqLen   uint32
+	FragOff  uint16
 	Len      uint16
-	Pad      uint16
-	_        [4]byte
-	TimeNs   uint64
 	ConnBorn uint64
 	Bound    sluiceConnEntities
 	Data     [512]uint8
