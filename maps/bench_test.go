@@ -180,6 +180,25 @@ func requestStart(port uint16) segment {
 	return toBroker(client4, broker4, port, 100, flagACK|flagPSH, append(append([]byte{}, req...), make([]byte, 1400)...)[:1400])
 }
 
+// requestStartBench loads a data path for request-start benchmarks with
+// slots sample slots per CPU, live, the client's connection from port
+// 40000 entered and bound, and opens its sample reader.
+func requestStartBench(b *testing.B, slots int) (*harness, *SampleReader) {
+	netns.RequireRoot(b, "loads BPF programs")
+	opts := testOptions()
+	requestStartOptions(&opts)
+	opts.SampleSlotsPerCPU = slots
+	h := newHarness(b, opts)
+	benchLive(h)
+	enterBound(h, 40000)
+	rd, err := h.d.NewSampleReader()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rd.Close() })
+	return h, rd
+}
+
 // BenchmarkRequestStartAgentRing: request starts into the ring the agent
 // runs with (DefaultOptions' slots per CPU), which a reader on the other
 // CPU drains between batches of as many starts, as the agent's poll does.
@@ -189,18 +208,8 @@ func requestStart(port uint16) segment {
 // what a sampled request start costs a broker: the slot's lines are the
 // difference (bpf/types.h, struct sample).
 func BenchmarkRequestStartAgentRing(b *testing.B) {
-	netns.RequireRoot(b, "loads BPF programs")
-	opts := testOptions()
-	opts.benchRewind = true
-	opts.SampleSlotsPerCPU = DefaultOptions().SampleSlotsPerCPU
-	h := newHarness(b, opts)
-	benchLive(h)
-	enterBound(h, 40000)
-	rd, err := h.d.NewSampleReader()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rd.Close()
+	slots := DefaultOptions().SampleSlotsPerCPU
+	h, rd := requestStartBench(b, slots)
 	frame := requestStart(40000).frame()
 	drainElsewhere := func() {
 		if err := pinned(1, func() { drainQuiet(rd) }); err != nil {
@@ -213,7 +222,7 @@ func BenchmarkRequestStartAgentRing(b *testing.B) {
 		var per time.Duration
 		var runErr error
 		err := pinned(0, func() {
-			_, per, runErr = h.d.IngressProgram().Benchmark(frame, opts.SampleSlotsPerCPU, func() { drainQuiet(rd) })
+			_, per, runErr = h.d.IngressProgram().Benchmark(frame, slots, func() { drainQuiet(rd) })
 		})
 		if err = errors.Join(err, runErr); err != nil {
 			b.Fatal(err)
@@ -293,18 +302,7 @@ func BenchmarkRequestStartTwoCPUs(b *testing.B) {
 // more (the header and the fragment's bytes, as poll reads them), so that
 // it keeps up; what it still misses is reported as drops.
 func BenchmarkRequestStartDrained(b *testing.B) {
-	netns.RequireRoot(b, "loads BPF programs")
-	opts := testOptions()
-	requestStartOptions(&opts)
-	opts.SampleSlotsPerCPU = 4096 // the reader frees slots: a ring nearer the agent's
-	h := newHarness(b, opts)
-	benchLive(h)
-	enterBound(h, 40000)
-	rd, err := h.d.NewSampleReader()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rd.Close()
+	h, rd := requestStartBench(b, 4096) // the reader frees slots: a ring nearer the agent's
 	var stop atomic.Bool
 	reader := make(chan error, 1)
 	go func() {
