@@ -211,11 +211,6 @@ func BenchmarkRequestStartAgentRing(b *testing.B) {
 	slots := DefaultOptions().SampleSlotsPerCPU
 	h, rd := requestStartBench(b, slots)
 	frame := requestStart(40000).frame()
-	drainElsewhere := func() {
-		if err := pinned(1, func() { drainQuiet(rd) }); err != nil {
-			b.Fatal(err)
-		}
-	}
 	var total time.Duration
 	runs := 0
 	for b.Loop() {
@@ -230,7 +225,9 @@ func BenchmarkRequestStartAgentRing(b *testing.B) {
 		total += per
 		runs++
 		b.StopTimer()
-		drainElsewhere()
+		if err := pinned(1, func() { drainQuiet(rd) }); err != nil { // the agent's CPU
+			b.Fatal(err)
+		}
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(runs), "ns/pkt")
@@ -298,9 +295,9 @@ func BenchmarkRequestStartTwoCPUs(b *testing.B) {
 // every fragment out of the rings as it is published, as the agent does:
 // each sample's cache lines then travel to the reader and back, the cost a
 // broker pays that the ring-filling benchmarks above do not show (their
-// slots stay on one CPU). The reader copies slots and moves tails, nothing
-// more (the header and the fragment's bytes, as poll reads them), so that
-// it keeps up; what it still misses is reported as drops.
+// slots stay on one CPU). The reader decodes slots as poll does (the header
+// and the fragment's bytes) and moves tails, nothing more, so that it keeps
+// up; what it still misses is reported as drops.
 func BenchmarkRequestStartDrained(b *testing.B) {
 	h, rd := requestStartBench(b, 4096) // the reader frees slots: a ring nearer the agent's
 	var stop atomic.Bool
