@@ -69,8 +69,9 @@ type Agent struct {
 	learner  *learner.Learner[maps.ConnKey]
 	dirs     [2]*direction
 	counters [2][]maps.Counters
-	store    EntityStore // nil when the data path keeps no registry
-	primed   bool        // counters read once: deltas are meaningful
+	store    EntityStore   // nil when the data path keeps no registry
+	idents   IdentityStore // nil when the data path keeps no identities
+	primed   bool          // counters read once: deltas are meaningful
 	cycle    uint64
 	// policyGen counts policies: parameters cached under an older one are stale.
 	policyGen uint64
@@ -183,6 +184,13 @@ type connStats struct {
 	Rebound uint64
 	// Reaped: closed connections (FIN or RST seen) removed from the table.
 	Reaped uint64
+	// Rebinds: bound connections moved to another entity, by reason
+	// (rebindReasons).
+	Rebinds map[string]uint64
+	// IdentityErrors: identities that could not be saved, read or dropped
+	// (the store full, or a map error): such a connection's principal then
+	// lives only in this learner.
+	IdentityErrors uint64
 	// Tracked: entries in the connection table at the last scan.
 	Tracked int
 }
@@ -286,6 +294,11 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		}
 	}
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
+	a.conns.Rebinds = make(map[string]uint64, len(RebindReasons))
+	if idents, ok := deps.DataPath.(IdentityStore); ok {
+		a.idents = idents
+		a.learner.OnLogin(a.saveIdentity)
+	}
 	if store, ok := deps.DataPath.(EntityStore); ok {
 		a.store = store
 		if err := a.restoreRegistry(); err != nil {
@@ -493,6 +506,9 @@ func (a *Agent) Learn(s maps.Sample) error {
 		// listener's peer table was written): its peer decides, not this.
 		return nil
 	}
+	if !a.learner.Known(s.Conn, s.Born) {
+		a.adopt(s)
+	}
 	decision, changed, err := a.learner.Learn(s.Conn, s.Born, s.Data)
 	if err != nil {
 		return err
@@ -502,6 +518,9 @@ func (a *Agent) Learn(s maps.Sample) error {
 	for _, d := range entity.Directions {
 		t, decided := decision.Target(d)
 		switch {
+		case !decided && s.Bound[d] != maps.NotGoverned:
+			// Not known yet: "I do not know" never moves a connection.
+			ids[d] = s.Bound[d]
 		case !decided:
 			ids[d] = maps.EntityUnknown
 		case d == entity.Fetch && decision.Decided[entity.Produce] && t == decision.Produce:
@@ -510,15 +529,104 @@ func (a *Agent) Learn(s maps.Sample) error {
 			ids[d] = a.entityID(t.Key, s.Conn.Peer.Addr(), now)
 		}
 	}
+	if ids == s.Bound {
+		return nil
+	}
 	if !changed {
-		if ids == s.Bound {
-			return nil
-		}
 		// The entry lost its binding (evicted, or entered again after a
 		// reset): bind it again now, not when the decision next changes.
 		a.conns.Rebound++
 	}
+	if reason := rebindReason(s.Bound, ids, changed, a.learner.Cause()); reason != "" {
+		a.conns.Rebinds[reason]++
+		a.log.Debug("connection rebound", "conn", s.Conn.String(), "reason", reason,
+			"from", fmt.Sprint(s.Bound), "to", fmt.Sprint(ids))
+	}
 	return a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}})
+}
+
+// RebindReasons are the values of sluice_rebinds_total's reason label.
+var RebindReasons = []string{"request", "login", "rule_change", "binding_lost", "to_unknown"}
+
+// rebindReason says why a bound connection moves from bound to ids ("" when
+// it was not bound to an entity yet: a first binding is no rebind). A move
+// to the unknown entity of a connection that had one is its own reason:
+// it means an identity was lost, which nothing should cause.
+func rebindReason(bound, ids [2]uint32, changed bool, cause learner.Cause) string {
+	wasBound := false
+	for d := range bound {
+		if bound[d] != maps.EntityUnknown && bound[d] != maps.NotGoverned {
+			wasBound = true
+		}
+	}
+	switch {
+	case !wasBound:
+		return ""
+	case (ids[0] == maps.EntityUnknown && bound[0] != maps.EntityUnknown) ||
+		(ids[1] == maps.EntityUnknown && bound[1] != maps.EntityUnknown):
+		return "to_unknown"
+	case !changed:
+		return "binding_lost"
+	case cause == learner.CauseLogin:
+		return "login"
+	case cause == learner.CauseRuleChange:
+		return "rule_change"
+	}
+	return "request"
+}
+
+// adopt rebuilds the learner's state of a connection it does not follow
+// (the agent restarted, or the learner freed the state, or the data path
+// entered the connection again): the identity saved beside its binding,
+// and the binding itself as the decision, so that a request that decides
+// nothing leaves the connection where it is. A connection the data path
+// saw open anew (SYN-ACK) has neither: its entry and its identity went
+// with the old connection.
+func (a *Agent) adopt(s maps.Sample) {
+	var id learner.Identity
+	if a.idents != nil {
+		saved, ok, err := a.idents.Identity(s.Conn)
+		if err != nil {
+			a.conns.IdentityErrors++
+			a.log.Warn("read connection identity", "conn", s.Conn.String(), "err", err)
+		} else if ok {
+			id = learner.Identity{Mechanism: saved.Mechanism, User: saved.User}
+		}
+	}
+	var bound learner.Decision
+	for _, d := range entity.Directions {
+		if key, ok := a.boundKey(s.Bound[d]); ok {
+			t := learner.Target{Key: key}
+			if d == entity.Produce {
+				bound.Produce = t
+			} else {
+				bound.Fetch = t
+			}
+			bound.Decided[d] = true
+		}
+	}
+	if id == (learner.Identity{}) && bound.Decided == [2]bool{} {
+		return // nothing outlived the learner's state: learn from scratch
+	}
+	a.learner.Adopt(s.Conn, s.Born, id, bound)
+}
+
+// boundKey is the entity a connection is bound to, if it is a registered
+// one (not unknown, overflow or not governed: those decide nothing).
+func (a *Agent) boundKey(id uint32) (entity.Key, bool) {
+	if id == maps.EntityUnknown || id == maps.NotGoverned || id == uint32(entity.OverflowID) {
+		return entity.Key{}, false
+	}
+	return a.registry.Key(entity.ID(id))
+}
+
+// saveIdentity persists a principal a connection proved (the learner's
+// OnLogin, under a.mu).
+func (a *Agent) saveIdentity(c maps.ConnKey, id learner.Identity) {
+	if err := a.idents.SaveIdentity(c, maps.Identity{Mechanism: id.Mechanism, User: id.User}); err != nil {
+		a.conns.IdentityErrors++
+		a.log.Warn("save connection identity", "conn", c.String(), "err", err)
+	}
 }
 
 // entityID returns a decided entity's id: a known one's, or a new one's
@@ -819,6 +927,12 @@ func (a *Agent) scanConnections(now time.Time) error {
 	}
 	if err := a.deps.DataPath.ForgetConns(closed); err != nil {
 		return fmt.Errorf("remove closed connections: %w", err)
+	}
+	if a.idents != nil {
+		if err := a.idents.ForgetIdentities(closed); err != nil {
+			a.conns.IdentityErrors++
+			a.log.Warn("forget identities of closed connections", "err", err)
+		}
 	}
 	a.conns.Reaped += uint64(len(closed))
 	a.conns.Tracked = tracked - len(closed)

@@ -43,6 +43,21 @@ type EntityStore interface {
 
 var _ EntityStore = (*maps.Datapath)(nil)
 
+// IdentityStore persists what a connection proved (its SASL principal)
+// beside its binding in pinned state, so that a restarted agent, or a
+// learner that freed the connection's state, still knows it. The data path
+// drops a connection's identity when the broker accepts a new connection
+// on its 4-tuple (SYN-ACK); the agent drops it when the connection closes.
+// Optional: a DataPath that implements it is used.
+type IdentityStore interface {
+	SaveIdentity(c maps.ConnKey, id maps.Identity) error
+	// Identity returns the connection's identity, if one was saved.
+	Identity(c maps.ConnKey) (maps.Identity, bool, error)
+	ForgetIdentities(conns []maps.ConnKey) error
+}
+
+var _ IdentityStore = (*maps.Datapath)(nil)
+
 // Samples delivers request samples from the data path.
 type Samples interface {
 	Read() (maps.Sample, error)

@@ -135,7 +135,7 @@ type collector struct {
 	// registry, learner, connections
 	registered, maxEntities, unconfigured, overflowed, peerRefused            *prometheus.Desc
 	samples, replicationClaims, learnerConns                                  *prometheus.Desc
-	connsTracked, connsReaped, connsRebound                                   *prometheus.Desc
+	connsTracked, connsReaped, connsRebound, rebinds, identityErrors          *prometheus.Desc
 	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn *prometheus.Desc
 	dpFailOpen, dpUnproven                                                    *prometheus.Desc
 }
@@ -185,9 +185,11 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		replicationClaims: d("learner_replication_claims_total", "Requests from governed peers that claimed to be replication (replica id or broker fetcher client-id); ignored, only exempt_peers exempt."),
 		learnerConns:      d("learner_connections", "Connections the learner keeps state for."),
 
-		connsTracked: d("connections_tracked", "Connections in the data path's table at the last scan."),
-		connsReaped:  d("connections_reaped_total", "Closed connections (FIN or RST seen) removed from the table."),
-		connsRebound: d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again."),
+		connsTracked:   d("connections_tracked", "Connections in the data path's table at the last scan."),
+		connsReaped:    d("connections_reaped_total", "Closed connections (FIN or RST seen) removed from the table."),
+		connsRebound:   d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again."),
+		rebinds:        d("rebinds_total", "Bound connections moved to another entity, by reason: request (its client-id or partitions), login, rule_change (a reload), binding_lost (its entry was entered again), to_unknown (an identity was lost: should never happen).", "reason"),
+		identityErrors: d("identity_errors_total", "Connection identities (SASL principals) that could not be saved, read or dropped in pinned state."),
 
 		dpSamples:     d("datapath_samples_total", "Request samples the data path sent to the learner (first fragments)."),
 		dpSampleDrops: d("datapath_sample_drops_total", "Request starts not delivered to the learner, by reason: budget (the connection's sample budget was spent) or ringbuf (the sample ring of the CPU that saw it was full: the agent had not read it yet).", "reason"),
@@ -206,7 +208,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.capacity, c.distributable, c.headroom, c.promised, c.green, c.overcommit, c.scale, c.entities, c.withoutSeries, c.exemptBytes,
 		c.entityBytes, c.entityRate, c.reservation, c.limit, c.weight, c.effRes, c.dynLimit, c.active, c.throttled, c.delay, c.held, c.dropped,
 		c.registered, c.maxEntities, c.unconfigured, c.overflowed, c.peerRefused,
-		c.samples, c.replicationClaims, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound,
+		c.samples, c.replicationClaims, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
 		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven} {
 		ch <- d
 	}
@@ -282,6 +284,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.connsTracked, float64(s.Connections.Tracked))
 		counter(c.connsReaped, s.Connections.Reaped)
 		counter(c.connsRebound, s.Connections.Rebound)
+		for _, reason := range RebindReasons {
+			counter(c.rebinds, s.Connections.Rebinds[reason], reason)
+		}
+		counter(c.identityErrors, s.Connections.IdentityErrors)
 	}
 	st, err := c.dp.Stats()
 	if err != nil {

@@ -62,7 +62,8 @@ func (a *Agent) view() *Snapshot {
 			Connections: a.learner.Connections(), ReplicationClaims: a.learner.Stats.ReplicationClaims,
 			NewConnections: a.learner.Stats.NewConnections,
 		},
-		Connections:  ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound},
+		Connections: ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,
+			Rebinds: copyCounts(a.conns.Rebinds), IdentityErrors: a.conns.IdentityErrors},
 		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
 		KafkaQuotas:  a.kafka.view(),
 	}
@@ -466,4 +467,13 @@ func (a *Agent) learnLoop(samples Samples) error {
 			a.log.Debug("sample not learned; the connection keeps its entity", "conn", s.Conn.String(), "err", err)
 		}
 	}
+}
+
+// copyCounts copies a map of counts for a snapshot.
+func copyCounts(m map[string]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

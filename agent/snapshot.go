@@ -168,6 +168,11 @@ type ConnectionsView struct {
 	Tracked int    `json:"tracked"` // entries at the last scan
 	Reaped  uint64 `json:"reaped"`  // closed connections removed
 	Rebound uint64 `json:"rebound"` // entries that had lost their binding, bound again
+	// Rebinds: bound connections moved to another entity, by reason
+	// (RebindReasons).
+	Rebinds map[string]uint64 `json:"rebinds"`
+	// IdentityErrors: identities not saved, read or dropped (pinned state).
+	IdentityErrors uint64 `json:"identity_errors"`
 }
 
 // Find returns the views of an entity by name (or kind:name) in both directions.

@@ -180,3 +180,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct police_bucket);
 } buckets SEC(".maps");
+
+// Connection -> what it proved (struct conn_identity): written by the
+// agent, deleted by it when the connection closes and by the data path
+// when a new connection takes the 4-tuple. Only connections that logged
+// in have an entry, so it is allocated as they do.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144); // set by the loader
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct conn_key);
+	__type(value, struct conn_identity);
+} identities SEC(".maps");

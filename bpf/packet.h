@@ -29,7 +29,7 @@ struct parsed {
 	// A whole register, so that the verifier knows it wherever it is read
 	// (a byte on the stack it forgets, and walks the other family's code).
 	__u64 v6;
-	__u8 syn, synack, fin_rst;
+	__u8 syn, synack, fin_rst, rst;
 };
 
 static __always_inline void v4_mapped(__u8 *dst, __be32 addr)
@@ -125,5 +125,6 @@ static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *
 	p->syn = tcp->syn && !tcp->ack;
 	p->synack = tcp->syn && tcp->ack;
 	p->fin_rst = tcp->fin || tcp->rst;
+	p->rst = tcp->rst;
 	return 1;
 }

@@ -305,6 +305,41 @@ static __always_inline int tracked(int dir, const struct parsed *p, __u32 entity
 #define UNKNOWN_ENTITIES ((struct conn_entities){{ENTITY_UNKNOWN, ENTITY_UNKNOWN}})
 #define EXEMPT_ENTITIES ((struct conn_entities){{ENTITY_NOT_GOVERNED, ENTITY_NOT_GOVERNED}})
 
+// How far from where the client's stream stands (its next request start)
+// a client's RST may lie and still count: behind, a RST sent in the middle
+// of a request up to this size; ahead, one that overtook the client's last
+// segments.
+#define RST_WINDOW_BEHIND (1u << 20)
+#define RST_WINDOW_AHEAD (1u << 16)
+
+// ends_connection tells whether a FIN or RST ends the connection (the
+// agent then reclaims its entry). The broker's own segments (egress) come
+// from its kernel: they do. A client's FIN is answered by the broker's
+// own FIN, which is the one counted. A client's RST counts only near where
+// its stream stands, which request tracking follows: an off-path packet
+// that guesses the 4-tuple but not the sequence space changes nothing
+// (Linux itself takes a RST only at exactly the next byte, RFC 5961). A
+// connection whose stream is not followed (a TLS listener's, or one that
+// lost sync) ends by the broker's FIN or RST, or leaves the LRU table.
+static __always_inline int ends_connection(int dir, const struct parsed *p, const struct conn_state *st)
+{
+	if (dir == DIR_FETCH)
+		return 1;
+	if (!p->rst || !st->track.synced)
+		return 0;
+	__u32 next = st->track.next_seq;
+	return next - p->seq <= RST_WINDOW_BEHIND || p->seq - next <= RST_WINDOW_AHEAD;
+}
+
+// identity_forget drops what an earlier connection on the segment's
+// 4-tuple proved (struct conn_identity).
+static __always_inline void identity_forget(const struct parsed *p)
+{
+	struct conn_key k;
+	conn_key_of(p, &k);
+	bpf_map_delete_elem(&identities, &k);
+}
+
 // from_table finds the segment's connection in the connection table
 // (entering it when the broker's segment proves it), follows its requests,
 // refreshes this CPU's cached copy, and returns its entities.
@@ -326,7 +361,7 @@ static __always_inline struct conn_entities from_table(struct __sk_buff *skb, in
 		if (!st)
 			return UNKNOWN_ENTITIES;
 	}
-	if (p->fin_rst)
+	if (p->fin_rst && ends_connection(dir, p, st))
 		st->track.closing = 1;
 
 	struct conn_entities bound = st->bound; // one load: both directions agree
@@ -360,6 +395,7 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	if (p.synack) {
 		if (dir == DIR_FETCH) {
 			conn_delete(&p);
+			identity_forget(&p);
 			flow_bump(flow_slot(&p));
 		}
 		return PASS;
@@ -417,3 +453,4 @@ int sluice_egress_select(struct __sk_buff *skb)
 const struct sample *unused_sample __attribute__((unused));
 const enum stat *unused_stat __attribute__((unused));
 const struct entity_name *unused_entity_name __attribute__((unused));
+const struct conn_identity *unused_conn_identity __attribute__((unused));

@@ -235,6 +235,19 @@ struct entity_name {
 	__u8 name[ENTITY_NAME_MAX];
 };
 
+// What a connection proved once and no later request repeats: the SASL
+// mechanism and principal of its login, written by the agent only (so a
+// restarted agent still knows who a live connection is). The data path
+// drops it when the broker accepts a new connection on the 4-tuple
+// (SYN-ACK), so no later connection inherits it.
+#define IDENTITY_MECHANISM_MAX 16
+#define IDENTITY_USER_MAX 255
+struct conn_identity {
+	__u8 mechanism[IDENTITY_MECHANISM_MAX]; // NUL-padded
+	__u8 user_len;
+	__u8 user[IDENTITY_USER_MAX];
+};
+
 struct exempt_key {
 	__u32 prefixlen; // over addr, v4 as v4-mapped (96 + v4 prefix)
 	__u8 addr[16];

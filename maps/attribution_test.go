@@ -192,12 +192,15 @@ func TestAttributionConnectionLifecycle(t *testing.T) {
 	if len(listed) != 1 || listed[0].Conn != key || listed[0].Produce != EntityUnknown || listed[0].Fetch != EntityUnknown || listed[0].Closing {
 		t.Errorf("after the broker's ACK: %+v, want the connection, unknown both ways", listed)
 	}
-	// FIN (or RST) marks it for the agent to reclaim.
+	// The client's FIN alone does not end it (identity_test.go: only what
+	// proves the end does); the broker's FIN marks it for the agent to
+	// reclaim.
 	h.run(Produce, toBroker(client4, broker4, 40002, 5041, flagFIN|flagACK, nil))
+	h.run(Fetch, segment{src: netipPort(broker4, brokerPort), dst: netipPort(client4, 40002), seq: 1, ack: 5042, flags: flagFIN | flagACK})
 	listed = nil
 	h.d.EachBinding(func(b Binding) { listed = append(listed, b) })
 	if len(listed) != 1 || !listed[0].Closing {
-		t.Errorf("after a FIN: %+v, want the connection marked closing", listed)
+		t.Errorf("after both FINs: %+v, want the connection marked closing", listed)
 	}
 	// An exempt peer is marked not governed by the broker's first segment,
 	// and its bytes are counted as exempt.

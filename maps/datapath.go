@@ -127,6 +127,7 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 	// Each family's table can hold every connection (a host may be IPv6 only).
 	spec.Maps["conns4"].MaxEntries = uint32(opts.MaxConnections)
 	spec.Maps["conns6"].MaxEntries = uint32(opts.MaxConnections)
+	spec.Maps["identities"].MaxEntries = uint32(opts.MaxConnections)
 	spec.Maps["counters"].MaxEntries = uint32(2 * opts.MaxEntities)
 	spec.Maps["classes"].MaxEntries = uint32(2 * opts.MaxEntities)
 	cpus, err := ebpf.PossibleCPU()
@@ -171,7 +172,7 @@ func flowSeed() uint32 {
 
 // pinnedMaps survive an agent restart: connection attribution, tracking,
 // counters, classes and settings, so a restart resets no flow.
-var pinnedMaps = []string{"conns4", "conns6", "counters", "classes", "settings", "listeners", "exempt", "peer_entities", "stats", "entity_names", "rates", "clocks", "buckets"}
+var pinnedMaps = []string{"conns4", "conns6", "counters", "classes", "settings", "listeners", "exempt", "peer_entities", "stats", "entity_names", "rates", "clocks", "buckets", "identities"}
 
 // retiredPins are maps an earlier data path pinned and this one no longer
 // has: an upgraded agent removes them, else their memory (tens of MB for

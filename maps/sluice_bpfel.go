@@ -36,6 +36,13 @@ type sluiceConnEntities struct {
 	Entity [2]uint32
 }
 
+type sluiceConnIdentity struct {
+	_         structs.HostLayout
+	Mechanism [16]uint8
+	UserLen   uint8
+	User      [255]uint8
+}
+
 type sluiceConnKey struct {
 	_         structs.HostLayout
 	PeerAddr  [16]uint8
@@ -224,6 +231,7 @@ const (
 	sluiceMapFlowEpochs           = "flow_epochs"
 	sluiceMapFlows4               = "flows4"
 	sluiceMapFlows6               = "flows6"
+	sluiceMapIdentities           = "identities"
 	sluiceMapListeners            = "listeners"
 	sluiceMapPeerEntities         = "peer_entities"
 	sluiceMapRates                = "rates"
@@ -242,6 +250,7 @@ const (
 	sluiceVarMaxEntities          = "max_entities"
 	sluiceVarSampleBytes          = "sample_bytes"
 	sluiceVarSlotsPerCpu          = "slots_per_cpu"
+	sluiceVarUnusedConnIdentity   = "unused_conn_identity"
 	sluiceVarUnusedEntityName     = "unused_entity_name"
 	sluiceVarUnusedSample         = "unused_sample"
 	sluiceVarUnusedStat           = "unused_stat"
@@ -312,6 +321,7 @@ type sluiceMapSpecs struct {
 	FlowEpochs   *ebpf.MapSpec `ebpf:"flow_epochs"`
 	Flows4       *ebpf.MapSpec `ebpf:"flows4"`
 	Flows6       *ebpf.MapSpec `ebpf:"flows6"`
+	Identities   *ebpf.MapSpec `ebpf:"identities"`
 	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
 	PeerEntities *ebpf.MapSpec `ebpf:"peer_entities"`
 	Rates        *ebpf.MapSpec `ebpf:"rates"`
@@ -332,6 +342,7 @@ type sluiceVariableSpecs struct {
 	MaxEntities          *ebpf.VariableSpec `ebpf:"max_entities"`
 	SampleBytes          *ebpf.VariableSpec `ebpf:"sample_bytes"`
 	SlotsPerCpu          *ebpf.VariableSpec `ebpf:"slots_per_cpu"`
+	UnusedConnIdentity   *ebpf.VariableSpec `ebpf:"unused_conn_identity"`
 	UnusedEntityName     *ebpf.VariableSpec `ebpf:"unused_entity_name"`
 	UnusedSample         *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.VariableSpec `ebpf:"unused_stat"`
@@ -370,6 +381,7 @@ type sluiceMaps struct {
 	FlowEpochs   *ebpf.Map `ebpf:"flow_epochs"`
 	Flows4       *ebpf.Map `ebpf:"flows4"`
 	Flows6       *ebpf.Map `ebpf:"flows6"`
+	Identities   *ebpf.Map `ebpf:"identities"`
 	Listeners    *ebpf.Map `ebpf:"listeners"`
 	PeerEntities *ebpf.Map `ebpf:"peer_entities"`
 	Rates        *ebpf.Map `ebpf:"rates"`
@@ -394,6 +406,7 @@ func (m *sluiceMaps) Close() error {
 		m.FlowEpochs,
 		m.Flows4,
 		m.Flows6,
+		m.Identities,
 		m.Listeners,
 		m.PeerEntities,
 		m.Rates,
@@ -415,6 +428,7 @@ type sluiceVariables struct {
 	MaxEntities          *ebpf.Variable `ebpf:"max_entities"`
 	SampleBytes          *ebpf.Variable `ebpf:"sample_bytes"`
 	SlotsPerCpu          *ebpf.Variable `ebpf:"slots_per_cpu"`
+	UnusedConnIdentity   *ebpf.Variable `ebpf:"unused_conn_identity"`
 	UnusedEntityName     *ebpf.Variable `ebpf:"unused_entity_name"`
 	UnusedSample         *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.Variable `ebpf:"unused_stat"`

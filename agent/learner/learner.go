@@ -51,6 +51,40 @@ type Stats struct {
 	// NewConnections counts 4-tuples whose state was reset because a new
 	// connection reused them.
 	NewConnections uint64
+	// Adopted counts connections whose state was rebuilt from what an
+	// earlier learner left (their binding and their proven identity).
+	Adopted uint64
+}
+
+// Identity is what a connection proved once and no later request repeats:
+// the principal of its SASL login. The agent persists it next to the
+// connection's binding (OnLogin), so that a restarted agent, or this one
+// after freeing the connection's state, still knows it (Adopt).
+type Identity struct {
+	Mechanism string
+	User      string
+}
+
+// Cause says why Learn changed a connection's decision.
+type Cause uint8
+
+const (
+	CauseNone       Cause = iota // the decision did not change
+	CauseRequest                 // a request's client-id or partitions (fetch session included)
+	CauseLogin                   // a SASL login proved the principal
+	CauseRuleChange              // the policy changed since the connection's last decision
+)
+
+func (c Cause) String() string {
+	switch c {
+	case CauseRequest:
+		return "request"
+	case CauseLogin:
+		return "login"
+	case CauseRuleChange:
+		return "rule_change"
+	}
+	return "none"
 }
 
 // Learner holds per-connection state, keyed by the data path's connection
@@ -64,7 +98,13 @@ type Learner[C comparable] struct {
 	// saslListener reports whether a connection came in on a SASL_PLAINTEXT
 	// listener, where the principal is read (nil: none is).
 	saslListener func(C) bool
-	Stats        Stats
+	// onLogin is told each principal a connection proves (nil: nobody).
+	onLogin func(C, Identity)
+	// policyGen counts SetPolicy calls: a connection decided under an
+	// older generation that changes entity changed by a rule.
+	policyGen uint64
+	cause     Cause
+	Stats     Stats
 }
 
 type conn struct {
@@ -77,6 +117,7 @@ type conn struct {
 	// nothing else of the exchange, and neither does the learner).
 	mechanism string
 	user      string
+	policyGen uint64 // the policy generation of its last decision
 }
 
 // New returns a learner resolving entities with policy and topic IDs with
@@ -88,7 +129,36 @@ func New[C comparable](policy *entity.Policy, topics TopicNames) *Learner[C] {
 
 // SetPolicy swaps in a new policy (configuration reload). Connections are
 // re-resolved as their next requests arrive.
-func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p }
+func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p; l.policyGen++ }
+
+// OnLogin registers f to be told every principal a connection proves, as
+// it is proved (the agent persists it).
+func (l *Learner[C]) OnLogin(f func(C, Identity)) { l.onLogin = f }
+
+// Known reports whether the learner holds state for this connection (c,
+// born): if not, its next Learn starts from nothing unless Adopt seeds it.
+func (l *Learner[C]) Known(c C, born uint64) bool {
+	st, ok := l.conns[c]
+	return ok && st.born == born
+}
+
+// Adopt seeds the state of a connection this learner has not followed
+// from what outlives a learner: the identity it proved (zero if none) and
+// its current binding, as decided targets (a direction not in bound stays
+// undecided). Until a request says otherwise, the connection keeps that
+// binding: a request that decides nothing (a SASL connection's request
+// before its principal is known, an incremental fetch of a session this
+// learner never saw open) never moves it. A rule change still re-resolves
+// it from its next request that names its entity.
+func (l *Learner[C]) Adopt(c C, born uint64, id Identity, bound Decision) {
+	st := &conn{born: born, decision: bound, mechanism: id.Mechanism, user: id.User, policyGen: l.policyGen}
+	l.conns[c] = st
+	l.Stats.Adopted++
+}
+
+// Cause says why the last Learn changed its connection's decision
+// (CauseNone when it did not).
+func (l *Learner[C]) Cause() Cause { return l.cause }
 
 // SetSASLListeners says which connections came in on SASL_PLAINTEXT
 // listeners. Only there is a principal read: on any other listener a
@@ -136,6 +206,7 @@ func (l *Learner[C]) Decision(c C) (Decision, bool) {
 // that cannot be parsed returns the error and the connection keeps its
 // last decision: a bad request never blocks traffic.
 func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, error) {
+	l.cause = CauseNone
 	st := l.conns[c]
 	if st != nil && st.born != born {
 		l.Stats.NewConnections++
@@ -172,9 +243,27 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 				key := Target{Key: l.policy.Entity(st.user, st.clientID)}
 				st.set(entity.Produce, key)
 				st.set(entity.Fetch, key)
+				if l.onLogin != nil {
+					l.onLogin(c, Identity{Mechanism: st.mechanism, User: st.user})
+				}
+				if st.decision != before {
+					l.cause = CauseLogin
+				}
+				st.policyGen = l.policyGen
 			}
 		}
 		return st.decision, st.decision != before, nil
+	}
+	if sasl {
+		// A principal this learner did not see proved (Adopt) decides what
+		// the login did: both directions are the user's until a request
+		// says more.
+		login := Target{Key: l.policy.Entity(st.user, st.clientID)}
+		for _, d := range entity.Directions {
+			if !st.decision.Decided[d] {
+				st.set(d, login)
+			}
+		}
 	}
 	if r.IsFollowerFetch() || kafka.IsBrokerFetcherClientID(r.ClientID) {
 		// Samples come only from governed peers (the data path never samples
@@ -192,6 +281,13 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 			break // cut before its partitions: says nothing new
 		}
 		st.session.update(r)
+		if !st.session.known && r.SessionEpoch != epochFinal {
+			// An incremental request of a session this learner never saw
+			// open: its set is not the broker's, so this request decides
+			// nothing and the connection keeps its binding (or stays
+			// unknown) until the client opens a session again.
+			break
+		}
 		st.set(entity.Fetch, l.resolve(st.user, st.clientID, st.session.partitions(r)))
 	case r.APIKey == kafka.KeyShareFetch:
 		// A share group's records, attributed as Fetch's. A share session's
@@ -211,6 +307,13 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 			}
 		}
 	}
+	if st.decision != before {
+		l.cause = CauseRequest
+		if st.policyGen != l.policyGen && before.Decided != [2]bool{} {
+			l.cause = CauseRuleChange
+		}
+	}
+	st.policyGen = l.policyGen
 	return st.decision, st.decision != before, nil
 }
 

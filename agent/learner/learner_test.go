@@ -375,3 +375,27 @@ func TestLearnShareSessionKeepsItsDecision(t *testing.T) {
 		t.Errorf("a share fetch naming nothing on a new connection: %v", got)
 	}
 }
+
+// A learner that starts in the middle of a fetch session (the agent
+// restarted) has not seen the session's set: an incremental request
+// decides nothing, and an adopted decision stands until the client opens
+// a session again; requests that are not Produce or Fetch never override
+// it with the client entity.
+func TestSessionUnknownDecidesNothing(t *testing.T) {
+	l := New[int](mustPolicy(t, precedenceConfig), nil)
+	if d, changed, _ := l.Learn(1, 1, kt.Frame(kt.Fetch(12, 77, 4, nil, nil), 1, kt.Str("consumer-a"))); changed || d.Decided[entity.Fetch] {
+		t.Errorf("incremental fetch of an unseen session decided %+v", d)
+	}
+	l.Adopt(2, 1, Identity{}, Decision{Fetch: topicPart("broadcast-topic-1"), Decided: [2]bool{entity.Fetch: true}})
+	for _, req := range []kmsg.Request{kt.Fetch(12, 77, 5, nil, nil), apiVersions(), kt.Fetch(12, 77, 6, []kt.TP{{Topic: "plain", Partitions: []int32{0}}}, nil)} {
+		if d := learn(t, l, 2, req, "consumer-a"); d.Fetch != topicPart("broadcast-topic-1") {
+			t.Errorf("adopted session moved by %T: %+v", req, d.Fetch)
+		}
+	}
+	if d := learn(t, l, 2, kt.Fetch(12, 77, 0, []kt.TP{{Topic: "plain", Partitions: []int32{0}}}, nil), "consumer-a"); d.Fetch != client("consumer-a") {
+		t.Errorf("a new session's full request: %+v, want the client", d.Fetch)
+	}
+	if l.Cause() != CauseRequest {
+		t.Errorf("cause %v, want request", l.Cause())
+	}
+}

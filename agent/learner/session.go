@@ -15,6 +15,12 @@ import (
 // order can still be found. Clients keep one session per broker connection.
 type session struct {
 	topics []kafka.TopicPartitions // the set, in join order
+	// known: this learner saw the session open (a full request, epoch 0 or
+	// -1), so topics is the broker's set. A learner that starts in the
+	// middle of a session (the agent restarted, or the connection's state
+	// was freed) sees only changes: its set is not the broker's, and an
+	// incremental request then says nothing about the connection's entity.
+	known bool
 }
 
 // Fetch session epochs (KIP-227).
@@ -27,6 +33,7 @@ const (
 func (s *session) update(r *kafka.Request) {
 	if r.SessionEpoch == epochInitial || r.SessionEpoch == epochFinal {
 		s.topics = s.topics[:0]
+		s.known = true
 	}
 	if r.SessionEpoch == epochFinal {
 		return // sessionless: the request's own partitions are the set

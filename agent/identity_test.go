@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/entity"
+	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// identityDataPath is a fake data path that keeps the registry and the
+// connections' identities as the pinned maps do, and remembers each
+// connection's born, so that its samples carry what the entry holds.
+type identityDataPath struct {
+	*storingDataPath
+	idents map[maps.ConnKey]maps.Identity
+	born   map[maps.ConnKey]uint64
+}
+
+func newIdentityDataPath() *identityDataPath {
+	return &identityDataPath{storingDataPath: newStoringDataPath(), idents: map[maps.ConnKey]maps.Identity{}, born: map[maps.ConnKey]uint64{}}
+}
+
+func (f *identityDataPath) SaveIdentity(c maps.ConnKey, id maps.Identity) error {
+	f.idents[c] = id
+	return nil
+}
+func (f *identityDataPath) Identity(c maps.ConnKey) (maps.Identity, bool, error) {
+	id, ok := f.idents[c]
+	return id, ok, nil
+}
+func (f *identityDataPath) ForgetIdentities(conns []maps.ConnKey) error {
+	for _, c := range conns {
+		delete(f.idents, c)
+	}
+	return nil
+}
+
+// sample is what the data path would deliver for req on c: the entry's
+// born and its current binding.
+func (f *identityDataPath) sample(c maps.ConnKey, clientID string, req kmsg.Request) maps.Sample {
+	if f.born[c] == 0 {
+		f.born[c] = 1
+	}
+	b := f.bindings[c]
+	return maps.Sample{Conn: c, Born: f.born[c], Bound: [2]uint32{b.Produce, b.Fetch}, Data: kt.Frame(req, 1, kt.Str(clientID)), Complete: true}
+}
+
+// reenter is the data path entering c again for the same live connection
+// (its entry was forgotten or left the LRU table): unbound, a new born.
+func (f *identityDataPath) reenter(c maps.ConnKey) {
+	delete(f.bindings, c)
+	f.born[c]++
+}
+
+var identityConfig = strings.Replace(baseConfig, "listeners: [9092]", "listeners: [9092, {port: 9094, protocol: SASL_PLAINTEXT}]", 1) + `
+entities:
+  users:
+    alice: {producer_byte_rate: 9MiB}
+  topic-partitions:
+    orders-0: {consumer_byte_rate: 5MiB}
+`
+
+func saslHandshake() kmsg.Request {
+	r := kmsg.NewPtrSASLHandshakeRequest()
+	r.SetVersion(1)
+	r.Mechanism = "PLAIN"
+	return r
+}
+
+func saslPlain(user string) kmsg.Request {
+	r := kmsg.NewPtrSASLAuthenticateRequest()
+	r.SetVersion(2)
+	r.SASLAuthBytes = []byte("\x00" + user + "\x00secret")
+	return r
+}
+
+func idOf(t *testing.T, a *Agent, k entity.Key) uint32 {
+	t.Helper()
+	id, ok := a.registry.Lookup(k)
+	if !ok {
+		t.Fatalf("%v is not registered", k)
+	}
+	return uint32(id)
+}
+
+// What bound a connection outlives the agent that learned it: a SASL
+// user's connection stays the user's across a restart, a learner that
+// freed its state, and the data path entering it again; a fetch session's
+// consumer stays its topic-partition's. "Not known yet" never moves it;
+// only a new connection on the 4-tuple (its identity dropped) starts over.
+func TestIdentityOutlivesTheAgent(t *testing.T) {
+	cfg, err := config.Parse([]byte(identityConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newIdentityDataPath()
+	clock := &fakeClock{}
+	first := agentOn(t, cfg, dp, clock)
+	sasl := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.2:40001"), Local: netip.MustParseAddrPort("198.18.0.1:9094")}
+	consumer := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.2:40002"), Local: brokerAddr}
+	learn := func(a *Agent, c maps.ConnKey, req kmsg.Request) maps.Binding {
+		t.Helper()
+		if err := a.Learn(dp.sample(c, "app", req)); err != nil {
+			t.Fatal(err)
+		}
+		return dp.bindings[c]
+	}
+	produce := kt.Produce(9, kt.TP{Topic: "events", Partitions: []int32{0}})
+	learn(first, sasl, apiVersions())
+	learn(first, sasl, saslHandshake())
+	alice := idOf(t, first, entity.Key{Kind: entity.KindUser, Name: "alice"})
+	if b := learn(first, sasl, saslPlain("alice")); b.Produce != alice || b.Fetch != alice {
+		t.Fatalf("after the login: %+v, want alice's entity %d", b, alice)
+	}
+	if got := dp.idents[sasl]; got.User != "alice" || got.Mechanism != "PLAIN" {
+		t.Fatalf("saved identity %+v, want PLAIN alice", got)
+	}
+	orders := idOf(t, first, entity.Key{Kind: entity.KindTopicPartition, Name: "orders-0"})
+	learn(first, consumer, apiVersions())
+	if b := learn(first, consumer, kt.Fetch(12, 7, 0, []kt.TP{{Topic: "orders", Partitions: []int32{0}}}, nil)); b.Fetch != orders {
+		t.Fatalf("session opened on orders-0: %+v, want %d", b, orders)
+	}
+
+	// The agent restarts on the same pinned state.
+	second := agentOn(t, cfg, dp, clock)
+	if b := learn(second, sasl, produce); b.Produce != alice || b.Fetch != alice {
+		t.Errorf("SASL connection after a restart: %+v, want alice's %d", b, alice)
+	}
+	if b := learn(second, consumer, kt.Fetch(12, 7, 5, nil, nil)); b.Fetch != orders {
+		t.Errorf("incremental fetch after a restart: %+v, want orders-0's %d", b, orders)
+	}
+	if b := learn(second, consumer, apiVersions()); b.Fetch != orders {
+		t.Errorf("another request after a restart: %+v, want orders-0's %d", b, orders)
+	}
+	// The learner frees its state (Retain), then the data path enters the
+	// SASL connection again (unbound, new born).
+	second.learner.Retain(func(maps.ConnKey) bool { return false })
+	if b := learn(second, sasl, produce); b.Produce != alice {
+		t.Errorf("after the learner freed its state: %+v, want alice's %d", b, alice)
+	}
+	dp.reenter(sasl)
+	if b := learn(second, sasl, produce); b.Produce != alice || b.Fetch != alice {
+		t.Errorf("entered again: %+v, want alice's %d", b, alice)
+	}
+	if n := second.conns.Rebinds["to_unknown"]; n != 0 {
+		t.Errorf("%d rebinds to unknown, want 0", n)
+	}
+	// A new connection on the 4-tuple: the data path dropped the entry
+	// and its identity (SYN-ACK). It proves nothing yet: unknown.
+	delete(dp.idents, sasl)
+	dp.reenter(sasl)
+	if b := learn(second, sasl, produce); b.Produce != maps.EntityUnknown || b.Fetch != maps.EntityUnknown {
+		t.Errorf("a new connection inherited %+v, want unknown until it logs in", b)
+	}
+	// A closed connection's identity goes with it (the scan reaps it).
+	learn(second, sasl, saslHandshake())
+	learn(second, sasl, saslPlain("alice"))
+	b := dp.bindings[sasl]
+	b.Closing = true
+	dp.bindings[sasl] = b
+	if err := second.scanConnections(clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := dp.idents[sasl]; ok {
+		t.Error("a closed connection's identity was kept")
+	}
+}
+
+// A rebind says why: a rule change that moves a connection counts as
+// rule_change, a new fetch session's partitions as request.
+func TestRebindReasons(t *testing.T) {
+	cfg, err := config.Parse([]byte(identityConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newIdentityDataPath()
+	a := agentOn(t, cfg, dp, &fakeClock{})
+	c := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.2:40003"), Local: brokerAddr}
+	learn := func(req kmsg.Request) {
+		t.Helper()
+		if err := a.Learn(dp.sample(c, "app", req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	learn(kt.Fetch(12, 7, 0, []kt.TP{{Topic: "events", Partitions: []int32{0}}}, nil))
+	learn(kt.Fetch(12, 7, 1, []kt.TP{{Topic: "orders", Partitions: []int32{0}}}, nil))
+	if n := a.conns.Rebinds["request"]; n != 1 {
+		t.Errorf("request rebinds %d, want 1 (client -> orders-0)", n)
+	}
+	next, err := config.Parse([]byte(identityConfig + "    orders-1: {consumer_byte_rate: 1MiB}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(next.Entities.TopicPartitions, "orders-0")
+	if err := a.Reload(next, nil); err != nil {
+		t.Fatal(err)
+	}
+	learn(kt.Fetch(12, 7, 2, nil, nil))
+	if n := a.conns.Rebinds["rule_change"]; n != 1 {
+		t.Errorf("rule_change rebinds %d, want 1 (orders-0 no longer configured); all: %v", n, a.conns.Rebinds)
+	}
+}
