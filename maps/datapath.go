@@ -89,6 +89,7 @@ type Datapath struct {
 	// listenerPorts remembers what SetListeners set, to clear it next time.
 	listenerPorts map[uint16]bool
 	exemptSet     map[sluiceExemptKey]bool
+	exemptRead    bool                   // exemptSet holds what the pinned trie held at load
 	peerSet       map[sluicePeerKey]bool // what SetPeerEntities set
 	// sampleReaderOpen: a SampleReader owns the sample rings' tails.
 	sampleReaderOpen atomic.Bool

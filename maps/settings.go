@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluice-dev/sluice/internal/addr"
 )
 
 // Shaper is what the data path does with a governed segment while the
@@ -165,10 +167,18 @@ func exemptKey(p netip.Prefix) sluiceExemptKey {
 	return sluiceExemptKey{Prefixlen: uint32(bits), Addr: p.Addr().As16()}
 }
 
-// SetExempt makes exactly these peer prefixes exempt. Connections the data
-// path marked exempt under a prefix no longer listed are unmarked, so
-// their traffic is governed from their next segment.
+// SetExempt makes exactly these peer prefixes exempt, whatever the pinned
+// trie held before (an earlier agent's list). Connections the data path
+// marked exempt under a prefix no longer listed are unmarked, so their
+// traffic is governed from their next segment; governed connections from
+// a peer now exempt are forgotten, so the broker's next segment enters
+// them again as exempt.
 func (d *Datapath) SetExempt(prefixes []netip.Prefix) error {
+	if !d.exemptRead {
+		if err := d.readExempt(); err != nil {
+			return err
+		}
+	}
 	want := map[sluiceExemptKey]bool{}
 	for _, p := range prefixes {
 		if !p.IsValid() {
@@ -186,21 +196,27 @@ func (d *Datapath) SetExempt(prefixes []netip.Prefix) error {
 			removed = append(removed, keyPrefix(k))
 		}
 	}
+	var added []netip.Prefix
 	for k := range want {
 		if err := d.objs.Exempt.Put(k, uint8(1)); err != nil {
 			return fmt.Errorf("add exempt prefix: %w", err)
 		}
+		if !d.exemptSet[k] {
+			added = append(added, keyPrefix(k))
+		}
 		d.exemptSet[k] = true
 	}
-	if len(removed) == 0 {
+	if len(removed) == 0 && len(added) == 0 {
 		return nil
 	}
 	var stale []ConnKey
 	err := d.EachBinding(func(b Binding) {
-		if b.Produce != NotGoverned || b.Fetch != NotGoverned {
-			return
-		}
-		if peer := b.Conn.Peer.Addr(); containedIn(removed, peer) && !containedIn(prefixes, peer) {
+		peer := b.Conn.Peer.Addr()
+		exempt := b.Produce == NotGoverned && b.Fetch == NotGoverned
+		switch {
+		case exempt && addr.AnyHolds(removed, peer) && !addr.AnyHolds(prefixes, peer):
+			stale = append(stale, b.Conn)
+		case !exempt && addr.AnyHolds(added, peer):
 			stale = append(stale, b.Conn)
 		}
 	})
@@ -210,21 +226,28 @@ func (d *Datapath) SetExempt(prefixes []netip.Prefix) error {
 	return d.ForgetConns(stale)
 }
 
+// readExempt learns the prefixes a re-adopted (pinned) trie holds, so
+// that the first SetExempt removes what the configuration dropped.
+func (d *Datapath) readExempt() error {
+	var k sluiceExemptKey
+	var on uint8
+	it := d.objs.Exempt.Iterate()
+	for it.Next(&k, &on) {
+		d.exemptSet[k] = true
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read exempt peers: %w", err)
+	}
+	d.exemptRead = true
+	return nil
+}
+
 func keyPrefix(k sluiceExemptKey) netip.Prefix {
 	a := netip.AddrFrom16(k.Addr)
 	if a.Is4In6() {
 		return netip.PrefixFrom(a.Unmap(), int(k.Prefixlen)-96)
 	}
 	return netip.PrefixFrom(a, int(k.Prefixlen))
-}
-
-func containedIn(prefixes []netip.Prefix, a netip.Addr) bool {
-	for _, p := range prefixes {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
 }
 
 // SetClass sets the HTB class of an entity in one direction (0: none).

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/internal/addr"
 )
 
 // configuredPeer is one entities.peers prefix.
@@ -67,10 +68,9 @@ type PeerRule struct {
 // longest configured prefix holding it, else the listener's own entity.
 // The data path decides the same at connection start; the agent asks this
 // for connections that were open before the table changed.
-func (p *Policy) ByPeer(port uint16, addr netip.Addr) Key {
-	addr = addr.Unmap()
+func (p *Policy) ByPeer(port uint16, a netip.Addr) Key {
 	for _, c := range p.peers {
-		if c.prefix.Contains(addr) {
+		if addr.PrefixHolds(c.prefix, a) {
 			return Key{Kind: KindPeer, Name: c.name}
 		}
 	}
