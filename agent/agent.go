@@ -945,6 +945,9 @@ func (a *Agent) scanConnections(now time.Time) error {
 // of the connection table now and then), the rest idle for
 // entity_idle_timeout are removed from the shaper, their counters and
 // allocator memory cleared, and only then their ids released for reuse.
+// An id whose cleanup fails stays taken out (the registry never hands it
+// or any id past its arrays out again) and is retried next cycle: a shaper
+// that keeps failing costs ids, never the agent.
 func (a *Agent) reclaim(now time.Time) error {
 	if now.Sub(a.lastScan) >= min(bindingsScanEvery, a.cfg.EntityIdleTimeout/2) {
 		a.lastScan = now
@@ -952,37 +955,56 @@ func (a *Agent) reclaim(now time.Time) error {
 			return err
 		}
 	}
-	ids := a.registry.Reclaim(now, a.cfg.EntityIdleTimeout)
+	a.registry.Reclaim(now, a.cfg.EntityIdleTimeout)
+	ids := a.registry.Reclaiming()
 	if len(ids) == 0 {
 		return nil
 	}
-	raw := make([]uint32, len(ids))
-	for i, id := range ids {
-		raw[i] = uint32(id)
-		for _, dc := range a.dirs {
-			if err := a.deps.Shaper.Remove(maps.Direction(dc.dir), uint32(id)); err != nil {
-				return fmt.Errorf("reclaim entity %d: %w", id, err)
-			}
-			dc.alloc.Forget(uint32(id))
-			w := a.cfg.RateWindow
-			clear(dc.window[int(id)*w : (int(id)+1)*w])
-			dc.filled[id], dc.lastBytes[id], dc.lastHeld[id], dc.applied[id], dc.paramsGen[id] = 0, 0, 0, math.NaN(), 0
-			dc.dropped[id] = 0
+	var errs []error
+	cleared := make([]uint32, 0, len(ids))
+	for _, id := range ids {
+		if err := a.clearEntity(uint32(id)); err != nil {
+			errs = append(errs, fmt.Errorf("reclaim entity %d: %w", id, err))
+			continue
 		}
-		a.ownSeries[id] = false
+		cleared = append(cleared, uint32(id))
 	}
-	if err := a.deps.DataPath.ResetCounters(raw); err != nil {
-		return fmt.Errorf("reclaim: %w", err)
+	if len(cleared) > 0 {
+		if err := a.deps.DataPath.ResetCounters(cleared); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("reclaim: %w", err))...)
+		}
 	}
-	if a.store != nil {
-		for _, id := range raw {
+	released := make([]entity.ID, 0, len(cleared))
+	for _, id := range cleared {
+		if a.store != nil {
 			if err := a.store.DeleteEntity(id); err != nil {
-				return err
+				errs = append(errs, fmt.Errorf("reclaim entity %d: %w", id, err))
+				continue
 			}
 		}
+		released = append(released, entity.ID(id))
 	}
-	a.registry.Release(ids)
+	a.registry.Release(released)
 	a.seriesStale = true
-	a.log.Debug("reclaimed idle entities", "count", len(ids))
+	a.log.Debug("reclaimed idle entities", "count", len(released), "retrying", len(ids)-len(released))
+	return errors.Join(errs...)
+}
+
+// clearEntity removes an entity taken out of the registry from the shaper
+// and forgets what the agent kept for it.
+func (a *Agent) clearEntity(id uint32) error {
+	for _, dc := range a.dirs {
+		if err := a.deps.Shaper.Remove(maps.Direction(dc.dir), id); err != nil {
+			return err
+		}
+	}
+	for _, dc := range a.dirs {
+		dc.alloc.Forget(id)
+		w := a.cfg.RateWindow
+		clear(dc.window[int(id)*w : (int(id)+1)*w])
+		dc.filled[id], dc.lastBytes[id], dc.lastHeld[id], dc.applied[id], dc.paramsGen[id] = 0, 0, 0, math.NaN(), 0
+		dc.dropped[id] = 0
+	}
+	a.ownSeries[id] = false
 	return nil
 }

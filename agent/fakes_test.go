@@ -94,6 +94,7 @@ type fakeShaper struct {
 	kind       string // "" reads as htb
 	closed     bool
 	failWrite  bool
+	failRemove bool
 	rates      [2]map[uint32]float64
 	guaranteed [2]map[uint32]float64
 	capacity   [2]float64
@@ -128,6 +129,9 @@ func (s *fakeShaper) SetCapacity(dir maps.Direction, bps float64) error {
 	return nil
 }
 func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {
+	if s.failRemove {
+		return errors.New("netlink: device or resource busy")
+	}
 	delete(s.rates[dir], e)
 	s.removed = append(s.removed, e)
 	return nil

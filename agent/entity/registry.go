@@ -2,6 +2,7 @@ package entity
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -38,6 +39,9 @@ type Registry struct {
 	byKey           map[Key]ID
 	slots           []slot // indexed by ID; the first two are UnknownID and OverflowID
 	free            []ID
+	// reclaiming: ids Reclaim took out and Release has not made free yet
+	// (their cleanup may have failed: the agent retries them).
+	reclaiming []ID
 	// Overflowed counts the acquisitions that got OverflowID.
 	Overflowed uint64
 }
@@ -102,7 +106,9 @@ func (r *Registry) Pin(keys []Key, now time.Time) (added []ID) {
 	return added
 }
 
-// assign gives k a free id (not counting it against any budget).
+// assign gives k a free id (not counting it against any budget). It never
+// hands out an id at or past Limit, the size of every per-entity array: ids
+// held by reclaims not yet released count against it.
 func (r *Registry) assign(k Key, now time.Time) (ID, bool) {
 	if len(r.byKey) >= r.max {
 		return 0, false
@@ -111,6 +117,9 @@ func (r *Registry) assign(k Key, now time.Time) (ID, bool) {
 	if n := len(r.free); n > 0 {
 		id, r.free = r.free[n-1], r.free[:n-1]
 	} else {
+		if len(r.slots) >= r.Limit() {
+			return 0, false
+		}
 		id = ID(len(r.slots))
 		r.slots = append(r.slots, slot{})
 	}
@@ -194,8 +203,13 @@ func (r *Registry) Reclaim(now time.Time, idle time.Duration) []ID {
 			out = append(out, id)
 		}
 	}
+	r.reclaiming = append(r.reclaiming, out...)
 	return out
 }
+
+// Reclaiming lists the ids taken out and not released yet: those of the
+// last Reclaim and those whose cleanup failed before.
+func (r *Registry) Reclaiming() []ID { return slices.Clone(r.reclaiming) }
 
 // Release makes reclaimed ids available, once the caller has cleared every
 // trace of their old entities.
@@ -206,6 +220,7 @@ func (r *Registry) Release(ids []ID) {
 			r.free = append(r.free, id)
 		}
 	}
+	r.reclaiming = slices.DeleteFunc(r.reclaiming, func(id ID) bool { return !r.slots[id].reclaiming })
 }
 
 // Len is the number of live dynamic entities.
