@@ -207,6 +207,61 @@ static __always_inline int plausible_header(struct __sk_buff *skb, __u32 poff, _
 	return 1;
 }
 
+// The header a cut sample keeps: size, api key, version, correlation id,
+// client-id length, and CLIENT_ID_KEPT bytes of the client-id.
+#define CLIENT_ID_HEAD (14 + CLIENT_ID_KEPT)
+
+// client_id_gap returns how many client-id bytes a sample of the request
+// starting at offset off leaves out: those past CLIENT_ID_KEPT, when the
+// client-id's length lies in this segment (avail bytes from off) and is
+// plausible; else 0, and the sample is the request's first bytes.
+static __always_inline __u32 client_id_gap(struct __sk_buff *skb, __u32 off, __u32 avail, __u32 size)
+{
+	__u8 l[2];
+	// A sample too small to hold more than the kept head is never cut.
+	if (sample_bytes <= CLIENT_ID_HEAD || avail < 14 || bpf_skb_load_bytes(skb, off + 12, l, 2) < 0)
+		return 0;
+	__u32 n = (__u32)l[0] << 8 | l[1];
+	if (n <= CLIENT_ID_KEPT || n > 0x7fff || 10 + n > size)
+		return 0; // short, null (0xffff) or longer than the request
+	return n - CLIENT_ID_KEPT;
+}
+
+// sample_pending_before tells whether a sample's next bytes lie before end
+// (in the segment that ends there). Only a cut sample's can, after step 4:
+// an uncut one took every byte the segment had.
+static __always_inline int sample_pending_before(const struct track *t, __u32 end)
+{
+	return t->sample_next != t->sample_end && seq_before(t->sample_next, end);
+}
+
+// continue_sample sends the pending sample's bytes that the segment [seq,
+// end) holds from sample_next on. A cut sample (sample_gap) sends the kept
+// head of its client-id first, then jumps past the bytes cut out; its
+// offsets count only the bytes it keeps.
+static __always_inline void continue_sample(struct __sk_buff *skb, const struct parsed *seg, struct conn_state *st,
+					    __u32 seq, __u32 end)
+{
+	struct track *t = &st->track;
+	__u32 at = t->sample_next - t->sample_seq; // offset in the request
+	__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
+	__u32 frag_off = at;
+	if (t->sample_gap) {
+		if (at < CLIENT_ID_HEAD)
+			n = min_u32(n, CLIENT_ID_HEAD - at);
+		else
+			frag_off = at - t->sample_gap;
+	}
+	__u32 sent = emit(skb, seg, st, seg->payload_off, t->sample_next - seq, n, t->sample_seq, frag_off, t->req_len);
+	if (!sent) {
+		t->sample_next = t->sample_end;
+		return;
+	}
+	t->sample_next += sent;
+	if (t->sample_gap && at < CLIENT_ID_HEAD && at + sent == CLIENT_ID_HEAD)
+		t->sample_next += t->sample_gap;
+}
+
 // track_quiet_until tells whether tracking has nothing to do (no size field
 // cut, no sample to continue) for segments that end by *until, where the
 // next request starts.
@@ -274,14 +329,10 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 
 	// 2. Continue a sample whose first bytes an earlier segment carried.
 	if (t->sample_next != t->sample_end) {
-		if (!seq_before(t->sample_next, seq) && seq_before(t->sample_next, end)) {
-			__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
-			__u32 sent = emit(skb, seg, st, poff, t->sample_next - seq, n, t->sample_seq,
-					  t->sample_next - t->sample_seq, t->req_len);
-			t->sample_next = sent ? t->sample_next + sent : t->sample_end;
-		} else if (seq_before(t->sample_next, seq)) {
+		if (seq_before(t->sample_next, seq))
 			t->sample_next = t->sample_end; // its bytes went by out of order
-		}
+		else if (seq_before(t->sample_next, end))
+			continue_sample(skb, seg, st, seq, end);
 	}
 
 	// 3. Re-synchronise on a segment that starts with a plausible header.
@@ -302,7 +353,9 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			break;
 		__u32 off = t->next_seq - seq;
 		__u32 avail = end - t->next_seq;
-		int sample = take_sample(t);
+		// A cut sample's rest in this segment (step 5) comes first: a
+		// request after it in the segment is tracked, not sampled.
+		int sample = !sample_pending_before(t, end) && take_sample(t);
 		if (avail < 4) {
 			// The size field is cut: keep its first bytes for the next segment.
 			__u8 b[4] = {};
@@ -319,6 +372,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			if (sample) {
 				__u32 sent = emit(skb, seg, st, poff, off, avail, t->next_seq, 0, 0);
 				t->sample_seq = t->next_seq;
+				t->sample_gap = 0;
 				t->req_len = 0;
 				t->sample_next = t->next_seq + sent;
 				t->sample_end = sent ? t->next_seq + sample_bytes : t->sample_next;
@@ -335,15 +389,29 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			break;
 		}
 		if (sample) {
-			__u32 want = min_u32(sample_bytes, 4 + size);
-			__u32 sent = emit(skb, seg, st, poff, off, min_u32(want, avail), t->next_seq, 0, 4 + size);
+			// With a long client-id cut out (gap bytes), the sample's
+			// first fragment is the header and CLIENT_ID_KEPT bytes of it,
+			// and the rest starts at tail, after the client-id.
+			__u32 gap = client_id_gap(skb, poff + off, avail, size);
+			__u32 len = 4 + size - gap; // the request as the sample counts it
+			__u32 want = min_u32(sample_bytes, len);
+			__u32 first = gap ? CLIENT_ID_HEAD : want;
+			__u32 sent = emit(skb, seg, st, poff, off, min_u32(first, avail), t->next_seq,
+					  gap ? SAMPLE_CLIENT_ID_CUT : 0, len);
+			// The rest comes in this segment (step 5, after the
+			// client-id) or later ones (step 2).
 			if (sent && sent < want) {
 				t->sample_seq = t->next_seq;
-				t->req_len = 4 + size;
-				t->sample_next = t->next_seq + sent;
-				t->sample_end = t->next_seq + want;
+				t->sample_gap = gap;
+				t->req_len = len;
+				t->sample_next = t->next_seq + (sent < first ? sent : sent + gap);
+				t->sample_end = t->next_seq + want + gap;
 			}
 		}
 		t->next_seq += 4 + size;
 	}
+
+	// 5. The rest of a cut sample (step 4) that lies in this segment.
+	if (sample_pending_before(t, end) && !seq_before(t->sample_next, seq))
+		continue_sample(skb, seg, st, seq, end);
 }

@@ -19,6 +19,15 @@
 // The most request bytes one sample record carries.
 #define SAMPLE_MAX 512
 
+// A client chooses its client-id's length (up to 32767 bytes): a sample of
+// a request whose client-id is longer keeps the header, the client-id's
+// first CLIENT_ID_KEPT bytes, then the bytes after the client-id, so that
+// no length hides the request's topics or login. Its first fragment's
+// frag_off carries SAMPLE_CLIENT_ID_CUT; every offset and length of such a
+// sample counts the bytes it keeps, as if the client-id were that long.
+#define CLIENT_ID_KEPT 128
+#define SAMPLE_CLIENT_ID_CUT 0x8000
+
 // A connection, normalised so that ingress and egress find the same entry:
 // the broker (local) side and the client (peer) side. The key of IPv6
 // connections, and how samples and the agent name every connection (IPv4
@@ -64,7 +73,8 @@ struct track {
 	__u8 size_have;     // bytes of size_partial collected (0..3)
 	__u8 closing;       // a FIN or RST went by: the agent reclaims the entry
 	__u8 by_peer;       // attributed by its peer at start (TLS listener): no request tracking
-	__u8 pad[4];
+	__u16 sample_gap;   // client-id bytes the continuing sample leaves out (CLIENT_ID_KEPT)
+	__u8 pad[2];
 };
 
 // The connection table's value. Attribution and request tracking share one
@@ -202,7 +212,7 @@ struct sample {
 	struct conn_key key;
 	__u32 req_seq;              // TCP sequence number of the request's first byte
 	__u32 req_len;              // 4 + size of the request, 0 if not known yet
-	__u16 frag_off;             // offset of data[0] within the request (< SAMPLE_MAX)
+	__u16 frag_off;             // offset of data[0] within the sample (< SAMPLE_MAX), | SAMPLE_CLIENT_ID_CUT
 	__u16 len;                  // bytes in data
 	__u64 conn_born;            // the connection entry's born
 	struct conn_entities bound; // what the entry held when sampled

@@ -31,6 +31,11 @@ type Sample struct {
 	// Complete is false when fragments went missing (a sample ring full,
 	// segments out of order): Data is then a shorter prefix.
 	Complete bool
+	// ClientIDCut: the request's client-id was longer than ClientIDKept,
+	// and Data holds its first ClientIDKept bytes and then the bytes after
+	// it, with the size and client-id length fields rewritten to match: a
+	// well-formed request whose client-id is a prefix of the real one.
+	ClientIDCut bool
 	// Born tells connections on one 4-tuple apart: the data path's time of
 	// entering the connection. A new Born is a new connection.
 	Born uint64
@@ -54,11 +59,22 @@ const (
 	sampleSize       = sampleOffData + SampleMax
 )
 
+// ClientIDKept is how many bytes of a longer client-id a sample keeps
+// (CLIENT_ID_KEPT in bpf/types.h): no client-chosen length pushes a
+// request's topics or login out of its sample.
+const ClientIDKept = 128
+
+// fragOffClientIDCut marks a cut sample's first fragment
+// (SAMPLE_CLIENT_ID_CUT); the rest of frag_off is the offset.
+const fragOffClientIDCut = 0x8000
+
 // fragment is one sample slot's record.
 type fragment struct {
 	key     ConnKey
 	reqSeq  uint32
 	fragOff uint32
+	// clientIDCut: the first fragment of a sample whose client-id was cut.
+	clientIDCut bool
 	reqLen  uint32
 	time    time.Duration // when the reader took it
 	born    uint64
@@ -80,10 +96,12 @@ func decodeFragment(raw []byte) (fragment, error) {
 	if n > SampleMax {
 		return fragment{}, fmt.Errorf("sample record claims %d bytes", n)
 	}
+	fragOff := le.Uint16(raw[sampleOffFragOff:])
 	return fragment{
-		key:     fromRaw(k),
-		reqSeq:  le.Uint32(raw[sampleOffReqSeq:]),
-		fragOff: uint32(le.Uint16(raw[sampleOffFragOff:])),
+		key:         fromRaw(k),
+		reqSeq:      le.Uint32(raw[sampleOffReqSeq:]),
+		fragOff:     uint32(fragOff &^ fragOffClientIDCut),
+		clientIDCut: fragOff&fragOffClientIDCut != 0,
 		reqLen:  le.Uint32(raw[sampleOffReqLen:]),
 		born:    le.Uint64(raw[sampleOffBorn:]),
 		bound:   [2]uint32{le.Uint32(raw[sampleOffBound:]), le.Uint32(raw[sampleOffBound+4:])},
@@ -114,11 +132,11 @@ func (a *assembler) add(f fragment) []Sample {
 	switch {
 	case f.fragOff == 0:
 		if p != nil { // a new request started before the last one's bytes arrived
-			out = append(out, p.sample)
+			out = append(out, p.sample.mended())
 		}
 		p = &pendingSample{
 			sample: Sample{Conn: f.key, Seq: f.reqSeq, Time: f.time, Born: f.born, Bound: f.bound,
-				Data: append(make([]byte, 0, a.sampleBytes), f.data...)},
+				Data: append(make([]byte, 0, a.sampleBytes), f.data...), ClientIDCut: f.clientIDCut},
 			want: a.sampleBytes,
 		}
 		a.pending[f.key] = p
@@ -133,10 +151,29 @@ func (a *assembler) add(f fragment) []Sample {
 	if len(p.sample.Data) >= p.want {
 		p.sample.Data = p.sample.Data[:p.want]
 		p.sample.Complete = true
-		out = append(out, p.sample)
+		out = append(out, p.sample.mended())
 		delete(a.pending, f.key)
 	}
 	return out
+}
+
+// mended returns the sample with a cut client-id's size and length fields
+// rewritten to the bytes it keeps (the request minus the bytes cut out),
+// so that it parses as a request whose client-id is the kept prefix.
+// reqLen, as the data path reports it, already counts only those bytes.
+func (s Sample) mended() Sample {
+	if !s.ClientIDCut || len(s.Data) < 14 {
+		return s
+	}
+	n := int(binary.BigEndian.Uint16(s.Data[12:14]))
+	if n <= ClientIDKept || n > 0x7fff {
+		s.ClientIDCut = false // not what the data path cuts: leave it as sent
+		return s
+	}
+	size := binary.BigEndian.Uint32(s.Data[0:4])
+	binary.BigEndian.PutUint32(s.Data[0:4], size-uint32(n-ClientIDKept))
+	binary.BigEndian.PutUint16(s.Data[12:14], ClientIDKept)
+	return s
 }
 
 // flush returns every incomplete sample older than age (by the data
@@ -145,7 +182,7 @@ func (a *assembler) flush(now, age time.Duration) []Sample {
 	var out []Sample
 	for k, p := range a.pending {
 		if now-p.sample.Time >= age {
-			out = append(out, p.sample)
+			out = append(out, p.sample.mended())
 			delete(a.pending, k)
 		}
 	}

@@ -211,7 +211,8 @@ type sluiceTrack struct {
 	SizeHave    uint8
 	Closing     uint8
 	ByPeer      uint8
-	Pad         [4]uint8
+	SampleGap   uint16
+	Pad         [2]uint8
 }
 
 // Names of all BPF objects in the ELF.
