@@ -509,7 +509,7 @@ func (a *Agent) Learn(s maps.Sample) error {
 	if !a.learner.Known(s.Conn, s.Born) {
 		a.adopt(s)
 	}
-	decision, changed, err := a.learner.Learn(s.Conn, s.Born, s.Data)
+	decision, changed, err := a.learner.LearnSample(s.Conn, s.Born, learner.Sample{Data: s.Data, Whole: s.Complete, ClientIDCut: s.ClientIDCut})
 	if err != nil {
 		return err
 	}
@@ -638,7 +638,7 @@ func (a *Agent) entityID(key entity.Key, peer netip.Addr, now time.Time) uint32 
 		return uint32(id)
 	}
 	// A new entity nobody configured (configured ones are pinned).
-	if !a.newPerPeer.Allow(peer, now) {
+	if key.Kind != entity.KindUnresolved && !a.newPerPeer.Allow(peer, now) {
 		return uint32(entity.OverflowID)
 	}
 	id := a.registry.Acquire(key, now)

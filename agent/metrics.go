@@ -134,7 +134,7 @@ type collector struct {
 	entityBytes, entityRate, reservation, limit, weight, effRes, dynLimit, active, throttled, delay, held, dropped *prometheus.Desc
 	// registry, learner, connections
 	registered, maxEntities, unconfigured, overflowed, peerRefused            *prometheus.Desc
-	samples, replicationClaims, learnerConns                                  *prometheus.Desc
+	samples, replicationClaims, unresolved, learnerConns                      *prometheus.Desc
 	connsTracked, connsReaped, connsRebound, rebinds, identityErrors          *prometheus.Desc
 	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn *prometheus.Desc
 	dpFailOpen, dpUnproven                                                    *prometheus.Desc
@@ -182,6 +182,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		peerRefused:  d("entities_peer_rate_refused_total", "New unconfigured entities refused because their peer created them faster than new_entities_per_peer."),
 
 		samples:           d("learner_samples_total", "Request samples read by the learner, by result: complete, truncated (parsed from a cut sample) or failed.", "result"),
+		unresolved:        d("learner_unresolved_total", "Requests whose sample could not tell their entity (a client-id longer than a sample keeps where the client-id decides, topics hidden behind client-chosen fields), charged to the unresolved entity, held to the most restrictive limits configured."),
 		replicationClaims: d("learner_replication_claims_total", "Requests from governed peers that claimed to be replication (replica id or broker fetcher client-id); ignored, only exempt_peers exempt."),
 		learnerConns:      d("learner_connections", "Connections the learner keeps state for."),
 
@@ -208,7 +209,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.capacity, c.distributable, c.headroom, c.promised, c.green, c.overcommit, c.scale, c.entities, c.withoutSeries, c.exemptBytes,
 		c.entityBytes, c.entityRate, c.reservation, c.limit, c.weight, c.effRes, c.dynLimit, c.active, c.throttled, c.delay, c.held, c.dropped,
 		c.registered, c.maxEntities, c.unconfigured, c.overflowed, c.peerRefused,
-		c.samples, c.replicationClaims, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
+		c.samples, c.replicationClaims, c.unresolved, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
 		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven} {
 		ch <- d
 	}
@@ -280,6 +281,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.samples, s.Learner.Truncated, "truncated")
 		counter(c.samples, s.Learner.Failed, "failed")
 		counter(c.replicationClaims, s.Learner.ReplicationClaims)
+		counter(c.unresolved, s.Learner.Unresolved)
 		gauge(c.learnerConns, float64(s.Learner.Connections))
 		gauge(c.connsTracked, float64(s.Connections.Tracked))
 		counter(c.connsReaped, s.Connections.Reaped)

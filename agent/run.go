@@ -60,6 +60,7 @@ func (a *Agent) view() *Snapshot {
 		Learner: LearnerView{
 			Parsed: a.learner.Stats.Parsed, Truncated: a.learner.Stats.Truncated, Failed: a.learner.Stats.Failed,
 			Connections: a.learner.Connections(), ReplicationClaims: a.learner.Stats.ReplicationClaims,
+			Unresolved:     a.learner.Stats.Unresolved,
 			NewConnections: a.learner.Stats.NewConnections,
 		},
 		Connections: ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,

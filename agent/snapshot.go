@@ -159,6 +159,10 @@ type LearnerView struct {
 	// ReplicationClaims: requests from governed peers that claimed to be
 	// replication (ignored: only exempt_peers exempt).
 	ReplicationClaims uint64 `json:"replication_claims"`
+	// Unresolved: requests whose sample could not tell their entity (a
+	// client-id too long to sample whole where it decides, topics hidden
+	// behind client-chosen fields): charged to the unresolved entity.
+	Unresolved uint64 `json:"unresolved"`
 	// NewConnections: reused 4-tuples whose old state was dropped.
 	NewConnections uint64 `json:"new_connections"`
 }

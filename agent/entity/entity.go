@@ -52,7 +52,15 @@ const (
 	// KindListener is a TLS listener's entity (named by its port): its
 	// connections that no peer prefix holds.
 	KindListener
+	// KindUnresolved takes requests whose entity their sample cannot tell
+	// (a client-id too long to sample whole where the client-id decides,
+	// a request cut before its topics): one entity held to the most
+	// restrictive limits configured, so no length escapes a limit.
+	KindUnresolved
 )
+
+// UnresolvedKey is the one unresolved entity.
+var UnresolvedKey = Key{Kind: KindUnresolved, Name: "unresolved"}
 
 func (k Kind) String() string {
 	switch k {
@@ -72,6 +80,8 @@ func (k Kind) String() string {
 		return "peer"
 	case KindListener:
 		return "listener"
+	case KindUnresolved:
+		return "unresolved"
 	default:
 		return "topic-partition"
 	}

@@ -41,6 +41,11 @@ type Policy struct {
 	peerTemplate     config.Quota
 	listeners        map[string]config.Quota
 	listenerTemplate config.Quota
+	// unresolved: the most restrictive limits and weight of every quota a
+	// sampled request can be attributed by (clients, patterns, users,
+	// topic-partitions, their templates, Kafka's quotas): the unresolved
+	// entity's parameters.
+	unresolved config.Quota
 }
 
 type clientPattern struct {
@@ -116,7 +121,70 @@ func NewPolicyWithKafka(e config.Entities, k KafkaQuotas) *Policy {
 		}
 		p.topicParts[topicPartition{topic, part}] = configuredTP{name: name, quota: q}
 	}
+	p.unresolved = mostRestrictive(e, k)
 	return p
+}
+
+// mostRestrictive folds every quota that can attribute a sampled request
+// into one: the lowest limit each direction has anywhere, and the lowest
+// weight; no reservation (nobody is promised anything for bytes nobody can
+// name). Unset stays unset (the global defaults).
+func mostRestrictive(e config.Entities, k KafkaQuotas) config.Quota {
+	var out config.Quota
+	lower := func(dst **float64, v *float64) {
+		if v != nil && (*dst == nil || *v < **dst) {
+			x := *v
+			*dst = &x
+		}
+	}
+	add := func(q config.Quota) {
+		lower(&out.ProducerByteRate, q.ProducerByteRate)
+		lower(&out.ConsumerByteRate, q.ConsumerByteRate)
+		lower(&out.QuotaWeight, q.QuotaWeight)
+	}
+	users := func(us map[string]config.UserQuota) {
+		for _, u := range us {
+			add(u.Quota)
+			for _, q := range u.Clients {
+				add(q)
+			}
+		}
+	}
+	for _, q := range e.Clients {
+		add(q)
+	}
+	for _, q := range e.TopicPartitions {
+		add(q)
+	}
+	users(e.Users)
+	for _, q := range k.Clients {
+		add(q)
+	}
+	add(k.ClientDefault)
+	users(k.Users)
+	return out
+}
+
+// EntityOfCutClient is Entity for a client-id the data path cut (longer
+// than a sample keeps; prefix is what it kept): only a user level that no
+// such client-id can change decides it. ok is false when the entity hangs
+// on the client-id's unseen bytes: no principal, a level with a clients
+// <default> (one entity per client-id), or a configured client-id at
+// least as long as the prefix (it might be this one).
+func (p *Policy) EntityOfCutClient(user, prefix string) (Key, bool) {
+	if user == "" {
+		return Key{}, false
+	}
+	u := SafeName(user)
+	for _, level := range []userStores{p.user(u), p.userDefaults()} {
+		if level.mayNameLongClient(len(prefix)) {
+			return Key{}, false
+		}
+		if level.ownLevel() {
+			return Key{Kind: KindUser, Name: u}, true
+		}
+	}
+	return Key{}, false
 }
 
 // TopicPartition returns the entity of a configured topic-partition.
@@ -263,6 +331,8 @@ func (p *Policy) Explain(k Key, d Direction) (Params, Sources) {
 		}
 	case KindListener:
 		own, template = p.listeners[k.Name], p.listenerTemplate
+	case KindUnresolved:
+		own = p.unresolved
 	}
 	levels := []level{{own, SourceFile}, {kafkaOwn, SourceKafka}, {template, SourceTemplate}, {kafkaTemplate, SourceKafkaDefault}}
 	if k.Kind == KindUser || k.Kind == KindUserClient {

@@ -81,7 +81,7 @@ func (r *Registry) Pin(keys []Key, now time.Time) (added []ID) {
 	}
 	for id := firstDynamicID; int(id) < len(r.slots); id++ {
 		s := &r.slots[id]
-		if s.used && s.pinned && !want[s.key] {
+		if s.used && s.pinned && !want[s.key] && s.key.Kind != KindUnresolved {
 			s.pinned = false
 			s.lastActive = now // idle from now on, not since it was configured
 			r.unconfigured++
@@ -140,6 +140,17 @@ func (r *Registry) Acquire(k Key, now time.Time) ID {
 	}
 	if id, ok := r.byKey[k]; ok {
 		r.slots[id].lastActive = now
+		return id
+	}
+	if k.Kind == KindUnresolved {
+		// Registered as if configured, on first use: clients inventing
+		// entities cannot push it into overflow, nor get it reclaimed.
+		id, ok := r.assign(k, now)
+		if !ok {
+			r.Overflowed++
+			return OverflowID
+		}
+		r.slots[id].pinned = true
 		return id
 	}
 	if r.unconfigured >= r.unconfiguredMax {
@@ -263,6 +274,10 @@ func (r *Registry) Restore(saved map[ID]Key, now time.Time) (skipped []ID) {
 		}
 		r.slots[id] = slot{key: key, used: true, lastActive: now}
 		r.byKey[key] = id
+		if key.Kind == KindUnresolved {
+			r.slots[id].pinned = true // as Acquire registers it
+			continue
+		}
 		r.unconfigured++ // until Pin says it is configured
 	}
 	// Free ids are those below the highest restored id that stayed empty.

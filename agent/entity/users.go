@@ -36,6 +36,26 @@ func (u *userEntry) namesClient(c string) bool {
 // userStores are one user's entries in the file and in Kafka.
 type userStores struct{ file, kafka *userEntry }
 
+// mayNameLongClient reports whether a client-id of which only the first
+// kept bytes are known could have a level here: a clients <default>, or a
+// configured client-id longer than kept.
+func (s userStores) mayNameLongClient(kept int) bool {
+	for _, u := range []*userEntry{s.file, s.kafka} {
+		if u == nil {
+			continue
+		}
+		if u.clientDefault != nil {
+			return true
+		}
+		for name := range u.clients {
+			if len(name) > kept {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (s userStores) namesClient(c string) bool {
 	return s.file.namesClient(c) || s.kafka.namesClient(c)
 }

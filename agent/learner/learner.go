@@ -54,6 +54,22 @@ type Stats struct {
 	// Adopted counts connections whose state was rebuilt from what an
 	// earlier learner left (their binding and their proven identity).
 	Adopted uint64
+	// Unresolved counts requests whose entity their sample could not tell
+	// (entity.UnresolvedKey): a client-id too long to sample whole where
+	// the client-id decides, or a request cut before its topics.
+	Unresolved uint64
+}
+
+// Sample is one request's sampled bytes, as the data path delivered them.
+type Sample struct {
+	Data []byte
+	// Whole: every byte the data path meant to send arrived (the request,
+	// or the sample size of it). A sample that lost fragments may end
+	// anywhere, so its end says nothing.
+	Whole bool
+	// ClientIDCut: the client-id was longer than a sample keeps, and Data
+	// holds a request whose client-id is its first bytes only.
+	ClientIDCut bool
 }
 
 // Identity is what a connection proved once and no later request repeats:
@@ -118,6 +134,8 @@ type conn struct {
 	mechanism string
 	user      string
 	policyGen uint64 // the policy generation of its last decision
+	// clientIDCut: the last request's client-id is a prefix (Sample).
+	clientIDCut bool
 }
 
 // New returns a learner resolving entities with policy and topic IDs with
@@ -206,6 +224,12 @@ func (l *Learner[C]) Decision(c C) (Decision, bool) {
 // that cannot be parsed returns the error and the connection keeps its
 // last decision: a bad request never blocks traffic.
 func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, error) {
+	return l.LearnSample(c, born, Sample{Data: sample, Whole: true})
+}
+
+// LearnSample is Learn for a sample with what the data path said of it.
+func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, error) {
+	sample := s.Data
 	l.cause = CauseNone
 	st := l.conns[c]
 	if st != nil && st.born != born {
@@ -229,7 +253,7 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 		return st.decision, false, nil // nothing to learn from a cut header
 	}
 	before := st.decision
-	st.clientID = r.ClientID
+	st.clientID, st.clientIDCut = r.ClientID, s.ClientIDCut
 	// A mechanism whose messages name no principal this parser reads
 	// (GSSAPI, OAUTHBEARER) leaves the connection to its client-id.
 	sasl := l.saslListener != nil && l.saslListener(c) && st.mechanism != kafka.MechanismOther
@@ -240,7 +264,7 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 		case kafka.KeySaslAuthenticate:
 			if principalFits(st.mechanism, r.PrincipalFormat) {
 				st.user = r.Principal
-				key := Target{Key: l.policy.Entity(st.user, st.clientID)}
+				key := l.clientEntity(st)
 				st.set(entity.Produce, key)
 				st.set(entity.Fetch, key)
 				if l.onLogin != nil {
@@ -258,7 +282,7 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 		// A principal this learner did not see proved (Adopt) decides what
 		// the login did: both directions are the user's until a request
 		// says more.
-		login := Target{Key: l.policy.Entity(st.user, st.clientID)}
+		login := l.clientEntity(st)
 		for _, d := range entity.Directions {
 			if !st.decision.Decided[d] {
 				st.set(d, login)
@@ -272,13 +296,28 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 	}
 	switch {
 	case r.APIKey == kafka.KeyProduce:
-		// A sample cut before its first partition says nothing new.
-		if len(r.Topics) > 0 || !r.Truncated || !st.decision.Decided[entity.Produce] {
-			st.set(entity.Produce, l.resolve(st.user, st.clientID, r.Topics))
+		switch {
+		case len(r.Topics) > 0 || !r.Truncated:
+			st.set(entity.Produce, l.resolve(st, r.Topics))
+		case s.Whole && l.policy.HasTopicPartitions():
+			// The whole sample ended before its first partition: what the
+			// client chose to put before them (a transactional.id, header
+			// tags) hides them, and they may be a configured
+			// topic-partition's.
+			st.set(entity.Produce, l.unresolved())
+		case !st.decision.Decided[entity.Produce]:
+			// Fragments were lost: the client's until more is known.
+			st.set(entity.Produce, l.resolve(st, nil))
 		}
 	case r.APIKey == kafka.KeyFetch:
-		if r.Truncated && len(r.Topics) == 0 && len(r.Forgotten) == 0 && st.decision.Decided[entity.Fetch] {
-			break // cut before its partitions: says nothing new
+		if r.Truncated && len(r.Topics) == 0 && len(r.Forgotten) == 0 {
+			if s.Whole && l.policy.HasTopicPartitions() {
+				st.set(entity.Fetch, l.unresolved()) // hidden as Produce's can be
+				break
+			}
+			if st.decision.Decided[entity.Fetch] {
+				break // fragments lost before its partitions: says nothing new
+			}
 		}
 		st.session.update(r)
 		if !st.session.known && r.SessionEpoch != epochFinal {
@@ -288,19 +327,19 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 			// unknown) until the client opens a session again.
 			break
 		}
-		st.set(entity.Fetch, l.resolve(st.user, st.clientID, st.session.partitions(r)))
+		st.set(entity.Fetch, l.resolve(st, st.session.partitions(r)))
 	case r.APIKey == kafka.KeyShareFetch:
 		// A share group's records, attributed as Fetch's. A share session's
 		// later requests name only what changed: one that names no topic
 		// keeps the decision its session's topics made.
 		if len(r.Topics) > 0 || !st.decision.Decided[entity.Fetch] {
-			st.set(entity.Fetch, l.resolve(st.user, st.clientID, r.Topics))
+			st.set(entity.Fetch, l.resolve(st, r.Topics))
 		}
 	default:
 		// Every connection opens with ApiVersions, which names the client:
 		// until a Produce or Fetch says more, both directions are the
 		// client's.
-		client := Target{Key: l.policy.Entity(st.user, st.clientID)}
+		client := l.clientEntity(st)
 		for _, d := range entity.Directions {
 			if !st.decision.Decided[d] {
 				st.set(d, client)
@@ -332,9 +371,9 @@ func (st *conn) set(d entity.Direction, t Target) {
 // Kafka's internal topics are never topic-partition entities; a client
 // reading or writing them is governed as that client (as Kafka's own client
 // quotas do: only replication is exempt, and that by its peer).
-func (l *Learner[C]) resolve(user, clientID string, topics []kafka.TopicPartitions) Target {
+func (l *Learner[C]) resolve(st *conn, topics []kafka.TopicPartitions) Target {
 	if !l.policy.HasTopicPartitions() {
-		return Target{Key: l.policy.Entity(user, clientID)}
+		return l.clientEntity(st)
 	}
 	for i := range topics {
 		tp := &topics[i]
@@ -362,7 +401,27 @@ func (l *Learner[C]) resolve(user, clientID string, topics []kafka.TopicPartitio
 			}
 		}
 	}
-	return Target{Key: l.policy.Entity(user, clientID)}
+	return l.clientEntity(st)
+}
+
+// clientEntity is the entity of the connection's user and client-id
+// (Policy.Entity). A client-id the data path cut names no client: only a
+// user level that no client-id changes can decide, else the request is
+// unresolved.
+func (l *Learner[C]) clientEntity(st *conn) Target {
+	if !st.clientIDCut {
+		return Target{Key: l.policy.Entity(st.user, st.clientID)}
+	}
+	if k, ok := l.policy.EntityOfCutClient(st.user, st.clientID); ok {
+		return Target{Key: k}
+	}
+	return l.unresolved()
+}
+
+// unresolved is the entity of a request its sample cannot attribute.
+func (l *Learner[C]) unresolved() Target {
+	l.Stats.Unresolved++
+	return Target{Key: entity.UnresolvedKey}
 }
 
 // principalFits reports whether a principal was read from the message

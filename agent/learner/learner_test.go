@@ -399,3 +399,88 @@ func TestSessionUnknownDecidesNothing(t *testing.T) {
 		t.Errorf("cause %v, want request", l.Cause())
 	}
 }
+
+const cutConfig = `
+entities:
+  clients:
+    free: {}
+    slow: {producer_byte_rate: 1MiB, quota_weight: 0.5}
+  users:
+    alice: {producer_byte_rate: 9MiB}
+    bob:
+      clients:
+        reports: {producer_byte_rate: 2MiB}
+  topic-partitions:
+    orders-3: {producer_byte_rate: 5MiB, consumer_byte_rate: 4MiB}
+`
+
+// cutSample is a sample whose client-id the data path cut: the request as
+// the reader mends it, with the kept prefix as its client-id.
+func cutSample(req kmsg.Request) Sample {
+	return Sample{Data: kt.Frame(req, 1, kt.Str(strings.Repeat("c", 128))), Whole: true, ClientIDCut: true}
+}
+
+// No length hides a request's entity: a cut client-id still finds the
+// request's topic-partition and the user's quota; where the client-id
+// itself decides (no principal, or a user whose levels name clients) the
+// request is unresolved, held to the most restrictive limits; and a whole
+// sample that ends before its topics (a long transactional.id) moves even
+// a decided connection there, so that it cannot escape a topic-partition's
+// limit behind an earlier, unlimited decision.
+func TestLearnLengthHidesNothing(t *testing.T) {
+	policy := mustPolicy(t, cutConfig)
+	l := New[int](policy, nil)
+	l.SetSASLListeners(func(c int) bool { return c >= 10 })
+	learnS := func(c int, s Sample) Decision {
+		t.Helper()
+		d, _, err := l.LearnSample(c, 1, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	unresolved := Target{Key: entity.UnresolvedKey}
+	if d := learnS(1, cutSample(kt.Produce(9, kt.TP{Topic: "orders", Partitions: []int32{3}}))); d.Produce != topicPart("orders-3") {
+		t.Errorf("cut client-id to a configured partition: %+v", d.Produce)
+	}
+	if d := learnS(2, cutSample(kt.Produce(9, kt.TP{Topic: "events", Partitions: []int32{0}}))); d.Produce != unresolved {
+		t.Errorf("cut client-id, no principal, unconfigured topic: %+v, want unresolved", d.Produce)
+	}
+	login := func(c int, user string) Decision {
+		learnS(c, cutSample(handshake("PLAIN")))
+		return learnS(c, cutSample(authenticate("\x00"+user+"\x00pw")))
+	}
+	if d := login(10, "alice"); d.Produce != (Target{Key: entity.Key{Kind: entity.KindUser, Name: "alice"}}) {
+		t.Errorf("alice with a cut client-id: %+v, want her user entity", d.Produce)
+	}
+	if d := login(11, "bob"); d.Produce != unresolved {
+		t.Errorf("bob (levels per client) with a cut client-id: %+v, want unresolved", d.Produce)
+	}
+	// A decided connection, then a whole Produce sample cut before its
+	// topics by a long transactional.id.
+	if d := learn(t, l, 3, kt.Produce(9, kt.TP{Topic: "events", Partitions: []int32{0}}), "free"); d.Produce != client("free") {
+		t.Fatalf("free: %+v", d.Produce)
+	}
+	hidden := kt.Produce(9, kt.TP{Topic: "orders", Partitions: []int32{3}})
+	txid := strings.Repeat("t", 400)
+	hidden.TransactionID = &txid
+	frame := kt.Frame(hidden, 2, kt.Str("free"))
+	if d, _, _ := l.LearnSample(3, 1, Sample{Data: frame[:256], Whole: false}); d.Produce != client("free") {
+		t.Errorf("a sample that lost fragments moved the connection: %+v", d.Produce)
+	}
+	if d, _, _ := l.LearnSample(3, 1, Sample{Data: frame[:256], Whole: true}); d.Produce != unresolved {
+		t.Errorf("topics hidden behind a transactional.id: %+v, want unresolved", d.Produce)
+	}
+	if l.Stats.Unresolved == 0 {
+		t.Error("unresolved requests were not counted")
+	}
+	// The unresolved entity is held to the most restrictive limits and
+	// weight configured, and is promised nothing.
+	p := policy.Params(entity.UnresolvedKey, entity.Produce)
+	if p.Limit != 1<<20 || p.Weight != 0.5 || p.Reservation != 0 {
+		t.Errorf("unresolved produce params %+v, want limit 1MiB (slow), weight 0.5, no reservation", p)
+	}
+	if f := policy.Params(entity.UnresolvedKey, entity.Fetch); f.Limit != 4<<20 {
+		t.Errorf("unresolved fetch limit %v, want 4MiB (orders-3)", f.Limit)
+	}
+}
