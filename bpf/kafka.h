@@ -150,7 +150,7 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	s->conn_born = st->born;
 	s->bound = st->bound;
 	publish_head(ring, head + 1);
-	stat_inc(frag_off == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
+	stat_inc((frag_off & ~SAMPLE_CLIENT_ID_CUT) == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
 	return n;
 }
 

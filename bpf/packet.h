@@ -29,8 +29,13 @@ struct parsed {
 	// A whole register, so that the verifier knows it wherever it is read
 	// (a byte on the stack it forgets, and walks the other family's code).
 	__u64 v6;
-	__u8 syn, synack, fin_rst, rst;
+	__u8 syn, synack;
+	__u8 fin_rst; // TCP_FLAG_FIN and TCP_FLAG_RST bits of the segment (0: neither)
 };
+
+// The TCP flags byte's FIN and RST bits, as parsed keeps them.
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_RST 0x04
 
 static __always_inline void v4_mapped(__u8 *dst, __be32 addr)
 {
@@ -124,7 +129,6 @@ static __always_inline int parse(struct __sk_buff *skb, int dir, struct parsed *
 	p->ack_seq = bpf_ntohl(tcp->ack_seq);
 	p->syn = tcp->syn && !tcp->ack;
 	p->synack = tcp->syn && tcp->ack;
-	p->fin_rst = tcp->fin || tcp->rst;
-	p->rst = tcp->rst;
+	p->fin_rst = ((const __u8 *)tcp)[13] & (TCP_FLAG_FIN | TCP_FLAG_RST);
 	return 1;
 }

@@ -325,7 +325,7 @@ static __always_inline int ends_connection(int dir, const struct parsed *p, cons
 {
 	if (dir == DIR_FETCH)
 		return 1;
-	if (!p->rst || !st->track.synced)
+	if (!(p->fin_rst & TCP_FLAG_RST) || !st->track.synced)
 		return 0;
 	__u32 next = st->track.next_seq;
 	return next - p->seq <= RST_WINDOW_BEHIND || p->seq - next <= RST_WINDOW_AHEAD;

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 	"github.com/sluice-dev/sluice/test/netns"
 
 	"github.com/cilium/ebpf"
@@ -28,6 +29,11 @@ import (
 //   - request-start: a segment that starts a request that is sampled, into
 //     a slot in no cache (BenchmarkRequestStartAgentRing and
 //     BenchmarkRequestStartDrained place it where the agent leaves it)
+//   - request-start-unsampled: a segment that starts a request the
+//     connection's sample budget does not cover (spent): tracked, not
+//     sampled, as most request starts of a busy connection are
+//   - request-start-cut: request-start with a 1000-byte client-id, sampled
+//     as its header, the client-id's kept head and what follows
 func BenchmarkDatapath(b *testing.B) {
 	netns.RequireRoot(b, "loads BPF programs")
 	payload := make([]byte, 1400)
@@ -74,6 +80,22 @@ func BenchmarkDatapath(b *testing.B) {
 			opts:  requestStartOptions,
 			setup: func(h *harness) { enterBound(h, 40000) },
 			seg:   requestStart(40000),
+		},
+		{
+			name: "request-start-unsampled",
+			opts: func(o *Options) { requestStartOptions(o); o.FirstRequestsSampled = 0 },
+			setup: func(h *harness) {
+				enterBound(h, 40000)
+				h.d.SetSettings(Settings{Shaper: ShaperHTB, IFBIndex: 1, StaleAfter: 10 * time.Second, SamplesPerSecond: 0})
+			},
+			seg: requestStart(40000),
+		},
+		{
+			name: "request-start-cut",
+			// Two fragments a run: room for every one of a batch.
+			opts:  func(o *Options) { requestStartOptions(o); o.SampleSlotsPerCPU = 65536 },
+			setup: func(h *harness) { enterBound(h, 40000) },
+			seg:   requestStartCut(40000),
 		},
 	}
 	// Calibration: an empty TC program in the same run, so the per-packet
@@ -144,8 +166,16 @@ func BenchmarkDatapath(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(total.Nanoseconds())/float64(runs), "ns/pkt")
-			if st, _ := h.d.Stats(); c.name == "request-start" && (st.Samples == 0 || st.RingBufferDrops != 0) {
-				b.Fatalf("request-start benchmark sampled %d and dropped %d: it must measure sending every sample", st.Samples, st.RingBufferDrops)
+			st, _ := h.d.Stats()
+			switch c.name {
+			case "request-start", "request-start-cut":
+				if st.Samples == 0 || st.RingBufferDrops != 0 {
+					b.Fatalf("%s benchmark sampled %d and dropped %d: it must measure sending every sample", c.name, st.Samples, st.RingBufferDrops)
+				}
+			case "request-start-unsampled":
+				if st.Samples != 0 || st.BudgetDrops == 0 {
+					b.Fatalf("request-start-unsampled sampled %d (budget drops %d): it must measure request starts the budget does not cover", st.Samples, st.BudgetDrops)
+				}
 			}
 		})
 	}
@@ -177,6 +207,14 @@ func enterBound(h *harness, port uint16) {
 // connection from port that starts a produce request longer than a sample.
 func requestStart(port uint16) segment {
 	req := kafkaRequests()[1]
+	return toBroker(client4, broker4, port, 100, flagACK|flagPSH, append(append([]byte{}, req...), make([]byte, 1400)...)[:1400])
+}
+
+// requestStartCut is requestStart with a 1000-byte client-id: its sample
+// is cut (ClientIDKept).
+func requestStartCut(port uint16) segment {
+	id := string(make([]byte, 1000))
+	req := kt.Frame(kt.Produce(9, kt.TP{Topic: "orders", Partitions: []int32{0}}), 1, &id)
 	return toBroker(client4, broker4, port, 100, flagACK|flagPSH, append(append([]byte{}, req...), make([]byte, 1400)...)[:1400])
 }
 
