@@ -71,8 +71,10 @@ type Agent struct {
 	counters [2][]maps.Counters
 	store    EntityStore   // nil when the data path keeps no registry
 	idents   IdentityStore // nil when the data path keeps no identities
-	primed   bool          // counters read once: deltas are meaningful
-	cycle    uint64
+	// bindLog: each connection's last binding by Learn (explain).
+	bindLog map[maps.ConnKey]bindRecord
+	primed  bool // counters read once: deltas are meaningful
+	cycle   uint64
 	// policyGen counts policies: parameters cached under an older one are stale.
 	policyGen uint64
 	lastScan  time.Time
@@ -295,6 +297,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	}
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
 	a.conns.Rebinds = make(map[string]uint64, len(RebindReasons))
+	a.bindLog = map[maps.ConnKey]bindRecord{}
 	if idents, ok := deps.DataPath.(IdentityStore); ok {
 		a.idents = idents
 		a.learner.OnLogin(a.saveIdentity)
@@ -506,8 +509,9 @@ func (a *Agent) Learn(s maps.Sample) error {
 		// listener's peer table was written): its peer decides, not this.
 		return nil
 	}
+	adopted := false
 	if !a.learner.Known(s.Conn, s.Born) {
-		a.adopt(s)
+		adopted = a.adopt(s)
 	}
 	decision, changed, err := a.learner.LearnSample(s.Conn, s.Born, learner.Sample{Data: s.Data, Whole: s.Complete, ClientIDCut: s.ClientIDCut})
 	if err != nil {
@@ -530,6 +534,9 @@ func (a *Agent) Learn(s maps.Sample) error {
 		}
 	}
 	if ids == s.Bound {
+		if adopted {
+			a.noteBinding(s.Conn, "adopted", -1)
+		}
 		return nil
 	}
 	if !changed {
@@ -537,12 +544,17 @@ func (a *Agent) Learn(s maps.Sample) error {
 		// reset): bind it again now, not when the decision next changes.
 		a.conns.Rebound++
 	}
-	if reason := rebindReason(s.Bound, ids, changed, a.learner.Cause()); reason != "" {
+	reason := rebindReason(s.Bound, ids, changed, a.learner.Cause())
+	if reason != "" {
 		a.conns.Rebinds[reason]++
 		a.log.Debug("connection rebound", "conn", s.Conn.String(), "reason", reason,
 			"from", fmt.Sprint(s.Bound), "to", fmt.Sprint(ids))
 	}
-	return a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}})
+	if err := a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}}); err != nil {
+		return err
+	}
+	a.noteBinding(s.Conn, bindReason(reason, a.learner.Cause(), adopted), a.learner.LastAPI())
+	return nil
 }
 
 // RebindReasons are the values of sluice_rebinds_total's reason label.
@@ -582,7 +594,7 @@ func rebindReason(bound, ids [2]uint32, changed bool, cause learner.Cause) strin
 // nothing leaves the connection where it is. A connection the data path
 // saw open anew (SYN-ACK) has neither: its entry and its identity went
 // with the old connection.
-func (a *Agent) adopt(s maps.Sample) {
+func (a *Agent) adopt(s maps.Sample) bool {
 	var id learner.Identity
 	if a.idents != nil {
 		saved, ok, err := a.idents.Identity(s.Conn)
@@ -606,9 +618,10 @@ func (a *Agent) adopt(s maps.Sample) {
 		}
 	}
 	if id == (learner.Identity{}) && bound.Decided == [2]bool{} {
-		return // nothing outlived the learner's state: learn from scratch
+		return false // nothing outlived the learner's state: learn from scratch
 	}
 	a.learner.Adopt(s.Conn, s.Born, id, bound)
+	return true
 }
 
 // boundKey is the entity a connection is bound to, if it is a registered
@@ -937,6 +950,11 @@ func (a *Agent) scanConnections(now time.Time) error {
 	a.conns.Reaped += uint64(len(closed))
 	a.conns.Tracked = tracked - len(closed)
 	a.learner.Retain(func(c maps.ConnKey) bool { _, ok := live[c]; return ok })
+	for c := range a.bindLog {
+		if _, ok := live[c]; !ok {
+			delete(a.bindLog, c)
+		}
+	}
 	a.newPerPeer.Prune(now)
 	return nil
 }

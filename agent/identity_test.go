@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -204,5 +205,57 @@ func TestRebindReasons(t *testing.T) {
 	learn(kt.Fetch(12, 7, 2, nil, nil))
 	if n := a.conns.Rebinds["rule_change"]; n != 1 {
 		t.Errorf("rule_change rebinds %d, want 1 (orders-0 no longer configured); all: %v", n, a.conns.Rebinds)
+	}
+}
+
+// explain on a connection says which entity holds it, by which rule, and
+// which request bound it, from the data path's table.
+func TestConnectionsExplainTheirBinding(t *testing.T) {
+	cfg, err := config.Parse([]byte(identityConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newIdentityDataPath()
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	a := agentOn(t, cfg, dp, clock)
+	sasl := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.7:40001"), Local: netip.MustParseAddrPort("198.18.0.1:9094")}
+	consumer := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.7:40002"), Local: brokerAddr}
+	other := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.8:40003"), Local: brokerAddr}
+	for _, step := range []struct {
+		c   maps.ConnKey
+		req kmsg.Request
+	}{
+		{sasl, saslHandshake()}, {sasl, saslPlain("alice")},
+		{consumer, kt.Fetch(12, 7, 0, []kt.TP{{Topic: "orders", Partitions: []int32{0}}}, nil)},
+		{other, apiVersions()},
+	} {
+		if err := a.Learn(dp.sample(step.c, "app", step.req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	views, err := a.Connections(netip.MustParseAddr("198.18.0.7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(views) != 2 {
+		t.Fatalf("%d connections from 198.18.0.7, want 2: %+v", len(views), views)
+	}
+	login, fetch := views[0], views[1]
+	if login.Produce != "user:alice" || !strings.Contains(login.Rule, "SASL principal alice") || login.BoundBy != "SASLAuthenticate" ||
+		login.Reason != "login" || login.Listener != config.ProtocolSASLPlaintext || login.Since == nil || !login.Since.Equal(clock.Now()) {
+		t.Errorf("SASL connection: %+v", login)
+	}
+	if fetch.Fetch != "topic-partition:orders-0" || !strings.Contains(fetch.Rule, "fetch: configured topic-partition orders-0") || fetch.BoundBy != "Fetch" {
+		t.Errorf("consumer: %+v", fetch)
+	}
+	// A restarted agent adopts the binding and says so.
+	clock.advance(time.Minute)
+	second := agentOn(t, cfg, dp, clock)
+	if err := second.Learn(dp.sample(sasl, "app", apiVersions())); err != nil {
+		t.Fatal(err)
+	}
+	views, _ = second.Connections(netip.MustParseAddr("198.18.0.7"))
+	if len(views) != 2 || views[0].Reason != "adopted" || views[0].Produce != "user:alice" || views[0].BoundBy != "" {
+		t.Errorf("after a restart: %+v", views)
 	}
 }

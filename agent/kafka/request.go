@@ -312,3 +312,7 @@ func (p *Parser) parse(w *walker, r *Request) error {
 	}
 	return nil
 }
+
+// APIName names a request's API key as Kafka does ("Produce", "Fetch",
+// "SaslAuthenticate"), or "Unknown".
+func APIName(key int16) string { return kmsg.NameForKey(key) }

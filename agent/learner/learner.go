@@ -120,6 +120,7 @@ type Learner[C comparable] struct {
 	// older generation that changes entity changed by a rule.
 	policyGen uint64
 	cause     Cause
+	lastAPI   int16 // the API key of the last request parsed
 	Stats     Stats
 }
 
@@ -178,6 +179,9 @@ func (l *Learner[C]) Adopt(c C, born uint64, id Identity, bound Decision) {
 // (CauseNone when it did not).
 func (l *Learner[C]) Cause() Cause { return l.cause }
 
+// LastAPI is the API key of the last request Learn parsed (-1: none).
+func (l *Learner[C]) LastAPI() int16 { return l.lastAPI }
+
 // SetSASLListeners says which connections came in on SASL_PLAINTEXT
 // listeners. Only there is a principal read: on any other listener a
 // SaslAuthenticate was not asked for, and its name would be the client's
@@ -230,7 +234,7 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 // LearnSample is Learn for a sample with what the data path said of it.
 func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, error) {
 	sample := s.Data
-	l.cause = CauseNone
+	l.cause, l.lastAPI = CauseNone, -1
 	st := l.conns[c]
 	if st != nil && st.born != born {
 		l.Stats.NewConnections++
@@ -246,6 +250,7 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 		return st.decision, false, err
 	}
 	l.Stats.Parsed++
+	l.lastAPI = r.APIKey
 	if r.Truncated {
 		l.Stats.Truncated++
 	}
