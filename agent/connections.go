@@ -1,7 +1,11 @@
 package agent
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -151,4 +155,55 @@ func (a *Agent) rule(id uint32) string {
 		return "unresolved: its sample could not tell (a client-id too long to sample whole, or topics hidden behind client-chosen fields); held to the most restrictive limits configured"
 	}
 	return k.String()
+}
+
+// serveConnections answers a status socket's "connections" request.
+func (a *Agent) serveConnections(w io.Writer, peer string) {
+	var addr netip.Addr
+	if peer != "" {
+		var err error
+		if addr, err = netip.ParseAddr(peer); err != nil {
+			json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("peer %q is not an IP address", peer)})
+			return
+		}
+	}
+	views, err := a.Connections(addr)
+	if err != nil {
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	json.NewEncoder(w).Encode(views)
+}
+
+// QueryConnections asks the agent at the socket for the connections from
+// peer (the zero Addr: all of them).
+func QueryConnections(path string, peer netip.Addr) ([]ConnectionView, error) {
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("is the agent running? %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := statusRequest{Cmd: "connections"}
+	if peer.IsValid() {
+		req.Peer = peer.String()
+	}
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return nil, err
+	}
+	var raw json.RawMessage
+	if err := json.NewDecoder(c).Decode(&raw); err != nil {
+		return nil, fmt.Errorf("read connections: %w", err)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		return nil, errors.New(e.Error)
+	}
+	var views []ConnectionView
+	if err := json.Unmarshal(raw, &views); err != nil {
+		return nil, fmt.Errorf("decode connections: %w", err)
+	}
+	return views, nil
 }

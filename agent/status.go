@@ -33,7 +33,9 @@ func ListenStatus(path string) (net.Listener, error) {
 
 // statusRequest is one line of JSON from a client.
 type statusRequest struct {
-	Cmd string `json:"cmd"` // "snapshot"
+	Cmd string `json:"cmd"` // "snapshot" or "connections"
+	// Peer filters "connections" to one client address ("": all).
+	Peer string `json:"peer,omitempty"`
 }
 
 // ServeStatus answers snapshot requests until the listener closes.
@@ -50,8 +52,12 @@ func (a *Agent) ServeStatus(l net.Listener) error {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(5 * time.Second))
 			var req statusRequest
-			if err := json.NewDecoder(c).Decode(&req); err != nil || req.Cmd != "snapshot" {
-				json.NewEncoder(c).Encode(map[string]string{"error": "unknown request; send {\"cmd\":\"snapshot\"}"})
+			if err := json.NewDecoder(c).Decode(&req); err != nil || (req.Cmd != "snapshot" && req.Cmd != "connections") {
+				json.NewEncoder(c).Encode(map[string]string{"error": "unknown request; send {\"cmd\":\"snapshot\"} or {\"cmd\":\"connections\",\"peer\":\"ADDRESS\"}"})
+				return
+			}
+			if req.Cmd == "connections" {
+				a.serveConnections(c, req.Peer)
 				return
 			}
 			s := a.Snapshot()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -101,7 +103,10 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if fs.NArg() != 1 {
-		return usageError{errors.New("explain: give one entity name (a client-id, a topic-partition, or kind:name)")}
+		return usageError{errors.New("explain: give one entity name (a client-id, a topic-partition, or kind:name) or a client address (IP, IP:port, or IP:port->IP:port)")}
+	}
+	if conn, ok := parseConnection(fs.Arg(0)); ok {
+		return explainConnections(stdout, *socket, conn, output.json())
 	}
 	s, err := agent.QueryStatus(*socket)
 	if err != nil {
@@ -126,6 +131,82 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if output.json() {
 		return json.NewEncoder(stdout).Encode(explained)
+	}
+	return nil
+}
+
+// connectionFilter is a connection `sluice explain` was given: a client
+// address, and the client's port and the broker's address and port when
+// given too.
+type connectionFilter struct {
+	peer  netip.Addr
+	port  uint16         // 0: any
+	local netip.AddrPort // zero: any
+}
+
+// parseConnection reads IP, IP:port or IP:port->IP:port (what `sluice
+// status`, ss and the agent's log print). Anything else is an entity name
+// (write client:NAME for a client-id that looks like an address).
+func parseConnection(arg string) (connectionFilter, bool) {
+	var f connectionFilter
+	peer, local, fourTuple := strings.Cut(arg, "->")
+	if fourTuple {
+		l, err := netip.ParseAddrPort(local)
+		if err != nil {
+			return f, false
+		}
+		f.local = l
+	}
+	if ap, err := netip.ParseAddrPort(peer); err == nil {
+		f.peer, f.port = ap.Addr(), ap.Port()
+		return f, true
+	}
+	if a, err := netip.ParseAddr(peer); err == nil && !fourTuple {
+		f.peer = a
+		return f, true
+	}
+	return f, false
+}
+
+// explainConnections shows the connections f names: which entity holds
+// each direction, by which rule, and which request bound it when.
+func explainConnections(w io.Writer, socket string, f connectionFilter, asJSON bool) error {
+	views, err := agent.QueryConnections(socket, f.peer)
+	if err != nil {
+		return err
+	}
+	var match []agent.ConnectionView
+	for _, v := range views {
+		peer, _ := netip.ParseAddrPort(v.Peer)
+		local, _ := netip.ParseAddrPort(v.Local)
+		if (f.port == 0 || peer.Port() == f.port) && (!f.local.IsValid() || local == f.local) {
+			match = append(match, v)
+		}
+	}
+	if asJSON {
+		if match == nil {
+			match = []agent.ConnectionView{}
+		}
+		return json.NewEncoder(w).Encode(match)
+	}
+	if len(match) == 0 {
+		return fmt.Errorf("explain: the data path holds no connection from %v", f.peer)
+	}
+	for _, v := range match {
+		fmt.Fprintf(w, "%s -> %s (%s)%s\n", v.Peer, v.Local, v.Listener, map[bool]string{true: ", closing"}[v.Closing])
+		if v.Produce == v.Fetch {
+			fmt.Fprintf(w, "  produce, fetch: %s\n", v.Produce)
+		} else {
+			fmt.Fprintf(w, "  produce: %s\n  fetch:   %s\n", v.Produce, v.Fetch)
+		}
+		fmt.Fprintf(w, "  rule: %s\n", v.Rule)
+		if v.Since != nil {
+			by := v.BoundBy
+			if by == "" {
+				by = "no request"
+			}
+			fmt.Fprintf(w, "  bound by %s (%s) at %s\n", by, v.Reason, v.Since.Format(time.RFC3339))
+		}
 	}
 	return nil
 }
