@@ -136,7 +136,7 @@ bench: ## benchmarks, -count 5 (read medians)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(BENCH_PKGS)
 
 # Fuzz targets as package:target; corpora live in each package's testdata/fuzz.
-FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody ./agent/entity/:FuzzSafeName
+FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody ./agent/learner/:FuzzLearn ./agent/entity/:FuzzSafeName
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 60s)
