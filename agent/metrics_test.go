@@ -63,6 +63,61 @@ func scrape(t *testing.T, m *Metrics) map[string]*dto.MetricFamily {
 	return families
 }
 
+// metricsDocPath is the operators' reference of every metric family,
+// written from a scrape (so it cannot drift from what the agent exports).
+const metricsDocPath = "../docs/metrics.md"
+
+// labelBounds says how many values each label can take: client-ids are
+// the clients' choice, so every label a client could grow is bounded.
+var labelBounds = map[string]string{
+	"direction":   "`produce`, `fetch`",
+	"entity":      "at most `metrics.max_entity_series` entities per direction have series of their own (configured ones first; `metrics.entities: all` lets learned ones in); every other entity is summed into one aggregate (`entity=\"<others>\"`, `entity_type=\"unconfigured\"`), plus `unknown` and `overflow`",
+	"entity_type": "an entity kind: `client`, `client-pattern`, `topic-partition`, `user`, `user-client`, `peer`, `listener`, `unresolved`, `unknown`, `overflow`, or `unconfigured` for the aggregate",
+	"state":       "a fixed set of states (entities: `active`, `standby`, `throttled`, ...; kafka_quotas: `imported`, `left_out`, `skipped`)",
+	"reason":      "a fixed list (see the help text)",
+	"result":      "`complete`, `truncated`, `failed`",
+	"version":     "the build's version (one value per process)",
+	"revision":    "the build's revision (one value per process)",
+	"mode":        "`enforce`, `shadow`",
+	"shaper":      "`htb`, `edt`, `police`, `shadow`",
+	"attach":      "`tcx`, `clsact`",
+}
+
+// metricsDoc renders docs/metrics.md from a scrape's sluice_ families.
+func metricsDoc(families map[string]*dto.MetricFamily) string {
+	var b strings.Builder
+	b.WriteString("# sluice metrics\n\n")
+	b.WriteString("Every family `/metrics` exports (`metrics_address`, default `127.0.0.1:7359`), written from a scrape by\n")
+	b.WriteString("`go test ./agent -run TestMetricsMatchTheCommittedList -update-metrics`; the test fails when this file and\n")
+	b.WriteString("the agent differ. Go's and the process's standard collectors (`go_*`, `process_*`) are exported too.\n\n")
+	b.WriteString("| metric | type | labels | what it is |\n|---|---|---|---|\n")
+	names := slices.Sorted(maps.Keys(families))
+	used := map[string]bool{}
+	for _, name := range names {
+		f := families[name]
+		if !strings.HasPrefix(name, "sluice_") {
+			continue
+		}
+		labels := strings.Fields(strings.ReplaceAll(strings.Fields(familyLine(f))[2], ",", " "))
+		if len(labels) == 1 && labels[0] == "-" {
+			labels = nil
+		}
+		for _, l := range labels {
+			used[l] = true
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", name, strings.ToLower(f.GetType().String()), strings.Join(labels, ", "), strings.ReplaceAll(f.GetHelp(), "|", "\\|"))
+	}
+	b.WriteString("\n## Label bounds\n\n| label | values |\n|---|---|\n")
+	for _, l := range slices.Sorted(maps.Keys(used)) {
+		bound, ok := labelBounds[l]
+		if !ok {
+			bound = "UNBOUNDED: add it to labelBounds in agent/metrics_test.go"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s |\n", l, bound)
+	}
+	return b.String()
+}
+
 // familyLine is a family's line in the committed list.
 func familyLine(f *dto.MetricFamily) string {
 	labels := map[string]bool{}
@@ -99,10 +154,20 @@ func TestMetricsMatchTheCommittedList(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
+	doc := metricsDoc(families)
 	if *updateMetricsList {
 		if err := os.WriteFile(metricsList, []byte(strings.Join(got, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.WriteFile(metricsDocPath, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Contains(doc, "UNBOUNDED") {
+		t.Errorf("a label without a stated bound:\n%s", doc)
+	}
+	if committed, err := os.ReadFile(metricsDocPath); err != nil || string(committed) != doc {
+		t.Errorf("%s is not what the agent exports (go test ./agent -run TestMetricsMatchTheCommittedList -update-metrics): %v", metricsDocPath, err)
 	}
 	data, err := os.ReadFile(metricsList)
 	if err != nil {
