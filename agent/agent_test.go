@@ -215,7 +215,7 @@ func TestAgentScanReapsClosedConnectionsAndLearnerState(t *testing.T) {
 }
 
 // Counters become measured rates, the allocator runs on them, and the
-// shaper gets each entity's dynamic limit (DESIGN.md example 1 on fetch).
+// shaper gets each entity's dynamic limit (docs/design.md §4, worked example 1 on fetch).
 func TestAgentAllocatesFromCounters(t *testing.T) {
 	r := newRig(t, `
 entities:

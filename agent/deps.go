@@ -1,5 +1,5 @@
 // Package agent is the sluice daemon's core: it learns entities from
-// sampled requests, runs the control loop of DESIGN.md §4 for each
+// sampled requests, runs the control loop of docs/design.md §4 for each
 // direction every refresh interval, writes rates to the shaper and the
 // data path, and publishes what it decided for metrics, `sluice status` and
 // `sluice explain`. Everything with side effects sits behind the small

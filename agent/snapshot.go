@@ -33,7 +33,7 @@ func (b *Bps) UnmarshalJSON(data []byte) error {
 }
 
 // EntityView is one entity in one direction as of the last cycle: each
-// step of DESIGN.md §4, for `sluice explain`.
+// step of docs/design.md §4, for `sluice explain`.
 type EntityView struct {
 	ID        uint32 `json:"id"`
 	Kind      string `json:"kind"`

@@ -84,7 +84,7 @@ func (c Config) Headroom() float64 { return c.Capacity - c.Distributable() }
 // Distributable returns C = capacity × safety_ratio.
 func (c Config) Distributable() float64 { return c.Capacity * c.SafetyRatio }
 
-// Cycle runs Steps 0–6 of DESIGN.md §4 over entities and writes each
+// Cycle runs Steps 0–6 of docs/design.md §4 over entities and writes each
 // entity's allocation to out[i] (out must be at least as long as entities).
 // An invalid entity is reported with its index and changes nothing: not the
 // activity memory, not the alert, not the cycle count.

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The worked examples of DESIGN.md §4 are the test vectors: each cycle's
+// The worked examples of docs/design.md §4 are the test vectors: each cycle's
 // expected dynamic limits to ±0.01.
 
 type step struct {
@@ -146,7 +146,7 @@ func TestWorkedExample4PaperOvercommitRealIdleness(t *testing.T) {
 	})
 }
 
-// Worked example 5 of DESIGN.md §4: floors. C = 900, min_limit 50. A and B
+// Worked example 5 of docs/design.md §4: floors. C = 900, min_limit 50. A and B
 // are greedy without reservations (weights 1 and 0.01), R uses exactly its
 // 300 reservation. Without the floor B would get 600 × 0.01/1.01 = 5.94,
 // too little to finish a large request inside a client's timeout.

@@ -12,7 +12,7 @@ func near(a, b, scale float64) bool {
 	return math.Abs(a-b) <= 1e-9*math.Max(1, scale)
 }
 
-// checkInvariants asserts every invariant of DESIGN.md §4 on one cycle's
+// checkInvariants asserts every invariant of docs/design.md §4 on one cycle's
 // output, plus the water-filling optimality that "weights only matter among
 // entities that claim more" implies.
 func checkInvariants(cfg Config, in []Entity, out []Allocation, s Summary) error {

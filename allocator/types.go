@@ -1,4 +1,4 @@
-// Package allocator is the elastic-quota control loop of DESIGN.md §4 for one
+// Package allocator is the elastic-quota control loop of docs/design.md §4 for one
 // direction (produce or fetch): from each entity's reservation, weight, limit,
 // measured use and throttled flag it computes the dynamic limit the data path
 // enforces until the next cycle.
@@ -71,7 +71,7 @@ type Config struct {
 	MinLimit float64
 }
 
-// DefaultConfig returns the defaults of DESIGN.md for a given capacity.
+// DefaultConfig returns the defaults of docs/design.md §4 for a given capacity.
 func DefaultConfig(capacity float64) Config {
 	return Config{
 		Capacity:                capacity,

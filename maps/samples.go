@@ -75,11 +75,11 @@ type fragment struct {
 	fragOff uint32
 	// clientIDCut: the first fragment of a sample whose client-id was cut.
 	clientIDCut bool
-	reqLen  uint32
-	time    time.Duration // when the reader took it
-	born    uint64
-	bound   [2]uint32
-	data    []byte
+	reqLen      uint32
+	time        time.Duration // when the reader took it
+	born        uint64
+	bound       [2]uint32
+	data        []byte
 }
 
 func decodeFragment(raw []byte) (fragment, error) {
@@ -102,10 +102,10 @@ func decodeFragment(raw []byte) (fragment, error) {
 		reqSeq:      le.Uint32(raw[sampleOffReqSeq:]),
 		fragOff:     uint32(fragOff &^ fragOffClientIDCut),
 		clientIDCut: fragOff&fragOffClientIDCut != 0,
-		reqLen:  le.Uint32(raw[sampleOffReqLen:]),
-		born:    le.Uint64(raw[sampleOffBorn:]),
-		bound:   [2]uint32{le.Uint32(raw[sampleOffBound:]), le.Uint32(raw[sampleOffBound+4:])},
-		data:    raw[sampleOffData : sampleOffData+n],
+		reqLen:      le.Uint32(raw[sampleOffReqLen:]),
+		born:        le.Uint64(raw[sampleOffBorn:]),
+		bound:       [2]uint32{le.Uint32(raw[sampleOffBound:]), le.Uint32(raw[sampleOffBound+4:])},
+		data:        raw[sampleOffData : sampleOffData+n],
 	}, nil
 }
 

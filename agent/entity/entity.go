@@ -1,6 +1,6 @@
 // Package entity is the vocabulary of quota entities: directions, kinds,
 // keys and parameters; the Policy that decides which entity a request
-// belongs to and with which parameters (DESIGN.md §5); and the Registry that
+// belongs to and with which parameters (docs/design.md §5); and the Registry that
 // gives entities the dense ids the data path indexes by.
 package entity
 

@@ -274,7 +274,7 @@ func (p *Policy) Params(k Key, d Direction) Params {
 type Source uint8
 
 const (
-	// SourceGlobal: DESIGN.md's global default.
+	// SourceGlobal: the global default (docs/design.md §1).
 	SourceGlobal Source = iota
 	// SourceFile: the entity's own entry in the configuration file.
 	SourceFile

@@ -1,6 +1,6 @@
 // Package learner turns sampled request bytes into entity decisions for each
 // connection: which entity its produce-direction and fetch-direction bytes
-// belong to, following DESIGN.md §5. Its input is bytes; it needs no BPF.
+// belong to, following docs/design.md §5. Its input is bytes; it needs no BPF.
 package learner
 
 import (
@@ -370,7 +370,7 @@ func (st *conn) set(d entity.Direction, t Target) {
 	st.decision.Decided[d] = true
 }
 
-// resolve applies DESIGN.md §5 to a request's partitions in request order:
+// resolve applies docs/design.md §5 to a request's partitions in request order:
 // the first configured topic-partition wins, otherwise the entity of the
 // user and client (Policy.Entity).
 // Kafka's internal topics are never topic-partition entities; a client

@@ -76,7 +76,7 @@ func topicPart(name string) Target {
 	return Target{Key: entity.Key{Kind: entity.KindTopicPartition, Name: name}}
 }
 
-// TestPrecedence covers every rule of DESIGN.md §5: which entity a request's
+// TestPrecedence covers every rule of docs/design.md §5: which entity a request's
 // bytes belong to.
 func TestPrecedence(t *testing.T) {
 	policy := mustPolicy(t, precedenceConfig)

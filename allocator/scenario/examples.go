@@ -9,7 +9,7 @@ import (
 //go:embed examples/*.yaml
 var examples embed.FS
 
-// Example is one of the worked examples of DESIGN.md §4, embedded so that
+// Example is one of the worked examples of docs/design.md §4, embedded so that
 // `sluice demo` and `sluice simulate` need no files on disk.
 type Example struct {
 	Name string // file name, e.g. "1-normal-allocation.yaml"

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The embedded worked examples must reproduce DESIGN.md §4's numbers
+// The embedded worked examples must reproduce docs/design.md §4's numbers
 // through the file contract (parse, run, round).
 func TestExamplesMatchDesign(t *testing.T) {
 	want := map[string][]map[string]float64{

@@ -9,7 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/allocator/scenario"
 )
 
-// runDemo plays the embedded worked examples of DESIGN.md §4 through the
+// runDemo plays the embedded worked examples of docs/design.md §4 through the
 // control loop and prints each cycle as a table. It needs no Kafka cluster,
 // no root and no files.
 func runDemo(_ context.Context, args []string, stdout, stderr io.Writer) error {
@@ -17,7 +17,7 @@ func runDemo(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	fmt.Fprintln(stdout, "sluice control loop on the worked examples of DESIGN.md §4 (rate units per second)")
+	fmt.Fprintln(stdout, "sluice control loop on the worked examples of docs/design.md §4 (rate units per second)")
 	for _, ex := range scenario.Examples() {
 		fmt.Fprintf(stdout, "\n== %s\n", ex.Name)
 		for _, line := range strings.Split(string(ex.Data), "\n") {
