@@ -135,7 +135,7 @@ func exportedNames(t *testing.T) map[string]bool {
 			}
 		}
 	}
-	for _, n := range []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes"} {
+	for _, n := range []string{"process_resident_memory_bytes", "go_memstats_heap_inuse_bytes", "process_start_time_seconds"} {
 		names[n] = true
 	}
 	return names
