@@ -123,6 +123,17 @@ interfaces: [eth0]
 listeners: [9092]
 produce: {capacity: 10XB}
 fetch: {capacity: 0}`, []string{`produce.capacity: "10XB" is not a rate`, "fetch.capacity: must be -1 (disabled) or positive"}},
+		{"rates out of range", `
+interfaces: [eth0]
+listeners: [9092]
+produce: {capacity: 1e300TiB, min_limit: 2Tbit}
+fetch: {capacity: 10Gbit, activity_threshold: 1e400}
+entities: {clients: {a: {consumer_byte_rate: 126GB, producer_byte_reservation: 1e309}}}`, []string{
+			`produce.capacity: "1e300TiB" is above the largest rate sluice takes, 1Tbit (125GB/s)`,
+			`produce.min_limit: "2Tbit" is above the largest rate`,
+			`fetch.activity_threshold: "1e400" is not a rate`,
+			`entities.clients.a.consumer_byte_rate: "126GB" is above the largest rate`,
+			`entities.clients.a.producer_byte_reservation: "1e309" is not a rate`}},
 		{"safety ratio", `
 interfaces: [eth0]
 listeners: [9092]
@@ -191,7 +202,12 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("%q: %v %v, want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "MiB", "-5MiB", "NaN", "Inf", "5 furlongs"} {
+	for in, want := range map[string]float64{"10Gbit": 1.25e9, "100mbit": 12.5e6, "1Tbit": MaxRate, "125GB": MaxRate, "8bit": 1} {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("%q: %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-5MiB", "NaN", "Inf", "5 furlongs", "1e300TiB", "1e309", "125.1GB", "1.01Tbit", "10Gbps"} {
 		if _, err := ParseRate(in); err == nil {
 			t.Errorf("%q accepted", in)
 		}
@@ -476,5 +492,31 @@ entities:
 	c, err = Parse([]byte(minimal + "entities: {peers: {10.0.0.0/8: {consumer_byte_rate: 1MB}}}\n"))
 	if err != nil || !strings.Contains(fmt.Sprint(c.Warnings()), "entities.peers: peers attribute connections on SSL and SASL_SSL listeners only") {
 		t.Errorf("%v, warnings %v", err, c.Warnings())
+	}
+}
+
+// A value from the environment that is refused names the variable that
+// set it, as well as the key.
+func TestRefusedEnvironmentOverrideNamesItsVariable(t *testing.T) {
+	t.Setenv("SLUICE_PRODUCE_CAPACITY", "1e300TiB")
+	t.Setenv("SLUICE_EXEMPT_PEERS", "10.0.0.0/8,banana")
+	_, err := Parse([]byte(minimal))
+	for _, want := range []string{
+		`produce.capacity: "1e300TiB" is above the largest rate sluice takes, 1Tbit (125GB/s) (from the environment: SLUICE_PRODUCE_CAPACITY)`,
+		`exempt_peers[1]: "banana" is not a CIDR or an address (from the environment: SLUICE_EXEMPT_PEERS)`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to hold %q", err, want)
+		}
+	}
+	// Keys the file set say nothing of the environment.
+	os.Unsetenv("SLUICE_PRODUCE_CAPACITY")
+	os.Unsetenv("SLUICE_EXEMPT_PEERS")
+	_, err = Parse([]byte(minimal + "mode: enforcing\n"))
+	if err == nil || strings.Contains(err.Error(), "environment") {
+		t.Errorf("file key's error %v", err)
+	}
+	if EnvName("entities.clients.a.producer_byte_rate") != "" || EnvName("produce.min_limit") != "SLUICE_PRODUCE_MIN_LIMIT" {
+		t.Errorf("EnvName: %q %q", EnvName("entities.clients.a.producer_byte_rate"), EnvName("produce.min_limit"))
 	}
 }

@@ -119,7 +119,25 @@ type loader struct {
 }
 
 func (l *loader) fail(key, format string, args ...any) {
-	l.problems = append(l.problems, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
+	msg := fmt.Sprintf(format, args...)
+	if name := EnvName(key); name != "" {
+		if _, set := os.LookupEnv(name); set {
+			// The environment overrode the file: say where the value came from.
+			msg += " (from the environment: " + name + ")"
+		}
+	}
+	l.problems = append(l.problems, Problem{Key: key, Message: msg})
+}
+
+// EnvName is the environment variable that overrides a global key
+// (produce.capacity: SLUICE_PRODUCE_CAPACITY), or "" for keys under
+// entities, which only the file sets.
+func EnvName(key string) string {
+	key, _, _ = strings.Cut(key, "[") // exempt_peers[2]: the list's variable
+	if key == "" || strings.HasPrefix(key, "entities") || strings.ContainsAny(key, "( ") {
+		return ""
+	}
+	return EnvPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
 }
 
 // checkKeys reports unknown keys with the nearest valid one.

@@ -177,7 +177,9 @@ func rates(values []kadm.ClientQuotaValue) (q config.Quota, valid bool) {
 			valid = false
 			continue
 		}
-		rate := v.Value
+		// Kafka writes Long.MAX_VALUE for "no quota": anything beyond
+		// the largest rate sluice takes is that largest rate.
+		rate := min(v.Value, config.MaxRate)
 		if v.Key == "producer_byte_rate" {
 			q.ProducerByteRate = &rate
 		} else {

@@ -93,6 +93,19 @@ func TestClientQuotasOfRefusesBadValues(t *testing.T) {
 	}
 }
 
+// Kafka's "no quota" (Long.MAX_VALUE) and any rate beyond the largest the
+// configuration takes are read as that largest rate, never a value that
+// would wrap a kernel field downstream.
+func TestClientQuotasOfHoldsHugeRatesToTheMaximum(t *testing.T) {
+	name := func(s string) *string { return &s }
+	got, skipped := ClientQuotasOf(kadm.DescribedClientQuotas{{Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: name("big")}},
+		Values: kadm.ClientQuotaValues{{Key: "producer_byte_rate", Value: float64(math.MaxInt64)}, {Key: "consumer_byte_rate", Value: 1e300}}}}, 10)
+	q := got.Clients["big"]
+	if skipped != 0 || q.ProducerByteRate == nil || *q.ProducerByteRate != config.MaxRate || q.ConsumerByteRate == nil || *q.ConsumerByteRate != config.MaxRate {
+		t.Errorf("got %+v (skipped %d), want both rates at config.MaxRate", q, skipped)
+	}
+}
+
 // User entities and their defaults are read as the file's entities.users
 // are written: <default> for Kafka's --entity-default; a name spelled
 // <default> and ip quotas are skipped.

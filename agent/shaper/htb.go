@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent/attach"
+	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -464,12 +465,12 @@ func (t *htbTree) htbClass(minor uint16, guaranteed, ceil float64) *netlink.HtbC
 		LinkIndex: t.link.Attrs().Index,
 		Parent:    netlink.MakeHandle(rootMajor, parentMinor),
 		Handle:    netlink.MakeHandle(rootMajor, minor),
-	}, netlink.HtbClassAttrs{Rate: uint64(guaranteed * 8), Ceil: uint64(ceil * 8), Buffer: burst(guaranteed), Cbuffer: burst(ceil), Quantum: classQuantum})
+	}, netlink.HtbClassAttrs{Rate: htbBits(guaranteed), Ceil: htbBits(ceil), Buffer: burst(guaranteed), Cbuffer: burst(ceil), Quantum: classQuantum})
 }
 
 // parentClass is 1:1 at the tree's capacity.
 func (t *htbTree) parentClass() *netlink.HtbClass {
-	bits := uint64(t.capacity * 8)
+	bits := htbBits(t.capacity)
 	return netlink.NewHtbClass(netlink.ClassAttrs{
 		LinkIndex: t.link.Attrs().Index,
 		Parent:    netlink.MakeHandle(rootMajor, 0),
@@ -477,7 +478,20 @@ func (t *htbTree) parentClass() *netlink.HtbClass {
 	}, netlink.HtbClassAttrs{Rate: bits, Ceil: bits, Buffer: burst(t.capacity), Cbuffer: burst(t.capacity), Quantum: classQuantum})
 }
 
-func burst(wire float64) uint32 { return uint32(math.Max(wire*0.01, 2*64<<10)) }
+func burst(wire float64) uint32 {
+	return uint32(math.Min(math.Max(wire*0.01, 2*64<<10), math.MaxUint32))
+}
+
+// htbBits is a rate in bytes/s as HTB's bits/s, held to [1 byte/s,
+// config.MaxRate]: configuration refuses anything beyond, and this keeps
+// a computed rate (a ceiling of +Inf, a NaN) from wrapping the kernel's
+// field.
+func htbBits(bytes float64) uint64 {
+	if !(bytes >= 1) { // NaN too
+		return 8
+	}
+	return uint64(math.Min(bytes, config.MaxRate) * 8)
+}
 
 // SetCapacity implements Shaper: the parent class's rate and ceiling.
 func (h *HTB) SetCapacity(dir maps.Direction, bytesPerSecond float64) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -393,5 +394,23 @@ func TestHTBHeldReportsSentBytes(t *testing.T) {
 	const wire = datagrams * (size + 8 + 20 + 14) // UDP, IPv4 and Ethernet headers
 	if len(held) != 1 || held[0].Entity != 5 || held[0].Sent != payloadBytes(wire) || held[0].Dropped != 0 {
 		t.Errorf("held %+v, want entity 5 with %d wire bytes (%d as payload) sent and nothing dropped", held, wire, payloadBytes(wire))
+	}
+}
+
+// HTB's fields never wrap: rates beyond the largest configuration takes
+// (and a computed +Inf or NaN) are held to it, bursts to uint32.
+func TestHTBFieldsNeverOverflow(t *testing.T) {
+	for in, want := range map[float64]uint64{
+		1e6: 8e6, config.MaxRate: 1e12, 1e300: 1e12, math.Inf(1): 1e12, math.NaN(): 8, -5: 8, 0: 8,
+	} {
+		if got := htbBits(in); got != want {
+			t.Errorf("htbBits(%v) = %d, want %d", in, got, want)
+		}
+	}
+	if b := burst(config.MaxRate); b != uint32(config.MaxRate*0.01) {
+		t.Errorf("burst at the largest rate: %d", b)
+	}
+	if b := burst(1e300); b != math.MaxUint32 {
+		t.Errorf("burst(1e300) = %d", b)
 	}
 }
