@@ -520,3 +520,22 @@ func TestRefusedEnvironmentOverrideNamesItsVariable(t *testing.T) {
 		t.Errorf("EnvName: %q %q", EnvName("entities.clients.a.producer_byte_rate"), EnvName("produce.min_limit"))
 	}
 }
+
+// Files the metadata client will read are read at parse, so check-config
+// and a reload refuse what the client could not use, naming the key.
+func TestFilesTheClientReadsAreCheckedAtParse(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.txt")
+	os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600)
+	for _, c := range []struct{ name, yaml, want string }{
+		{"missing ca", "tls: {enabled: true, ca_file: " + filepath.Join(dir, "absent.pem") + "}", "tls.ca_file: open " + filepath.Join(dir, "absent.pem") + ": no such file"},
+		{"ca not pem", "tls: {enabled: true, ca_file: " + notPEM + "}", "tls.ca_file: " + notPEM + " holds no PEM certificate"},
+		{"bad key pair", "tls: {enabled: true, cert_file: " + notPEM + ", key_file: " + notPEM + "}", "tls.cert_file: tls: failed to find any PEM data"},
+		{"password file is a directory", "sasl: {mechanism: PLAIN, username: u, password_file: " + dir + "}", "sasl.password_file: read " + dir + ": is a directory"},
+	} {
+		_, err := Parse([]byte(minimal + c.yaml + "\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}

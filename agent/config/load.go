@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -301,6 +303,19 @@ func (l *loader) globals() {
 	l.boolean("tls.insecure_skip_verify", &c.TLS.InsecureSkipVerify)
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		l.fail("tls.cert_file", "tls.cert_file and tls.key_file go together")
+	} else if c.TLS.CertFile != "" {
+		if _, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile); err != nil {
+			l.fail("tls.cert_file", "%v", err)
+		}
+	}
+	// Read now, as the metadata client will: a reload that names a file
+	// the client cannot use is refused here, before anything changes.
+	if c.TLS.CAFile != "" {
+		if pem, err := os.ReadFile(c.TLS.CAFile); err != nil {
+			l.fail("tls.ca_file", "%v", err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			l.fail("tls.ca_file", "%s holds no PEM certificate", c.TLS.CAFile)
+		}
 	}
 	l.stringTo("metrics_address", &c.MetricsAddress)
 	if s, ok := l.str("metrics.entities"); ok {
