@@ -35,6 +35,12 @@ import (
 // readyFile, when set, is written once the first cycle has run (systemd's
 // READY=1 is sent either way).
 func RunDaemon(ctx context.Context, configPath, readyFile string, build BuildInfo, stderr io.Writer) error {
+	// SIGHUP is caught before anything else: its default action would kill
+	// an agent still loading or attaching, leaving half a setup behind. One
+	// that arrives before the agent runs is a reload once it does.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		return fmt.Errorf("%s: %w", configPath, err)
@@ -42,8 +48,9 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, build BuildInf
 	level := new(slog.LevelVar) // follows log_level on reload
 	level.Set(cfg.LogLevel)
 	log := slog.New(NewLogHandler(stderr, cfg.LogFormat, level))
-	r := &daemon{cfg: cfg, log: log, level: level, path: configPath, build: build}
+	r := &daemon{cfg: cfg, log: log, level: level, path: configPath, build: build, hup: hup}
 	defer r.cleanup()
+	log.Debug("setting up", "config", configPath)
 	if err := r.setup(); err != nil {
 		return err
 	}
@@ -73,6 +80,7 @@ type daemon struct {
 	agent   *Agent // owns the shaper, metadata client and metrics listener once built
 	samples *maps.SampleReader
 	closers []io.Closer
+	hup     chan os.Signal
 }
 
 func (r *daemon) setup() error {
@@ -170,7 +178,12 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	}
 	r.closers = append(r.closers, sl)
 	go a.ServeStatus(sl)
-	go r.watchConfig(ctx, a)
+	// The watcher ends before the agent's cleanup starts: no reload runs
+	// on an agent that is closing.
+	watching := make(chan struct{})
+	go func() { defer close(watching); r.watchConfig(ctx, a) }()
+	stopWatching := func() { cancel(); <-watching }
+	defer stopWatching() // a failure before Run
 
 	ready := func() {
 		if err := NotifyReady(readyFile); err != nil {
@@ -182,15 +195,14 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	err = a.Run(ctx, r.samples, ready)
 	r.samples = nil // closed by Run
 	NotifyStopping()
+	stopWatching() // a reload under way finishes first
+	r.log.Info("stopping")
 	return err
 }
 
 // watchConfig reloads on SIGHUP and when the file changes (editors and
 // configuration management replace files, so the directory is watched).
 func (r *daemon) watchConfig(ctx context.Context, a *Agent) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	var events chan fsnotify.Event
 	if w, err := fsnotify.NewWatcher(); err == nil {
 		defer w.Close()
@@ -199,8 +211,11 @@ func (r *daemon) watchConfig(ctx context.Context, a *Agent) {
 		}
 	}
 	reload := func(why string) {
-		cfg, err := config.Load(r.path)
+		if ctx.Err() != nil {
+			return // select picks at random among ready cases: stopping wins
+		}
 		r.log.Info("reloading configuration", "why", why)
+		cfg, err := config.Load(r.path)
 		a.Reload(cfg, err)
 	}
 	var debounce <-chan time.Time
@@ -208,7 +223,7 @@ func (r *daemon) watchConfig(ctx context.Context, a *Agent) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-hup:
+		case <-r.hup:
 			reload("SIGHUP")
 		case ev := <-events:
 			if filepath.Clean(ev.Name) == filepath.Clean(r.path) {

@@ -309,15 +309,26 @@ const WorldMinLimit = 256 << 10
 // Agent is a running `sluice run`. One goroutine waits for it; Stop and
 // Kill wait on that, never on the process again.
 type Agent struct {
-	Cmd  *exec.Cmd
-	Log  string
-	done chan struct{}
-	err  error
+	Cmd       *exec.Cmd
+	Log       string
+	ReadyFile string
+	done      chan struct{}
+	err       error
 }
 
 // StartAgent runs the agent in the broker namespace and waits until it is
 // ready (its ready file), at most 30 s.
 func (w *World) StartAgent(config string) (*Agent, error) {
+	a, err := w.LaunchAgent(config)
+	if err != nil {
+		return nil, err
+	}
+	return a, a.WaitReady()
+}
+
+// LaunchAgent runs the agent in the broker namespace and returns at once
+// (WaitReady waits for it).
+func (w *World) LaunchAgent(config string) (*Agent, error) {
 	ready := filepath.Join(w.Dir, "ready")
 	os.Remove(ready)
 	logf, err := os.CreateTemp(w.Dir, "agent-*.log")
@@ -329,21 +340,30 @@ func (w *World) StartAgent(config string) (*Agent, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	a := &Agent{Cmd: cmd, Log: logf.Name(), done: make(chan struct{})}
+	a := &Agent{Cmd: cmd, Log: logf.Name(), ReadyFile: ready, done: make(chan struct{})}
 	go func() { a.err = cmd.Wait(); close(a.done) }()
 	w.trackAgent(a)
+	return a, nil
+}
+
+// Exited is closed when the agent's process has exited.
+func (a *Agent) Exited() <-chan struct{} { return a.done }
+
+// WaitReady waits until the agent has written its ready file, at most 30 s.
+func (a *Agent) WaitReady() error {
+	ready := a.ReadyFile
 	deadline := time.After(30 * time.Second)
 	for {
 		if _, err := os.Stat(ready); err == nil {
-			return a, nil
+			return nil
 		}
 		select {
 		case <-a.done:
 			data, _ := os.ReadFile(a.Log)
-			return nil, fmt.Errorf("agent exited before it was ready:\n%s", data)
+			return fmt.Errorf("agent exited before it was ready (%v):\n%s", a.err, data)
 		case <-deadline:
 			data, _ := os.ReadFile(a.Log)
-			return nil, fmt.Errorf("agent not ready after 30 s:\n%s", data)
+			return fmt.Errorf("agent not ready after 30 s:\n%s", data)
 		case <-time.After(50 * time.Millisecond): // polling the ready file, bounded by the deadline
 		}
 	}
