@@ -94,8 +94,12 @@ systemd-check: ## the unit under this machine's own systemd, booted in a PID+mou
 	./test/systemd/check.sh
 
 .PHONY: shaping-check
-shaping-check: ## measure the shapers with iperf3 in namespaces; writes shaping-results.json (root)
+shaping-check: ## measure the shapers with iperf3 in namespaces (the gated cases); writes shaping-results.json (root)
 	$(GO) run ./test/shapingcheck -out shaping-results.json
+
+.PHONY: shaping-report
+shaping-report: ## shaping-check plus the figures recorded but not gated (police, offloads off, multi-queue) (root)
+	$(GO) run ./test/shapingcheck -recorded -out shaping-results.json
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
