@@ -87,8 +87,10 @@ type Agent struct {
 	// rateWriteFailures counts cycles whose rate writes failed (retried the
 	// next cycle; no heartbeat meanwhile).
 	rateWriteFailures uint64
-	// lastReloadFailed: the last reload was refused.
-	lastReloadFailed bool
+	// lastReload: the verdict on the last reload (nil: none yet).
+	lastReload *ReloadResult
+	// reloader runs a reload asked for on the status socket (nil: none).
+	reloader func() (ReloadResult, error)
 	// cycleFailures counts cycles that returned an error.
 	cycleFailures uint64
 	// stopTopics ends the metadata client NewMetadata built.

@@ -180,8 +180,29 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	go a.ServeStatus(sl)
 	// The watcher ends before the agent's cleanup starts: no reload runs
 	// on an agent that is closing.
+	// `sluice reload` (systemd's ExecReload) asks on the status socket and
+	// waits for the verdict; the watcher runs it, in turn with SIGHUP and
+	// file changes.
+	asks := make(chan chan ReloadResult)
+	a.SetReloader(func() (ReloadResult, error) {
+		reply := make(chan ReloadResult, 1)
+		select {
+		case asks <- reply:
+		case <-ctx.Done():
+			return ReloadResult{}, errors.New("the agent is stopping")
+		}
+		select {
+		case res, ok := <-reply:
+			if !ok {
+				return ReloadResult{}, errors.New("the agent is stopping")
+			}
+			return res, nil
+		case <-ctx.Done(): // a reload under way still finishes before cleanup
+			return ReloadResult{}, errors.New("the agent is stopping")
+		}
+	})
 	watching := make(chan struct{})
-	go func() { defer close(watching); r.watchConfig(ctx, a) }()
+	go func() { defer close(watching); r.watchConfig(ctx, a, asks) }()
 	stopWatching := func() { cancel(); <-watching }
 	defer stopWatching() // a failure before Run
 
@@ -202,7 +223,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 
 // watchConfig reloads on SIGHUP and when the file changes (editors and
 // configuration management replace files, so the directory is watched).
-func (r *daemon) watchConfig(ctx context.Context, a *Agent) {
+func (r *daemon) watchConfig(ctx context.Context, a *Agent, asks <-chan chan ReloadResult) {
 	var events chan fsnotify.Event
 	if w, err := fsnotify.NewWatcher(); err == nil {
 		defer w.Close()
@@ -210,13 +231,14 @@ func (r *daemon) watchConfig(ctx context.Context, a *Agent) {
 			events = w.Events
 		}
 	}
-	reload := func(why string) {
+	reload := func(why string) bool {
 		if ctx.Err() != nil {
-			return // select picks at random among ready cases: stopping wins
+			return false // select picks at random among ready cases: stopping wins
 		}
 		r.log.Info("reloading configuration", "why", why)
 		cfg, err := config.Load(r.path)
-		a.Reload(cfg, err)
+		a.ReloadBecause(why, cfg, err)
+		return true
 	}
 	var debounce <-chan time.Time
 	for {
@@ -225,6 +247,12 @@ func (r *daemon) watchConfig(ctx context.Context, a *Agent) {
 			return
 		case <-r.hup:
 			reload("SIGHUP")
+		case reply := <-asks:
+			if reload("sluice reload") {
+				reply <- *a.LastReload()
+			} else {
+				close(reply)
+			}
 		case ev := <-events:
 			if filepath.Clean(ev.Name) == filepath.Clean(r.path) {
 				debounce = time.After(200 * time.Millisecond)

@@ -55,6 +55,7 @@ func (a *Agent) view() *Snapshot {
 		MaxEntities:  a.cfg.MaxEntities,
 		Overflowed:   a.registry.Overflowed,
 		Unconfigured: a.registry.Unconfigured(),
+		LastReload:   a.lastReload,
 		// New unconfigured entities a peer asked for faster than new_entities_per_peer.
 		PeerRateRefused: a.newPerPeer.Refused,
 		Learner: LearnerView{
@@ -161,7 +162,14 @@ func (a *Agent) RefreshAge() time.Duration {
 func (a *Agent) LastReloadSucceeded() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return !a.lastReloadFailed
+	return a.lastReload == nil || a.lastReload.Applied
+}
+
+// LastReload is the verdict on the last reload (nil: none yet).
+func (a *Agent) LastReload() *ReloadResult {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastReload
 }
 
 // CycleFailures counts control-loop cycles that failed.
@@ -257,12 +265,22 @@ func (a *Agent) ReloadFailures() uint64 {
 // start (interfaces, map sizes, pin path, rate_window, sample_bytes, the
 // status socket, log_format) need a restart: changing them refuses the
 // reload.
-func (a *Agent) Reload(cfg config.Config, loadErr error) error {
+func (a *Agent) Reload(cfg config.Config, loadErr error) error { return a.ReloadBecause("", cfg, loadErr) }
+
+// ReloadBecause is Reload, noting why it ran (SIGHUP, file changed, sluice
+// reload) in the verdict status shows.
+func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.lastReloadFailed = false
+	defer func() { // after the reload's own undo steps, before the unlock
+		r := &ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		a.lastReload = r
+		a.snapshot = nil // status shows the verdict at once
+	}()
 	refuse := func(err error) error {
-		a.lastReloadFailed = true
 		a.reloadFailures++
 		a.log.Error("configuration reload refused; the running configuration stays", "err", err)
 		return err

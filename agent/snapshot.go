@@ -148,6 +148,18 @@ type Snapshot struct {
 	KafkaQuotas  *KafkaQuotasView `json:"kafka_quotas,omitempty"`
 	Connections  ConnectionsView  `json:"connections"`
 	CycleSeconds float64          `json:"cycle_seconds"`
+	// LastReload is the verdict on the last configuration reload (nil:
+	// none since the agent started).
+	LastReload *ReloadResult `json:"last_reload,omitempty"`
+}
+
+// ReloadResult is the verdict on one configuration reload: applied whole,
+// or refused with the running configuration unchanged.
+type ReloadResult struct {
+	At      time.Time `json:"at"`
+	Why     string    `json:"why,omitempty"` // SIGHUP, file changed, sluice reload
+	Applied bool      `json:"applied"`
+	Error   string    `json:"error,omitempty"`
 }
 
 // LearnerView counts the learner's work.

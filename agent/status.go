@@ -33,7 +33,7 @@ func ListenStatus(path string) (net.Listener, error) {
 
 // statusRequest is one line of JSON from a client.
 type statusRequest struct {
-	Cmd string `json:"cmd"` // "snapshot" or "connections"
+	Cmd string `json:"cmd"` // "snapshot", "connections" or "reload"
 	// Peer filters "connections" to one client address ("": all).
 	Peer string `json:"peer,omitempty"`
 }
@@ -52,12 +52,17 @@ func (a *Agent) ServeStatus(l net.Listener) error {
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(5 * time.Second))
 			var req statusRequest
-			if err := json.NewDecoder(c).Decode(&req); err != nil || (req.Cmd != "snapshot" && req.Cmd != "connections") {
-				json.NewEncoder(c).Encode(map[string]string{"error": "unknown request; send {\"cmd\":\"snapshot\"} or {\"cmd\":\"connections\",\"peer\":\"ADDRESS\"}"})
+			if err := json.NewDecoder(c).Decode(&req); err != nil || (req.Cmd != "snapshot" && req.Cmd != "connections" && req.Cmd != "reload") {
+				json.NewEncoder(c).Encode(map[string]string{"error": "unknown request; send {\"cmd\":\"snapshot\"}, {\"cmd\":\"reload\"} or {\"cmd\":\"connections\",\"peer\":\"ADDRESS\"}"})
 				return
 			}
-			if req.Cmd == "connections" {
+			switch req.Cmd {
+			case "connections":
 				a.serveConnections(c, req.Peer)
+				return
+			case "reload":
+				c.SetDeadline(time.Now().Add(reloadTimeout))
+				a.serveReload(c)
 				return
 			}
 			s := a.Snapshot()
@@ -132,4 +137,66 @@ func sdNotify(state string) error {
 	defer c.Close()
 	_, err = c.Write([]byte(state))
 	return err
+}
+
+// reloadTimeout bounds a reload asked for on the status socket: building a
+// new metadata client or shaper takes seconds at most.
+const reloadTimeout = 60 * time.Second
+
+// SetReloader gives the agent what runs a reload asked for on the status
+// socket: the daemon's, which reads the file and serialises the reload
+// with SIGHUP and file changes.
+func (a *Agent) SetReloader(f func() (ReloadResult, error)) {
+	a.mu.Lock()
+	a.reloader = f
+	a.mu.Unlock()
+}
+
+func (a *Agent) serveReload(c net.Conn) {
+	a.mu.Lock()
+	f := a.reloader
+	a.mu.Unlock()
+	if f == nil {
+		json.NewEncoder(c).Encode(map[string]string{"error": "this agent reloads on SIGHUP only"})
+		return
+	}
+	r, err := f()
+	if err != nil {
+		json.NewEncoder(c).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	json.NewEncoder(c).Encode(r)
+}
+
+// RequestReload asks the agent at the socket to reload its configuration
+// file now and returns its verdict (an error when it could not be asked,
+// or is stopping).
+func RequestReload(path string) (ReloadResult, error) {
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return ReloadResult{}, fmt.Errorf("is the agent running? %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(reloadTimeout + 5*time.Second))
+	if err := json.NewEncoder(c).Encode(statusRequest{Cmd: "reload"}); err != nil {
+		return ReloadResult{}, err
+	}
+	var raw json.RawMessage
+	if err := json.NewDecoder(c).Decode(&raw); err != nil {
+		return ReloadResult{}, fmt.Errorf("read the reload's verdict: %w", err)
+	}
+	// A verdict says applied (true or false); a reply without it says why
+	// the agent could not reload at all.
+	var probe struct {
+		Applied *bool  `json:"applied"`
+		Error   string `json:"error"`
+	}
+	var r ReloadResult
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return r, fmt.Errorf("decode the reload's verdict: %w", err)
+	}
+	if probe.Applied == nil {
+		return r, errors.New(probe.Error)
+	}
+	return r, json.Unmarshal(raw, &r)
 }

@@ -58,6 +58,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func writeStatus(w io.Writer, s *agent.Snapshot) {
 	fmt.Fprintf(w, "sluice  cycle %d at %s  mode %s  shaper %s (%s)\n", s.Cycle, s.Time.Format(time.TimeOnly), s.Mode, s.Shaper, s.ShaperReason)
+	if r := s.LastReload; r != nil {
+		verdict := "applied"
+		if !r.Applied {
+			verdict = "REFUSED, the running configuration stays: " + r.Error
+		}
+		fmt.Fprintf(w, "last reload at %s (%s): %s\n", r.At.Format(time.RFC3339), r.Why, verdict)
+	}
 	fmt.Fprintf(w, "entities %d of %d  overflowed %d  learner: %d samples parsed, %d failed, %d connections\n\n",
 		s.Entities, s.MaxEntities, s.Overflowed, s.Learner.Parsed, s.Learner.Failed, s.Learner.Connections)
 	if k := s.KafkaQuotas; k != nil {

@@ -5,7 +5,7 @@
 # writes (so the host's files are untouched: its tmpfiles setup would
 # otherwise empty the shared /tmp). Then: make install; start on an empty
 # bpffs (a fresh boot) reaches active through sd_notify; systemctl reload
-# applies an edit; systemctl restart re-adopts what the agent left
+# applies an edit, and fails with the reason on a refused file; systemctl restart re-adopts what the agent left
 # (keep_attached_on_exit, the default); kill -9 is restarted by
 # Restart=on-failure and re-adopts; a hung agent is restarted by the
 # watchdog; `sluice unload` refuses while the agent runs; make uninstall
@@ -107,6 +107,18 @@ for _ in $(seq 50); do
 done
 ns sluice status --socket /run/sluice/sluice.sock | grep produce || true
 ns sluice status --socket /run/sluice/sluice.sock | grep >/dev/null 'produce.*50MiB' || fail "reload not applied"
+
+say "systemctl reload of a refused file fails, saying why; the running configuration stays"
+ns cp /etc/sluice/sluice.yaml /etc/sluice/sluice.yaml.good
+ns sed -i 's/produce: {capacity: 50MiB}/produce: {capacity: 1e300TiB}/' /etc/sluice/sluice.yaml
+if ns systemctl reload sluice; then fail "systemctl reload of a refused file exited 0"; fi
+ns systemctl is-active sluice || fail "a refused reload stopped the agent"
+ns journalctl -u sluice --no-pager -o cat | grep 'reload refused, the running configuration stays: .*produce.capacity' || fail "the refusal's reason is not in the journal"
+ns sluice status --socket /run/sluice/sluice.sock | grep 'last reload.*REFUSED.*produce.capacity' || fail "sluice status does not show the refused reload"
+ns sluice status --socket /run/sluice/sluice.sock | grep >/dev/null 'produce.*50MiB' || fail "the running configuration changed"
+ns mv /etc/sluice/sluice.yaml.good /etc/sluice/sluice.yaml
+ns systemctl reload sluice || fail "reload of the restored file"
+ns sluice status --socket /run/sluice/sluice.sock | grep 'last reload.*applied' || fail "sluice status does not show the applied reload"
 
 say "systemctl restart: the new agent re-adopts the programs and pins the old one left"
 since=$(ns date +%s)

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/agent/config"
+)
+
+// `sluice reload` asks on the status socket and gets the verdict: applied,
+// or refused with the reason while the running configuration stays; the
+// verdict shows in the snapshot at once. An agent with no reloader (the
+// daemon sets one) says so rather than pretending.
+func TestReloadOverTheSocketReportsTheVerdict(t *testing.T) {
+	r := newRig(t, "")
+	r.cycle()
+	sock := filepath.Join(t.TempDir(), "status.sock")
+	l, err := ListenStatus(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go r.a.ServeStatus(l)
+
+	if _, err := RequestReload(sock); err == nil || !strings.Contains(err.Error(), "SIGHUP only") {
+		t.Errorf("no reloader: %v", err)
+	}
+	file := baseConfig
+	r.a.SetReloader(func() (ReloadResult, error) {
+		cfg, err := config.Parse([]byte(file))
+		r.a.ReloadBecause("sluice reload", cfg, err)
+		return *r.a.LastReload(), nil
+	})
+	before := r.a.Config().Produce.Capacity
+	file = strings.Replace(baseConfig, "produce: {capacity: 1000,", "produce: {capacity: 1e300TiB,", 1)
+	res, err := RequestReload(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Applied || !strings.Contains(res.Error, "produce.capacity") || res.Why != "sluice reload" {
+		t.Errorf("refused file: verdict %+v", res)
+	}
+	if got := r.a.Config().Produce.Capacity; got != before {
+		t.Errorf("a refused reload changed produce.capacity: %v, was %v", got, before)
+	}
+	if s := r.a.Snapshot(); s == nil || s.LastReload == nil || s.LastReload.Applied || s.LastReload.Error != res.Error {
+		t.Errorf("snapshot's last reload %+v, want the refusal", s.LastReload)
+	}
+	if r.a.LastReloadSucceeded() {
+		t.Error("LastReloadSucceeded (the metric) after a refusal")
+	}
+
+	file = baseConfig
+	if res, err := RequestReload(sock); err != nil || !res.Applied || res.Error != "" {
+		t.Errorf("valid file: verdict %+v, %v", res, err)
+	}
+	if s := r.a.Snapshot(); s.LastReload == nil || !s.LastReload.Applied || !r.a.LastReloadSucceeded() {
+		t.Errorf("snapshot's last reload %+v after an applied one", s.LastReload)
+	}
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/config"
+)
+
+// runReload: `sluice reload [--socket PATH]`, systemd's ExecReload. It asks
+// the running agent to reload its file and waits for the verdict, so
+// `systemctl reload sluice` fails, with the reason, when the file is
+// refused (the running configuration stays).
+func runReload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("reload", stderr)
+	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	r, err := agent.RequestReload(*socket)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	if !r.Applied {
+		// Exit status 2: the configuration file is invalid input.
+		return usageError{fmt.Errorf("reload refused, the running configuration stays: %s", r.Error)}
+	}
+	fmt.Fprintf(stdout, "configuration reloaded at %s\n", r.At.Format(time.RFC3339))
+	return nil
+}
