@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,4 +60,48 @@ func TestReloadOverTheSocketReportsTheVerdict(t *testing.T) {
 	if s := r.a.Snapshot(); s.LastReload == nil || !s.LastReload.Applied || !r.a.LastReloadSucceeded() {
 		t.Errorf("snapshot's last reload %+v after an applied one", s.LastReload)
 	}
+}
+
+// The status socket replaces only a stale socket of its own: a file, a
+// directory or a socket another process listens on is left, and refused.
+func TestStatusSocketReplacesOnlyAStaleSocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("someone's data"), 0o600)
+	if _, err := ListenStatus(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("regular file: %v", err)
+	}
+	if data, _ := os.ReadFile(file); string(data) != "someone's data" {
+		t.Errorf("the file was changed: %q", data)
+	}
+	if _, err := ListenStatus(dir); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("directory: %v", err)
+	}
+	live := filepath.Join(dir, "live.sock")
+	other, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := ListenStatus(live); err == nil || !strings.Contains(err.Error(), "a process listens") {
+		t.Errorf("live socket: %v", err)
+	}
+	if c, err := net.Dial("unix", live); err != nil {
+		t.Errorf("the other process's socket is gone: %v", err)
+	} else {
+		c.Close()
+	}
+	// A stale one (its listener gone, the file left) is replaced.
+	stale := filepath.Join(dir, "stale.sock")
+	l, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	l2, err := ListenStatus(stale)
+	if err != nil {
+		t.Fatalf("stale socket: %v", err)
+	}
+	l2.Close()
 }

@@ -12,13 +12,27 @@ import (
 
 // ListenStatus opens the unix socket `sluice status` and `sluice explain`
 // talk to, readable and writable by root only. A stale socket from an
-// earlier agent is replaced.
+// earlier agent (one nobody listens on) is replaced; anything else at the
+// path — a file, a directory, a live socket of another process — is left
+// and refused.
 func ListenStatus(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("status socket directory: %w", err)
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale status socket: %w", err)
+	switch st, err := os.Lstat(path); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("status socket %s: %w", path, err)
+	case st.Mode()&os.ModeSocket == 0:
+		return nil, fmt.Errorf("socket %s: something that is not a socket is there (%v); sluice replaces only a stale socket of its own", path, st.Mode().Type())
+	default:
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s: a process listens on it (another agent?); sluice replaces only a stale socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale status socket: %w", err)
+		}
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {

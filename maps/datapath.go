@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
@@ -204,7 +203,7 @@ func Load(opts Options) (*Datapath, error) {
 	var collOpts ebpf.CollectionOptions
 	var tmp string
 	if opts.PinDir != "" {
-		if err := requireBPFFS(filepath.Dir(filepath.Clean(opts.PinDir))); err != nil {
+		if err := checkPinDir(opts.PinDir); err != nil {
 			return nil, err
 		}
 		for _, name := range pinnedMaps {
@@ -276,27 +275,8 @@ func (d *Datapath) Unpin() error {
 	if d.pinDir == "" {
 		return nil
 	}
-	return Unpin(d.pinDir)
-}
-
-// Unpin removes a pin directory left by an agent (`sluice unload`). It
-// refuses one a running agent holds (ErrPinDirBusy).
-func Unpin(dir string) error {
-	if !strings.HasPrefix(filepath.Clean(dir), "/") {
-		return fmt.Errorf("unpin %q: not an absolute path", dir)
-	}
-	lock, err := lockDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // nothing pinned
-	}
-	if err != nil {
-		return fmt.Errorf("unpin %s: %w (stop the agent first)", dir, err)
-	}
-	defer lock.Close() // the directory goes; its lock with it
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("unpin %s: %w", dir, err)
-	}
-	return nil
+	_, err := Unpin(d.pinDir)
+	return err
 }
 
 // IngressProgram and EgressProgram are for attaching; Datapath keeps
@@ -334,33 +314,6 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("lock pin directory: %w", err)
 	}
 	return f, nil
-}
-
-// requireBPFFS checks that dir is on a bpf filesystem.
-func requireBPFFS(dir string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("pin directory parent %s: %w", dir, err)
-	}
-	if st.Type != unix.BPF_FS_MAGIC {
-		return fmt.Errorf("pin directory parent %s is not a bpf filesystem (mount -t bpf bpf %s)", dir, dir)
-	}
-	return nil
-}
-
-// MountBPFFS mounts a bpf filesystem at dir unless one is there already.
-func MountBPFFS(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
-	}
-	return nil
 }
 
 func boolByte(b bool) uint8 {

@@ -39,7 +39,7 @@ func TestPinnedStateSurvivesReload(t *testing.T) {
 		t.Errorf("second load while the first holds the pins: %v, want ErrPinDirBusy", err)
 	}
 	// Nor can `sluice unload` remove them under it.
-	if err := Unpin(opts.PinDir); !errors.Is(err, ErrPinDirBusy) {
+	if _, err := Unpin(opts.PinDir); !errors.Is(err, ErrPinDirBusy) {
 		t.Errorf("unpin while an agent holds the pins: %v, want ErrPinDirBusy", err)
 	}
 	h.d.Close()
@@ -71,7 +71,7 @@ func TestPinnedStateSurvivesReload(t *testing.T) {
 	if _, err := Load(other); !errors.Is(err, ErrIncompatiblePins) {
 		t.Errorf("incompatible reload: %v, want ErrIncompatiblePins", err)
 	}
-	if err := Unpin(opts.PinDir); err != nil {
+	if _, err := Unpin(opts.PinDir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(opts.PinDir); !os.IsNotExist(err) {

@@ -17,6 +17,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluice-dev/sluice/maps"
 )
 
 // Mode chooses the attach mechanism.
@@ -271,10 +273,12 @@ func Adopt(dir string, ifindex int, ingress, egress *ebpf.Program) (*Attachment,
 	return a, nil
 }
 
+// linkPinName names link i (0 ingress, 1 egress) in the pin directory,
+// whose layout maps knows (sluice unload removes what it names).
 func linkPinName(ifindex, i int) string {
-	dir := "ingress"
+	hook := "ingress"
 	if i == 1 {
-		dir = "egress"
+		hook = "egress"
 	}
-	return fmt.Sprintf("link_%d_%s", ifindex, dir)
+	return maps.LinkPinName(ifindex, hook)
 }

@@ -134,6 +134,11 @@ entities: {clients: {a: {consumer_byte_rate: 126GB, producer_byte_reservation: 1
 			`fetch.activity_threshold: "1e400" is not a rate`,
 			`entities.clients.a.consumer_byte_rate: "126GB" is above the largest rate`,
 			`entities.clients.a.producer_byte_reservation: "1e309" is not a rate`}},
+		{"paths", minimal + `
+pin_path: /
+socket: run/sluice.sock`, []string{`pin_path: "/" must be a clean absolute path`, `socket: "run/sluice.sock" must be a clean absolute path`}},
+		{"unclean pin path", minimal + `
+pin_path: /sys/fs/bpf/../../var/lib`, []string{`pin_path: "/sys/fs/bpf/../../var/lib" must be a clean absolute path`}},
 		{"safety ratio", `
 interfaces: [eth0]
 listeners: [9092]

@@ -328,6 +328,14 @@ func (l *loader) globals() {
 	l.integer("metrics.max_entity_series", &c.Metrics.MaxEntitySeries, 0, MaxEntityIDs)
 	l.stringTo("socket", &c.Socket)
 	l.stringTo("pin_path", &c.PinPath)
+	for _, p := range []struct {
+		key  string
+		path string
+	}{{"socket", c.Socket}, {"pin_path", c.PinPath}} {
+		if !pathpkg.IsAbs(p.path) || pathpkg.Clean(p.path) != p.path || p.path == "/" {
+			l.fail(p.key, "%q must be a clean absolute path, not /", p.path)
+		}
+	}
 	l.boolean("keep_attached_on_exit", &c.KeepAttachedOnExit)
 	if s, ok := l.str("log_level"); ok {
 		if err := c.LogLevel.UnmarshalText([]byte(s)); err != nil {

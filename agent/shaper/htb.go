@@ -153,7 +153,12 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 	// adopted as it stands: its classes keep holding their entities at the
 	// last rates while this agent starts, and the data path's class ids
 	// stay valid. Anything less than both of our trees is rebuilt.
-	if ifb, err := netlink.LinkByName(IFBName(ifindex)); err == nil {
+	ifb, err := LeftIFB(IFBName(ifindex))
+	if err != nil {
+		h.close()
+		return nil, err
+	}
+	if ifb != nil {
 		if ownTree(dev) && ownTree(ifb) {
 			if err := h.adopt(dev, ifb); err == nil {
 				return h, nil
@@ -207,9 +212,9 @@ func RemoveLeftoverTrees(ifindex int, in func(func() error) error) error {
 		if err := removeSharedLeftovers(ifindex); err != nil {
 			return err
 		}
-		ifb, err := netlink.LinkByName(IFBName(ifindex))
-		if err != nil {
-			return nil // none left
+		ifb, err := LeftIFB(IFBName(ifindex))
+		if ifb == nil {
+			return err // none left (or the name is not an IFB's: left alone)
 		}
 		dev, err := netlink.LinkByIndex(ifindex)
 		if err != nil {
@@ -347,6 +352,24 @@ func newTree(link netlink.Link) (*htbTree, error) {
 		return nil, fmt.Errorf("add the parent class: %w", err)
 	}
 	return t, nil
+}
+
+// LeftIFB finds the IFB device an earlier agent left under one of
+// sluice's names: nil when there is none, an error when a device that is
+// not an IFB holds the name (not sluice's: never deleted or used).
+func LeftIFB(name string) (netlink.Link, error) {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		var notFound netlink.LinkNotFoundError
+		if errors.As(err, &notFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("find %s: %w", name, err)
+	}
+	if link.Type() != "ifb" {
+		return nil, fmt.Errorf("a %s device named %s exists: sluice names its IFB devices so, and touches no device it did not make; rename or remove it", link.Type(), name)
+	}
+	return link, nil
 }
 
 // newIFBTree creates an IFB device, brings it up and puts a tree on it.

@@ -264,6 +264,29 @@ func TestHTBRefusesForeignRootQdisc(t *testing.T) {
 	}
 }
 
+// A device that holds one of sluice's IFB names but is not an IFB is not
+// sluice's: the shaper refuses to start, naming it, and neither start nor
+// removal deletes it.
+func TestHTBLeavesAForeignDeviceWithItsIFBName(t *testing.T) {
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	name := IFBName(idx)
+	if out, err := exec.Command("ip", "netns", "exec", pair.Broker.Name, "ip", "link", "add", name, "type", "veth", "peer", "name", "op-peer0").CombinedOutput(); err != nil {
+		t.Fatalf("add veth %s: %v %s", name, err, out)
+	}
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	if _, err := NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do); err == nil || !strings.Contains(err.Error(), "a veth device named "+name) {
+		t.Fatalf("NewHTB with a veth named %s: %v", name, err)
+	}
+	if err := RemoveLeftoverTrees(idx, pair.Broker.Do); err != nil {
+		t.Logf("removal: %v", err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before || !strings.Contains(after, name+"@op-peer0") {
+		t.Errorf("the foreign device or the interface changed.\nbefore: %s\nafter:  %s", before, after)
+	}
+}
+
 type nopRates struct{}
 
 func (nopRates) SetEntityRates(maps.Direction, []maps.EntityRate) error { return nil }

@@ -136,7 +136,11 @@ func removeSharedLeftovers(ifindex int) error {
 	var errs []error
 	errs = append(errs, attach.Unsteer(ifindex))
 	for _, name := range []string{sharedIngressIFBName(ifindex), sharedEgressIFBName(ifindex)} {
-		if ifb, err := netlink.LinkByName(name); err == nil {
+		ifb, err := LeftIFB(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ifb != nil {
 			if err := netlink.LinkDel(ifb); err != nil {
 				errs = append(errs, fmt.Errorf("htb: delete %s left by an earlier agent: %w", name, err))
 			}

@@ -27,7 +27,14 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	// The pins first: a running agent holds them, and then nothing is touched.
-	if err := maps.Unpin(cfg.PinPath); err != nil {
+	rep, err := maps.Unpin(cfg.PinPath)
+	for _, p := range rep.Removed {
+		fmt.Fprintf(stdout, "removed %s\n", p)
+	}
+	for _, p := range rep.Foreign {
+		fmt.Fprintf(stdout, "left %s: not a pin sluice makes\n", p)
+	}
+	if err != nil {
 		return err
 	}
 	var errs []error
@@ -37,7 +44,11 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
-		if ifb, err := netlink.LinkByName(shaper.IFBName(link.Attrs().Index)); err == nil {
+		ifb, err := shaper.LeftIFB(shaper.IFBName(link.Attrs().Index))
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ifb != nil {
 			// The IFB exists only if sluice shaped this interface: its root
 			// HTB is sluice's too.
 			errs = append(errs, netlink.LinkDel(ifb))

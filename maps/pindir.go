@@ -1,0 +1,188 @@
+package maps
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
+
+// The pin directory: what sluice keeps in a bpffs between agents (the
+// maps of pinnedMaps, the programs' links), and the rules that keep it
+// from touching anything else on the host. pin_path must name a directory
+// of its own inside a mounted bpffs; sluice mounts a bpffs only on an empty
+// directory, and removes only the pins it names.
+
+// LinkPinName is the pin of the link attaching a program (ingress or
+// egress) to an interface.
+func LinkPinName(ifindex int, hook string) string { return fmt.Sprintf("link_%d_%s", ifindex, hook) }
+
+var (
+	linkPin       = regexp.MustCompile(`^link_[0-9]+_(ingress|egress)$`)
+	halfBuiltName = regexp.MustCompile(`-tmp-[0-9]+$`)
+)
+
+// ownPin reports whether name is a pin sluice makes in its directory.
+func ownPin(name string) bool {
+	return slices.Contains(pinnedMaps, name) || slices.Contains(retiredPins, name) || linkPin.MatchString(name)
+}
+
+// checkPinDir refuses a pin directory that is not sluice's to use: its
+// parent must be a bpffs, and the directory, if it exists, a real
+// directory (not a symlink, which could lead into another bpffs or
+// anywhere) on that same bpffs.
+func checkPinDir(dir string) error {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
+		return fmt.Errorf("pin_path %q: must be a clean absolute path below a bpffs mount (default /sys/fs/bpf/sluice)", dir)
+	}
+	if err := requireBPFFS(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("pin_path %s: %w", dir, err)
+	case st.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("pin_path %s is a symlink: name the directory itself, inside a bpffs", dir)
+	case !st.IsDir():
+		return fmt.Errorf("pin_path %s is not a directory", dir)
+	}
+	return requireBPFFS(dir)
+}
+
+// requireBPFFS checks that dir is on a bpf filesystem.
+func requireBPFFS(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("pin directory parent %s: %w", dir, err)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("pin directory parent %s is not a bpf filesystem (mount -t bpf bpf %s)", dir, dir)
+	}
+	return nil
+}
+
+// MountBPFFS makes dir a bpffs: nothing to do when it is one already;
+// otherwise a bpffs is mounted on it only if it is an empty directory (or
+// absent, and created): mounting over anything else would hide what it
+// holds (pin_path: /sluice would mount over /).
+func MountBPFFS(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	empty, err := emptyDir(dir)
+	if err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
+	}
+	if !empty {
+		return fmt.Errorf("%s is not a bpffs and not empty: sluice mounts a bpffs only on an empty directory; set pin_path to a directory inside a mounted bpffs (default /sys/fs/bpf/sluice)", dir)
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
+	}
+	return nil
+}
+
+func emptyDir(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return false, err
+}
+
+// UnpinReport is what Unpin removed, and what it found and left.
+type UnpinReport struct {
+	Removed []string // pins and directories removed
+	Foreign []string // entries sluice does not make, left in place
+}
+
+// Unpin removes a pin directory left by an agent (`sluice unload`): the
+// pins sluice makes, the directory itself if then empty, and the
+// half-built directories (<dir>-tmp-<pid>) of a load that died. It refuses
+// a directory a running agent holds (ErrPinDirBusy) and anything outside a
+// bpffs; entries it does not make are left and reported.
+func Unpin(dir string) (UnpinReport, error) {
+	var rep UnpinReport
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
+		return rep, fmt.Errorf("unpin %q: not a clean absolute path", dir)
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) && len(halfBuilt(dir)) == 0 {
+		return rep, nil // nothing pinned
+	}
+	if err := checkPinDir(dir); err != nil {
+		return rep, fmt.Errorf("unpin: %w", err)
+	}
+	for _, tmp := range halfBuilt(dir) {
+		if err := unpinDir(tmp, &rep); err != nil {
+			return rep, err
+		}
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return rep, nil
+	}
+	return rep, unpinDir(dir, &rep)
+}
+
+// halfBuilt lists the temporary directories a load pins into before
+// renaming (Load), left by a load that died.
+func halfBuilt(dir string) []string {
+	matches, _ := filepath.Glob(dir + "-tmp-*")
+	var out []string
+	for _, m := range matches {
+		if st, err := os.Lstat(m); err == nil && st.IsDir() && halfBuiltName.MatchString(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func unpinDir(dir string, rep *UnpinReport) error {
+	lock, err := lockDir(dir)
+	if err != nil {
+		return fmt.Errorf("unpin %s: %w (stop the agent first)", dir, err)
+	}
+	defer lock.Close()
+	names, err := lock.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("unpin %s: %w", dir, err)
+	}
+	slices.Sort(names)
+	foreign := 0
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		if !ownPin(name) {
+			rep.Foreign = append(rep.Foreign, path)
+			foreign++
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("unpin %s: %w", path, err)
+		}
+		rep.Removed = append(rep.Removed, path)
+	}
+	if foreign > 0 {
+		return nil // not empty: the directory stays with what is not sluice's
+	}
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("unpin %s: %w", dir, err)
+	}
+	rep.Removed = append(rep.Removed, dir)
+	return nil
+}
