@@ -43,18 +43,23 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, build BuildInf
 	defer signal.Stop(hup)
 	cfg, err := config.Load(configPath)
 	if err != nil {
-		return fmt.Errorf("%s: %w", configPath, err)
+		return refusal(fmt.Errorf("%s: %w", configPath, err))
 	}
 	level := new(slog.LevelVar) // follows log_level on reload
 	level.Set(cfg.LogLevel)
 	log := slog.New(NewLogHandler(stderr, cfg.LogFormat, level))
 	r := &daemon{cfg: cfg, log: log, level: level, path: configPath, build: build, hup: hup}
-	defer r.cleanup()
+	failed := true // until the agent ran and stopped as asked
+	defer func() { r.cleanup(failed) }()
 	log.Debug("setting up", "config", configPath)
 	if err := r.setup(); err != nil {
-		return err
+		return refusal(err)
 	}
-	return r.run(ctx, readyFile)
+	if err := r.run(ctx, readyFile); err != nil {
+		return refusal(err)
+	}
+	failed = false
+	return nil
 }
 
 // attachModes names how the programs are attached (tcx, legacy), once
@@ -81,6 +86,9 @@ type daemon struct {
 	samples *maps.SampleReader
 	closers []io.Closer
 	hup     chan os.Signal
+	// adopted[i]: atts[i] was left attached by an earlier agent (not
+	// attached by this one).
+	adopted []bool
 }
 
 func (r *daemon) setup() error {
@@ -104,11 +112,12 @@ func (r *daemon) setup() error {
 	for _, name := range r.cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
-			return fmt.Errorf("interfaces: %s: %w", name, err)
+			return fmt.Errorf("%w: interfaces: %s: %w", ErrRefused, name, err)
 		}
 		idx := link.Attrs().Index
 		a, err := attach.Adopt(r.cfg.PinPath, idx, d.IngressProgram(), d.EgressProgram())
-		if err == nil {
+		adopted := err == nil
+		if adopted {
 			r.log.Info("re-adopted programs left attached by the previous agent", "interface", name)
 		} else if a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), attach.Auto); err != nil {
 			return err
@@ -119,6 +128,7 @@ func (r *daemon) setup() error {
 			return err
 		}
 		r.atts = append(r.atts, a)
+		r.adopted = append(r.adopted, adopted)
 		r.log.Info("attached", "interface", name, "mode", a.Mode.String())
 	}
 	if r.samples, err = d.NewSampleReader(); err != nil {
@@ -264,8 +274,12 @@ func (r *daemon) watchConfig(ctx context.Context, a *Agent, asks <-chan chan Rel
 }
 
 // cleanup detaches everything, unless keep_attached_on_exit leaves the
-// programs, trees and pins for the next agent to adopt.
-func (r *daemon) cleanup() {
+// programs, trees and pins for the next agent to adopt. After a failure
+// (a refused or failed start, a run that ended in error) it undoes what
+// this attempt made and leaves what an earlier agent left running as it
+// was: links it adopted stay, links it attached go; a data path whose
+// pins it found stays attached and pinned, one it created goes whole.
+func (r *daemon) cleanup(failed bool) {
 	for _, c := range r.closers {
 		c.Close()
 	}
@@ -280,9 +294,12 @@ func (r *daemon) cleanup() {
 	if r.agent != nil { // a reload may have changed it
 		keep = r.agent.Config().KeepAttachedOnExit
 	}
+	if failed {
+		keep = r.dp != nil && r.dp.Adopted()
+	}
 	var errs []error
-	for _, a := range r.atts {
-		if keep {
+	for i, a := range r.atts {
+		if keep && (!failed || r.adopted[i]) {
 			a.Release() // the links are pinned since attach
 			continue
 		}

@@ -10,6 +10,10 @@ import (
 	"time"
 )
 
+// ErrSocketTaken: something that is not sluice's stale socket holds the
+// status socket's path.
+var ErrSocketTaken = errors.New("socket path taken")
+
 // ListenStatus opens the unix socket `sluice status` and `sluice explain`
 // talk to, readable and writable by root only. A stale socket from an
 // earlier agent (one nobody listens on) is replaced; anything else at the
@@ -24,11 +28,11 @@ func ListenStatus(path string) (net.Listener, error) {
 	case err != nil:
 		return nil, fmt.Errorf("status socket %s: %w", path, err)
 	case st.Mode()&os.ModeSocket == 0:
-		return nil, fmt.Errorf("socket %s: something that is not a socket is there (%v); sluice replaces only a stale socket of its own", path, st.Mode().Type())
+		return nil, fmt.Errorf("%w: %s: something that is not a socket is there (%v); sluice replaces only a stale socket of its own", ErrSocketTaken, path, st.Mode().Type())
 	default:
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("socket %s: a process listens on it (another agent?); sluice replaces only a stale socket", path)
+			return nil, fmt.Errorf("%w: %s: a process listens on it (another agent?); sluice replaces only a stale socket", ErrSocketTaken, path)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove stale status socket: %w", err)

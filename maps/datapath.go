@@ -85,6 +85,8 @@ type Datapath struct {
 	opts   Options
 	pinDir string
 	lock   *os.File // flock on the pin directory while loaded
+	// adopted: the pins were there before Load (an earlier agent's).
+	adopted bool
 	// listenerPorts remembers what SetListeners set, to clear it next time.
 	listenerPorts map[uint16]bool
 	exemptSet     map[sluiceExemptKey]bool
@@ -242,6 +244,7 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("load data path: %w", err)
 	}
+	d.adopted = opts.PinDir != "" && tmp == ""
 	if tmp != "" {
 		if err := os.Rename(tmp, opts.PinDir); err != nil {
 			d.Close()
@@ -262,6 +265,11 @@ func Load(opts Options) (*Datapath, error) {
 	}
 	return d, nil
 }
+
+// Adopted reports whether Load found the pins an earlier agent left (and
+// so re-adopted its bindings, counters and settings) rather than making
+// them.
+func (d *Datapath) Adopted() bool { return d.adopted }
 
 // Close releases the programs and maps (pins, if any, stay).
 func (d *Datapath) Close() error {

@@ -22,6 +22,10 @@ import (
 // egress) to an interface.
 func LinkPinName(ifindex int, hook string) string { return fmt.Sprintf("link_%d_%s", ifindex, hook) }
 
+// ErrPinPath: pin_path is not a directory sluice may use (outside a
+// bpffs, a symlink, not a directory, or a non-empty directory to mount on).
+var ErrPinPath = errors.New("pin_path refused")
+
 var (
 	linkPin       = regexp.MustCompile(`^link_[0-9]+_(ingress|egress)$`)
 	halfBuiltName = regexp.MustCompile(`-tmp-[0-9]+$`)
@@ -38,7 +42,7 @@ func ownPin(name string) bool {
 // anywhere) on that same bpffs.
 func checkPinDir(dir string) error {
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
-		return fmt.Errorf("pin_path %q: must be a clean absolute path below a bpffs mount (default /sys/fs/bpf/sluice)", dir)
+		return fmt.Errorf("%w: %q must be a clean absolute path below a bpffs mount (default /sys/fs/bpf/sluice)", ErrPinPath, dir)
 	}
 	if err := requireBPFFS(filepath.Dir(dir)); err != nil {
 		return err
@@ -50,9 +54,9 @@ func checkPinDir(dir string) error {
 	case err != nil:
 		return fmt.Errorf("pin_path %s: %w", dir, err)
 	case st.Mode()&os.ModeSymlink != 0:
-		return fmt.Errorf("pin_path %s is a symlink: name the directory itself, inside a bpffs", dir)
+		return fmt.Errorf("%w: %s is a symlink: name the directory itself, inside a bpffs", ErrPinPath, dir)
 	case !st.IsDir():
-		return fmt.Errorf("pin_path %s is not a directory", dir)
+		return fmt.Errorf("%w: %s is not a directory", ErrPinPath, dir)
 	}
 	return requireBPFFS(dir)
 }
@@ -64,7 +68,7 @@ func requireBPFFS(dir string) error {
 		return fmt.Errorf("pin directory parent %s: %w", dir, err)
 	}
 	if st.Type != unix.BPF_FS_MAGIC {
-		return fmt.Errorf("pin directory parent %s is not a bpf filesystem (mount -t bpf bpf %s)", dir, dir)
+		return fmt.Errorf("%w: %s is not a bpf filesystem (mount -t bpf bpf %s)", ErrPinPath, dir, dir)
 	}
 	return nil
 }
@@ -86,7 +90,7 @@ func MountBPFFS(dir string) error {
 		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
 	}
 	if !empty {
-		return fmt.Errorf("%s is not a bpffs and not empty: sluice mounts a bpffs only on an empty directory; set pin_path to a directory inside a mounted bpffs (default /sys/fs/bpf/sluice)", dir)
+		return fmt.Errorf("%w: %s is not a bpffs and not empty: sluice mounts a bpffs only on an empty directory; set pin_path to a directory inside a mounted bpffs (default /sys/fs/bpf/sluice)", ErrPinPath, dir)
 	}
 	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
 		return fmt.Errorf("mount bpffs at %s: %w", dir, err)

@@ -254,6 +254,7 @@ func TestMinLimitDefaultsRefusalAndWarnings(t *testing.T) {
 	cfg, err = Parse([]byte(`
 interfaces: [veth0]
 listeners: [9092]
+exempt_peers: [10.0.0.0/24]
 produce: {capacity: 100MiB}
 fetch: {capacity: 100MiB}
 entities:
@@ -342,6 +343,7 @@ func TestMetricsSection(t *testing.T) {
 func TestDefaultTemplateIsKafkasSpelling(t *testing.T) {
 	cfg, err := Parse([]byte(`interfaces: [eth0]
 listeners: [9092]
+exempt_peers: [10.0.0.0/24]
 produce: {capacity: -1}
 fetch: {capacity: 100MB}
 entities:
@@ -541,6 +543,21 @@ func TestFilesTheClientReadsAreCheckedAtParse(t *testing.T) {
 		_, err := Parse([]byte(minimal + c.yaml + "\n"))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// An enforcing configuration with no exempt peers governs replication:
+// warned, naming the key; shadow (which holds nothing back) is not.
+func TestEmptyExemptPeersIsWarned(t *testing.T) {
+	for mode, want := range map[string]bool{"enforce": true, "shadow": false} {
+		cfg, err := Parse([]byte(minimal + "mode: " + mode + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := slices.ContainsFunc(cfg.Warnings(), func(p Problem) bool { return p.Key == "exempt_peers" })
+		if got != want {
+			t.Errorf("mode %s: exempt_peers warned %v, want %v", mode, got, want)
 		}
 	}
 }

@@ -37,6 +37,10 @@ func (c Config) Warnings() Problems {
 		out = append(out, Problem{Key: "entities.users",
 			Message: "users are read only on SASL_PLAINTEXT listeners, and none is configured: no connection will match a user"})
 	}
+	if len(c.ExemptPeers) == 0 && c.Mode == ModeEnforce {
+		out = append(out, Problem{Key: "exempt_peers",
+			Message: "is empty: replication from the other brokers and controllers is governed like any client; list their addresses"})
+	}
 	if _, ok := c.Entities.Clients[oldDefaultKey]; ok {
 		out = append(out, Problem{Key: "entities.clients." + oldDefaultKey,
 			Message: fmt.Sprintf("configures the client-id %q only; the template for every client is spelled %q, as Kafka spells it", oldDefaultKey, DefaultKey)})

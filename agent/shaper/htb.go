@@ -69,6 +69,9 @@ const (
 // else; sluice never replaces it.
 var ErrForeignRootQdisc = errors.New("device has a root qdisc sluice did not create")
 
+// ErrForeignDevice: a device sluice did not make holds one of its names.
+var ErrForeignDevice = errors.New("a device sluice did not make holds its name")
+
 // IFBName is the ingress device sluice creates for an interface.
 func IFBName(ifindex int) string { return fmt.Sprintf("slifb%d", ifindex) }
 
@@ -367,7 +370,7 @@ func LeftIFB(name string) (netlink.Link, error) {
 		return nil, fmt.Errorf("find %s: %w", name, err)
 	}
 	if link.Type() != "ifb" {
-		return nil, fmt.Errorf("a %s device named %s exists: sluice names its IFB devices so, and touches no device it did not make; rename or remove it", link.Type(), name)
+		return nil, fmt.Errorf("%w: a %s device named %s exists: sluice names its IFB devices so, and touches no device it did not make; rename or remove it", ErrForeignDevice, link.Type(), name)
 	}
 	return link, nil
 }

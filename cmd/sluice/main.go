@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/sluice-dev/sluice/agent"
 )
 
 // usageError is a command-line or input error: exit status 2.
@@ -89,7 +91,7 @@ func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "\n"+exitStatusHelp)
 }
 
-const exitStatusHelp = "exit status: 0 success; 1 failure (the agent, the kernel, a socket); 2 bad usage or invalid input (flags, a configuration file)"
+const exitStatusHelp = "exit status: 0 success; 1 failure (the agent, the kernel, a socket); 2 bad usage or invalid input (flags, a configuration file); 78 run refused to start (configuration or host state: restarting cannot help)"
 
 // asksForHelp reports whether args (before a "--") ask for help.
 func asksForHelp(args []string) bool {
@@ -113,6 +115,9 @@ func main() {
 		var ue usageError
 		if errors.As(err, &ue) {
 			os.Exit(2)
+		}
+		if errors.Is(err, agent.ErrRefused) {
+			os.Exit(agent.ExitRefused) // the unit does not restart it
 		}
 		os.Exit(1)
 	}

@@ -4,7 +4,8 @@
 # fresh tmpfs over /tmp, /var/tmp, /run and the directories `make install`
 # writes (so the host's files are untouched: its tmpfiles setup would
 # otherwise empty the shared /tmp). Then: make install; start on an empty
-# bpffs (a fresh boot) reaches active through sd_notify; systemctl reload
+# bpffs (a fresh boot) reaches active through sd_notify, a start the host
+# refuses is not restarted and leaves nothing; systemctl reload
 # applies an edit, and fails with the reason on a refused file; systemctl restart re-adopts what the agent left
 # (keep_attached_on_exit, the default); kill -9 is restarted by
 # Restart=on-failure and re-adopts; a hung agent is restarted by the
@@ -90,6 +91,22 @@ bootstrap: [198.18.5.1:9092]
 YAML
 ns sh -c "cat > /etc/sluice/sluice.yaml" < "$work/sluice.yaml" # $work is hidden inside (tmpfs over /var/tmp)
 ns systemctl daemon-reload
+
+say "a start the host refuses (interfaces: [absent0]) exits 78, is not restarted, and leaves nothing"
+ns sed -i 's/^interfaces: .*/interfaces: [absent0]/' /etc/sluice/sluice.yaml
+if ns systemctl start sluice; then fail "started with an interface that does not exist"; fi
+# A restart would come RestartSec=2 s after the exit: watch three times that.
+for _ in $(seq 30); do
+	[ "$(ns systemctl show -p NRestarts --value sluice)" = 0 ] || fail "a refused start was restarted"
+	sleep 0.2
+done
+ns systemctl show -p ExecMainStatus -p NRestarts -p ActiveState sluice
+[ "$(ns systemctl show -p ExecMainStatus --value sluice)" = 78 ] || fail "exit status of a refused start is not 78"
+ns journalctl -u sluice --no-pager -o cat | grep 'refused (not restarted): interfaces: absent0' || fail "no reason in the journal"
+ns test ! -e /sys/fs/bpf/sluice || fail "a refused start left its pins"
+ns ip -o link | grep >/dev/null slifb && fail "a refused start left an IFB"
+ns sh -c "cat > /etc/sluice/sluice.yaml" < "$work/sluice.yaml"
+ns systemctl reset-failed sluice
 
 say "start on an empty bpffs (a fresh boot)"
 ns test ! -e /sys/fs/bpf/sluice || fail "sluice pins present before the first start"  # a fresh bpffs holds only the kernel's maps.debug, progs.debug
