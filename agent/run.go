@@ -265,7 +265,9 @@ func (a *Agent) ReloadFailures() uint64 {
 // start (interfaces, map sizes, pin path, rate_window, sample_bytes, the
 // status socket, log_format) need a restart: changing them refuses the
 // reload.
-func (a *Agent) Reload(cfg config.Config, loadErr error) error { return a.ReloadBecause("", cfg, loadErr) }
+func (a *Agent) Reload(cfg config.Config, loadErr error) error {
+	return a.ReloadBecause("", cfg, loadErr)
+}
 
 // ReloadBecause is Reload, noting why it ran (SIGHUP, file changed, sluice
 // reload) in the verdict status shows.

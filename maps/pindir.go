@@ -61,6 +61,21 @@ func checkPinDir(dir string) error {
 	return requireBPFFS(dir)
 }
 
+// CheckPinPath says whether `sluice run` would accept pin_path on this
+// host: a bpffs parent (or an empty directory to mount one on) and, if the
+// directory exists, a real directory inside it (check-config's prediction).
+func CheckPinPath(dir string) error {
+	parent := filepath.Dir(dir)
+	var st unix.Statfs_t
+	if unix.Statfs(parent, &st) == nil && st.Type == unix.BPF_FS_MAGIC {
+		return checkPinDir(dir)
+	}
+	if empty, err := emptyDir(parent); err == nil && !empty {
+		return fmt.Errorf("%w: %s is not a bpffs and not empty: sluice mounts a bpffs only on an empty directory", ErrPinPath, parent)
+	}
+	return nil // absent or empty: sluice run mounts a bpffs there
+}
+
 // requireBPFFS checks that dir is on a bpf filesystem.
 func requireBPFFS(dir string) error {
 	var st unix.Statfs_t

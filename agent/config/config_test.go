@@ -35,6 +35,11 @@ func TestExampleFileIsValid(t *testing.T) {
 	if w := cfg.Entities.Clients[DefaultKey].QuotaWeight; w == nil || *w != 0.1 {
 		t.Errorf("default template weight %v", w)
 	}
+	// Its interfaces, capacities and exempt peers are placeholders: an
+	// agent started on it unedited holds no one back.
+	if cfg.Mode != ModeShadow {
+		t.Errorf("the shipped file's mode is %s, want shadow", cfg.Mode)
+	}
 	if len(cfg.ExemptPeers) != 1 || cfg.ExemptPeers[0].String() != "10.0.0.0/24" {
 		t.Errorf("exempt peers %v", cfg.ExemptPeers)
 	}

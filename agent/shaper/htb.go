@@ -322,6 +322,16 @@ func (h *HTB) IFBIndex() int { return h.ifb.Attrs().Index }
 // Kind implements Shaper.
 func (h *HTB) Kind() string { return "htb" }
 
+// CheckRoot says whether the htb backend would accept the interface's
+// root qdisc (nil) or refuse it, and why (check-config's prediction).
+func CheckRoot(ifname string) error {
+	dev, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return err
+	}
+	return checkRootQdisc(dev, dev.Attrs().Index)
+}
+
 // checkRootQdisc allows only the kernel's default root (handle 0:, which
 // deleting our root restores) or a tree sluice left itself.
 func checkRootQdisc(dev netlink.Link, ifindex int) error {

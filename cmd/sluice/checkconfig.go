@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -69,6 +73,18 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stdout, "not root: the BPF programs were not loaded through the verifier")
 		return nil
 	}
+	if problems, warnings := hostChecks(cfg); len(problems)+len(warnings) > 0 {
+		for _, w := range warnings {
+			fmt.Fprintf(stdout, "warning: %s\n", w)
+		}
+		if len(problems) > 0 {
+			fmt.Fprintf(stderr, "this host: %d problem(s) that `sluice run` would refuse to start with:\n", len(problems))
+			for _, p := range problems {
+				fmt.Fprintf(stderr, "  %s\n", p)
+			}
+			return usageError{fmt.Errorf("%s does not fit this host", path)}
+		}
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
@@ -87,4 +103,46 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	defer coll.Close()
 	fmt.Fprintf(stdout, "data path verified by the kernel: %d programs, %d maps\n", len(coll.Programs), len(coll.Maps))
 	return nil
+}
+
+// hostChecks predicts, as root on the broker host, what `sluice run` would
+// refuse (problems) or what looks wrong (warnings): interfaces that do not
+// exist, a root qdisc htb would not replace, a pin_path that is not
+// sluice's to use, capacities beyond the NICs' speed.
+func hostChecks(cfg config.Config) (problems, warnings []string) {
+	var speed float64 // bytes/s over every interface; 0 when one is unknown
+	known := true
+	for _, name := range cfg.Interfaces {
+		if _, err := netlink.LinkByName(name); err != nil {
+			problems = append(problems, fmt.Sprintf("interfaces: %s: no such interface on this host", name))
+			known = false
+			continue
+		}
+		if cfg.Mode == config.ModeEnforce && (cfg.Shaper == "auto" || cfg.Shaper == "htb") {
+			if err := shaper.CheckRoot(name); err != nil {
+				problems = append(problems, fmt.Sprintf("interfaces: %s: %v", name, err))
+			}
+		}
+		data, err := os.ReadFile("/sys/class/net/" + name + "/speed")
+		mbits, perr := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
+		if err != nil || perr != nil || mbits <= 0 {
+			known = false // virtual devices have no speed
+			continue
+		}
+		speed += mbits * 1e6 / 8
+	}
+	if known && speed > 0 {
+		for _, d := range []struct {
+			key string
+			dir config.Direction
+		}{{"produce.capacity", cfg.Produce}, {"fetch.capacity", cfg.Fetch}} {
+			if d.dir.Enabled() && d.dir.Capacity > speed {
+				warnings = append(warnings, fmt.Sprintf("%s: %s exceeds the interfaces' speed, %s", d.key, config.FormatRate(d.dir.Capacity), config.FormatRate(speed)))
+			}
+		}
+	}
+	if err := maps.CheckPinPath(cfg.PinPath); err != nil {
+		problems = append(problems, fmt.Sprintf("pin_path: %v", err))
+	}
+	return problems, warnings
 }
