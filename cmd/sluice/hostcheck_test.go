@@ -42,7 +42,9 @@ func TestCheckConfigPredictsHostRefusals(t *testing.T) {
 	base := "listeners: [9092]\nexempt_peers: [10.0.0.0/24]\nmode: enforce\nproduce: {capacity: 100MiB}\nfetch: {capacity: 100MiB}\n"
 	bad := write("bad.yaml", base+"interfaces: [absent0, "+pair.BrokerDev+"]\npin_path: "+filepath.Join(busy, "sluice")+"\n")
 	var stdout, stderr bytes.Buffer
-	err := pair.Broker.Do(func() error { return run(context.Background(), []string{"check-config", "--config", bad}, &stdout, &stderr) })
+	err := pair.Broker.Do(func() error {
+		return run(context.Background(), []string{"check-config", "--config", bad}, &stdout, &stderr)
+	})
 	var ue usageError
 	if !errors.As(err, &ue) {
 		t.Errorf("a file that does not fit the host: %v, want a usage error", err)
@@ -58,7 +60,9 @@ func TestCheckConfigPredictsHostRefusals(t *testing.T) {
 	good := write("good.yaml", base+"interfaces: ["+pair.BrokerDev+"]\npin_path: "+filepath.Join(fs, "sluice")+"\n")
 	stdout.Reset()
 	stderr.Reset()
-	if err := pair.Broker.Do(func() error { return run(context.Background(), []string{"check-config", "--config", good}, &stdout, &stderr) }); err != nil {
+	if err := pair.Broker.Do(func() error {
+		return run(context.Background(), []string{"check-config", "--config", good}, &stdout, &stderr)
+	}); err != nil {
 		t.Errorf("a file that fits the host: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 }
