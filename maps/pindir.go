@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,8 +27,19 @@ func LinkPinName(ifindex int, hook string) string { return fmt.Sprintf("link_%d_
 // bpffs, a symlink, not a directory, or a non-empty directory to mount on).
 var ErrPinPath = errors.New("pin_path refused")
 
+// InterfaceOfLinkPin is the interface index a link pin (LinkPinName)
+// names.
+func InterfaceOfLinkPin(name string) (int, bool) {
+	m := linkPin.FindStringSubmatch(filepath.Base(name))
+	if m == nil {
+		return 0, false
+	}
+	idx, err := strconv.Atoi(m[1])
+	return idx, err == nil
+}
+
 var (
-	linkPin       = regexp.MustCompile(`^link_[0-9]+_(ingress|egress)$`)
+	linkPin       = regexp.MustCompile(`^link_([0-9]+)_(ingress|egress)$`)
 	halfBuiltName = regexp.MustCompile(`-tmp-[0-9]+$`)
 )
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -74,6 +76,19 @@ var ErrForeignDevice = errors.New("a device sluice did not make holds its name")
 
 // IFBName is the ingress device sluice creates for an interface.
 func IFBName(ifindex int) string { return fmt.Sprintf("slifb%d", ifindex) }
+
+// InterfaceOfIFB is the index of the interface one of sluice's IFB names
+// (IFBName, and the shared trees' slifbi/slifbe) was made for.
+func InterfaceOfIFB(name string) (int, bool) {
+	m := ifbNames.FindStringSubmatch(name)
+	if m == nil {
+		return 0, false
+	}
+	idx, err := strconv.Atoi(m[1])
+	return idx, err == nil
+}
+
+var ifbNames = regexp.MustCompile(`^slifb[ie]?([0-9]+)$`)
 
 // HTB is the htb backend for one interface.
 type HTB struct {

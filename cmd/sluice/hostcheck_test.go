@@ -9,9 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluice-dev/sluice/agent/attach"
+	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -64,5 +68,81 @@ func TestCheckConfigPredictsHostRefusals(t *testing.T) {
 		return run(context.Background(), []string{"check-config", "--config", good}, &stdout, &stderr)
 	}); err != nil {
 		t.Errorf("a file that fits the host: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+}
+
+// `sluice unload` needs no valid configuration: with a broken file it
+// removes what an agent left attached (pinned links and maps, the htb
+// trees and the IFB device), found from the pins and the kernel, and the
+// namespace's devices and qdiscs are as they were before the agent.
+func TestUnloadWithABrokenConfigLeavesTheHostAsItWas(t *testing.T) {
+	netns.RequireRoot(t, "loads BPF programs, builds a namespace, qdiscs and IFB devices")
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatal(err)
+	}
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	fs := t.TempDir()
+	if err := maps.MountBPFFS(fs); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(fs, 0)
+	dump := func() string {
+		var out []byte
+		for _, args := range [][]string{{"tc", "-j", "qdisc", "show"}, {"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "ingress"},
+			{"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "egress"}, {"ip", "-o", "link", "show"}} {
+			o, _ := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name}, args...)...).CombinedOutput()
+			out = append(out, o...)
+		}
+		return string(out)
+	}
+	before := dump()
+
+	// An agent that left everything attached (keep_attached_on_exit).
+	opts := maps.DefaultOptions()
+	opts.MaxEntities, opts.MaxConnections, opts.PinDir = 64, 4096, filepath.Join(fs, "sluice")
+	d, err := maps.Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pair.Broker.Do(func() error {
+		a, err := attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), attach.Auto)
+		if err != nil {
+			return err
+		}
+		if err := a.Pin(opts.PinDir); err != nil {
+			return err
+		}
+		a.Release()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shaper.NewHTB(idx, d, 200*time.Millisecond, pair.Broker.Do); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if during := dump(); during == before || !strings.Contains(during, shaper.IFBName(idx)) {
+		t.Fatalf("the agent left nothing to unload:\n%s", during)
+	}
+
+	broken := filepath.Join(t.TempDir(), "sluice.yaml")
+	os.WriteFile(broken, []byte("interfaces: [\nsasl: {password_file: $CREDENTIALS_DIRECTORY/sasl-password}\n"), 0o600)
+	var stdout, stderr bytes.Buffer
+	if err := pair.Broker.Do(func() error {
+		return run(context.Background(), []string{"unload", "--config", broken, "--pin-path", opts.PinDir}, &stdout, &stderr)
+	}); err != nil {
+		t.Fatalf("unload: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	t.Logf("unload said:\n%s%s", stdout.String(), stderr.String())
+	if after := dump(); after != before {
+		t.Errorf("after unload the namespace differs.\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if _, err := os.Stat(opts.PinDir); !os.IsNotExist(err) {
+		t.Errorf("pins left: %v", err)
+	}
+	if !strings.Contains(stdout.String(), "interface "+pair.BrokerDev+":") {
+		t.Errorf("unload did not report the interface it cleaned:\n%s", stdout.String())
 	}
 }

@@ -331,18 +331,29 @@ func TestScenarioOvercommit(t *testing.T) {
 	// the activity memory (2 cycles).
 	clearedInTime := err == nil && cleared <= 2+3+2+1
 	errs, ok := noErrors(p0, p1)
-	once, onceOK := exactlyOnce(t, w, a, "orders", 2, p0, p1)
+	once, onceOK := exactlyOnce(t, w, nil, "orders", 2, p0, p1)
+	// A dead agent is seen: SluiceAgentDown is quiet while the agent
+	// answers scrapes, and fires once it is killed (kill -9: no goodbye).
+	_, quietErr := prom.WaitAlert("SluiceAgentDown", "", "", 5*time.Second)
+	a.Kill()
+	downAfter, downErr := prom.WaitAlert("SluiceAgentDown", "", "firing", 30*time.Second)
+	if err := errors.Join(quietErr, downErr); err != nil {
+		t.Log(err)
+	}
 	record(t, Result{
 		Name: "overcommit",
-		Pass: within(rates[0], C/2, 0.10) && within(rates[1], C/2, 0.10) && raised && clearedInTime && ok && onceOK && promErrs == nil,
+		Pass: within(rates[0], C/2, 0.10) && within(rates[1], C/2, 0.10) && raised && clearedInTime && ok && onceOK && promErrs == nil &&
+			quietErr == nil && downErr == nil,
 		Measured: map[string]any{"tp0_bps": rates[0], "tp1_bps": rates[1], "overcommit_raised": raised, "scale": scale,
 			"cleared_after_s": cleared, "client_errors": errs, "exactly_once": once,
 			"prometheus_alert_fired": firedErr == nil, "prometheus_fired_after_s": firedAfter.Seconds(),
 			"prometheus_alert_resolved": resolvedErr == nil, "prometheus_resolved_after_stop_s": resolvedAfter,
+			"agent_down_quiet_while_alive": quietErr == nil, "agent_down_fired": downErr == nil, "agent_down_fired_after_kill_s": downAfter.Seconds(),
 			"measured_at": meteredAt, "sluice_vs_kernel": differences(rates, own)},
 		Expected: map[string]any{"each_bps": C / 2, "tolerance": 0.10, "overcommit_raised": true,
 			"cleared_within_s": 2 + 3 + 2 + 1, "client_errors": 0,
 			"prometheus_alert": alert + " fires (rules' for: 2 s), then resolves after a producer stops",
+			"agent_down":       "SluiceAgentDown quiet while the agent is scraped, firing after kill -9 (for: 2 s)",
 			"exactly_once":     "every acknowledged record consumed once (count and checksum)"},
 	})
 }
