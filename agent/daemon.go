@@ -62,6 +62,18 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, build BuildInf
 	return nil
 }
 
+// DataPathOptions sizes the data path from a configuration: the one
+// place (the daemon loads it, check-config verifies it) that maps
+// configuration keys to map sizes.
+func DataPathOptions(cfg config.Config) maps.Options {
+	opts := maps.DefaultOptions()
+	opts.MaxEntities = cfg.MaxEntities + 2 // unknown and overflow
+	opts.MaxConnections = cfg.MaxConnections
+	opts.SampleBytes = min(cfg.SampleBytes, maps.SampleMax)
+	opts.PinDir = cfg.PinPath
+	return opts
+}
+
 // attachModes names how the programs are attached (tcx, legacy), once
 // per mode in use.
 func (r *daemon) attachModes() string {
@@ -98,12 +110,7 @@ func (r *daemon) setup() error {
 	if err := maps.MountBPFFS(filepath.Dir(r.cfg.PinPath)); err != nil {
 		return err
 	}
-	opts := maps.DefaultOptions()
-	opts.MaxEntities = r.cfg.MaxEntities + 2 // unknown and overflow
-	opts.MaxConnections = r.cfg.MaxConnections
-	opts.SampleBytes = min(r.cfg.SampleBytes, maps.SampleMax)
-	opts.PinDir = r.cfg.PinPath
-	d, err := maps.Load(opts)
+	d, err := maps.Load(DataPathOptions(r.cfg))
 	if err != nil {
 		return err
 	}

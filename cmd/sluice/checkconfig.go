@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 
+	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
@@ -88,11 +89,7 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
-	opts := maps.DefaultOptions()
-	opts.MaxEntities = cfg.MaxEntities + 2
-	opts.MaxConnections = cfg.MaxConnections
-	opts.SampleBytes = min(cfg.SampleBytes, maps.SampleMax)
-	spec, err := maps.Spec(opts)
+	spec, err := maps.Spec(agent.DataPathOptions(cfg))
 	if err != nil {
 		return err
 	}
