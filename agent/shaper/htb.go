@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -183,8 +184,8 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 			}
 			h.trees = [2]*htbTree{}
 		}
+		restoreRoot(dev, ifb)
 		netlink.LinkDel(ifb)
-		deleteRoot(dev)
 	}
 	// Class ids pinned by an earlier agent or backend mean nothing to a new tree.
 	if err := classes.ClearClasses(); err != nil {
@@ -200,6 +201,10 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 	if h.ifb, h.trees[maps.Produce], err = newIFBTree(IFBName(ifindex)); err != nil {
 		h.close()
 		return nil, err
+	}
+	if err := noteQueueLen(h.ifb, dev); err != nil {
+		h.close()
+		return nil, fmt.Errorf("htb: note %s's queue length: %w", dev.Attrs().Name, err)
 	}
 	return h, nil
 }
@@ -239,7 +244,7 @@ func RemoveLeftoverTrees(ifindex int, in func(func() error) error) error {
 			return fmt.Errorf("htb: find interface %d: %w", ifindex, err)
 		}
 		if ownTree(dev) {
-			if err := deleteRoot(dev); err != nil {
+			if err := restoreRoot(dev, ifb); err != nil {
 				return fmt.Errorf("htb: delete the tree left on %s: %w", dev.Attrs().Name, err)
 			}
 		}
@@ -425,6 +430,44 @@ func deleteRoot(link netlink.Link) error {
 	root := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(rootMajor, 0), Parent: netlink.HANDLE_ROOT})
 	if err := netlink.QdiscDel(root); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		return err
+	}
+	return nil
+}
+
+// The kernel gives a device whose tx_queue_len is 0 (veth, and other
+// IFF_NO_QUEUE devices) a length of 1000 when a queueing root such as
+// htb replaces its default, and keeps it when the root goes. sluice notes
+// the length it found in its IFB's alias (the IFB outlives an agent that
+// keeps its trees, so a later agent or `sluice unload` reads it) and puts
+// it back with the default root.
+const queueLenAlias = "sluice: txqueuelen of %s was %d"
+
+func noteQueueLen(ifb, dev netlink.Link) error {
+	return netlink.LinkSetAlias(ifb, fmt.Sprintf(queueLenAlias, dev.Attrs().Name, dev.Attrs().TxQLen))
+}
+
+// restoreRoot deletes sluice's root on dev and gives the device back the
+// queue length it had before sluice (ifb nil: none noted).
+func restoreRoot(dev, ifb netlink.Link) error {
+	if err := deleteRoot(dev); err != nil {
+		return err
+	}
+	if ifb == nil {
+		return nil
+	}
+	if fresh, err := netlink.LinkByIndex(ifb.Attrs().Index); err == nil {
+		ifb = fresh // the alias as the kernel has it now
+	}
+	rest, _ := strings.CutPrefix(ifb.Attrs().Alias, "sluice: txqueuelen of ")
+	name, n, noted := strings.Cut(rest, " was ")
+	qlen, err := strconv.Atoi(n)
+	if !noted || err != nil || name != dev.Attrs().Name {
+		return nil // nothing noted (an IFB from an earlier version)
+	}
+	if cur, err := netlink.LinkByIndex(dev.Attrs().Index); err == nil && cur.Attrs().TxQLen != qlen {
+		if err := netlink.LinkSetTxQLen(cur, qlen); err != nil {
+			return fmt.Errorf("restore %s's txqueuelen %d: %w", dev.Attrs().Name, qlen, err)
+		}
 	}
 	return nil
 }
@@ -665,7 +708,7 @@ func (h *HTB) close() error {
 		h.trees[maps.Fetch] = nil // it went with its device
 	}
 	if t := h.trees[maps.Fetch]; t != nil {
-		if err := deleteRoot(t.link); err != nil {
+		if err := restoreRoot(t.link, h.ifb); err != nil {
 			errs = append(errs, fmt.Errorf("htb: delete root qdisc of %s: %w", t.link.Attrs().Name, err))
 		}
 	}
