@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/learner"
+	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -116,6 +117,9 @@ func (r *daemon) setup() error {
 	}
 	r.dp = d
 	r.log.Info("data path loaded", "sample_publication", d.SamplePublication())
+	if err := r.detachDropped(); err != nil {
+		return err
+	}
 	for _, name := range r.cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
@@ -140,6 +144,35 @@ func (r *daemon) setup() error {
 	}
 	if r.samples, err = d.NewSampleReader(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// detachDropped detaches what an earlier agent left on interfaces that are
+// no longer in the configuration: their pinned links, htb trees and IFB
+// devices (else they stay governed by classes nobody updates).
+func (r *daemon) detachDropped() error {
+	keep := map[int]bool{}
+	for _, name := range r.cfg.Interfaces {
+		if link, err := netlink.LinkByName(name); err == nil {
+			keep[link.Attrs().Index] = true
+		}
+	}
+	for _, idx := range attach.PinnedInterfaces(r.cfg.PinPath) {
+		if keep[idx] {
+			continue
+		}
+		name := fmt.Sprint(idx)
+		if link, err := netlink.LinkByIndex(idx); err == nil {
+			name = link.Attrs().Name
+		}
+		if err := attach.DetachPinned(r.cfg.PinPath, idx); err != nil {
+			return fmt.Errorf("detach %s, dropped from interfaces: %w", name, err)
+		}
+		if err := shaper.RemoveLeftoverTrees(idx, nil); err != nil {
+			return fmt.Errorf("remove the trees on %s, dropped from interfaces: %w", name, err)
+		}
+		r.log.Info("detached an interface dropped from the configuration", "interface", name)
 	}
 	return nil
 }

@@ -273,6 +273,43 @@ func Adopt(dir string, ifindex int, ingress, egress *ebpf.Program) (*Attachment,
 	return a, nil
 }
 
+// PinnedInterfaces lists the interfaces (by index) whose TCX links an
+// earlier agent pinned under dir.
+func PinnedInterfaces(dir string) []int {
+	names, _ := filepath.Glob(filepath.Join(dir, "link_*"))
+	seen := map[int]bool{}
+	var out []int
+	for _, n := range names {
+		if idx, ok := maps.InterfaceOfLinkPin(n); ok && !seen[idx] {
+			seen[idx] = true
+			out = append(out, idx)
+		}
+	}
+	return out
+}
+
+// DetachPinned detaches the programs an earlier agent left on an
+// interface through pinned TCX links, and removes the pins.
+func DetachPinned(dir string, ifindex int) error {
+	var errs []error
+	for i := range 2 {
+		path := filepath.Join(dir, linkPinName(ifindex, i))
+		l, err := link.LoadPinnedLink(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("open pinned link %s: %w", path, err))
+			continue
+		}
+		if err := l.Unpin(); err != nil {
+			errs = append(errs, err)
+		}
+		errs = append(errs, l.Close()) // the last reference: detached
+	}
+	return errors.Join(errs...)
+}
+
 // linkPinName names link i (0 ingress, 1 egress) in the pin directory,
 // whose layout maps knows (sluice unload removes what it names).
 func linkPinName(ifindex, i int) string {

@@ -1,0 +1,82 @@
+package agent_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// An interface dropped from the configuration across a restart is
+// detached at start: the new agent removes the links, trees, steering
+// filters and IFB devices the previous one left on it, and the interface's
+// qdiscs and filters are again what they were before sluice; the interface
+// still configured stays governed.
+func TestAgentIntegrationDroppedInterfaceIsDetachedAtStart(t *testing.T) {
+	w := newWorld(t)
+	ns := w.Pair.Broker.Name
+	if out, err := exec.Command("ip", "netns", "exec", ns, "ip", "link", "add", "sdrop0", "type", "veth", "peer", "name", "sdrop1").CombinedOutput(); err != nil {
+		t.Fatalf("add veth: %v %s", err, out)
+	}
+	exec.Command("ip", "netns", "exec", ns, "ip", "link", "set", "sdrop0", "up").Run()
+	dump := func(dev string) string {
+		var out []byte
+		for _, args := range [][]string{{"tc", "-j", "qdisc", "show", "dev", dev}, {"tc", "-j", "filter", "show", "dev", dev, "ingress"},
+			{"tc", "-j", "filter", "show", "dev", dev, "egress"}} {
+			o, _ := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+			out = append(out, o...)
+		}
+		// The device itself, and any IFB made for it (named by its index).
+		links, _ := exec.Command("ip", "netns", "exec", ns, "ip", "-o", "link").CombinedOutput()
+		var index string
+		for _, l := range strings.Split(string(links), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], dev+"@") {
+				index = strings.TrimSuffix(f[0], ":")
+				out = append(out, l...)
+			}
+		}
+		for _, l := range strings.Split(string(links), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && index != "" {
+				for _, ifb := range []string{"slifb", "slifbi", "slifbe"} {
+					if f[1] == ifb+index+":" {
+						out = append(out, l...)
+					}
+				}
+			}
+		}
+		return string(out)
+	}
+	before := dump("sdrop0")
+
+	both := config(w, true)
+	data, _ := os.ReadFile(both)
+	twoIfaces := strings.Replace(string(data), "interfaces: ["+w.Pair.BrokerDev+"]", "interfaces: ["+w.Pair.BrokerDev+", sdrop0]", 1)
+	if twoIfaces == string(data) {
+		t.Fatal("could not add the second interface to the configuration")
+	}
+	os.WriteFile(both, []byte(twoIfaces), 0o600)
+	first := start(t, w, both)
+	if during := dump("sdrop0"); during == before {
+		t.Fatalf("the first agent did not attach to sdrop0:\n%s", during)
+	}
+	if err := first.Stop(); err != nil { // keep_attached_on_exit: everything stays
+		t.Fatal(err)
+	}
+	if left := dump("sdrop0"); left == before {
+		t.Fatal("nothing left on sdrop0 by a keep_attached exit: the test would prove nothing")
+	}
+
+	one := config(w, false) // sdrop0 dropped
+	second := start(t, w, one)
+	if after := dump("sdrop0"); after != before {
+		t.Errorf("sdrop0 after the restart without it differs from before sluice.\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	log, _ := os.ReadFile(second.Log)
+	if !strings.Contains(string(log), `msg="detached an interface dropped from the configuration" interface=sdrop0`) {
+		t.Errorf("the new agent did not say it detached sdrop0:\n%s", log)
+	}
+	if err := second.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	assertRestored(t, w)
+}
