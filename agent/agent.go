@@ -87,6 +87,10 @@ type Agent struct {
 	// rateWriteFailures counts cycles whose rate writes failed (retried the
 	// next cycle; no heartbeat meanwhile).
 	rateWriteFailures uint64
+	// brokers is the cluster's brokers (nil: no metadata client);
+	// unexempt, those exempt_peers misses (checkReplication).
+	brokers  BrokerSource
+	unexempt []string
 	// lastReload: the verdict on the last reload (nil: none yet).
 	lastReload *ReloadResult
 	// reloader runs a reload asked for on the status socket (nil: none).
@@ -231,12 +235,13 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	}
 	stopTopics := func() {}
 	var quotas QuotaSource
+	var brokers BrokerSource
 	if deps.NewMetadata != nil {
 		md, merr := deps.NewMetadata(cfg)
 		if merr != nil {
 			return nil, fmt.Errorf("metadata client: %w", merr)
 		}
-		deps.Topics, stopTopics, quotas = md.Topics, md.stop(), md.Quotas
+		deps.Topics, stopTopics, quotas, brokers = md.Topics, md.stop(), md.Quotas, md.Brokers
 		defer func() { // err: New's result
 			if err != nil {
 				stopTopics()
@@ -255,6 +260,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		newPerPeer:      entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
 		learner:         learner.New[maps.ConnKey](policy, deps.Topics),
 		stopTopics:      stopTopics,
+		brokers:         brokers,
 		observeCycle:    func(time.Duration) {},
 		intervalChanged: make(chan time.Duration, 1),
 		elapsed:         make([]float64, cfg.RateWindow),
@@ -698,6 +704,7 @@ func (a *Agent) runCycle() error {
 	start := a.deps.Clock.Now()
 	a.cycle++
 	a.pullKafkaQuotas()
+	a.checkReplication()
 	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {
 		return fmt.Errorf("read counters: %w", err)
 	}

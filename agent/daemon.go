@@ -199,7 +199,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		runCtx, stop := context.WithCancel(ctx)
 		topics := learner.NewMetadataTopics(client, c.MetadataRefresh, learner.DefaultMinRefreshGap, r.log)
 		go topics.Run(runCtx)
-		md := Metadata{Topics: topics, Stop: func() { stop(); client.Close() }}
+		md := Metadata{Topics: topics, Brokers: topics, Stop: func() { stop(); client.Close() }}
 		if c.KafkaQuotas == config.KafkaQuotasImport {
 			quotas := learner.NewClusterQuotas(client, c.MetadataRefresh, config.MaxEntityIDs, r.log)
 			go quotas.Run(runCtx)

@@ -16,6 +16,8 @@ type Metadata struct {
 	Topics learner.TopicNames
 	// Quotas is nil unless kafka_quotas is import.
 	Quotas QuotaSource
+	// Brokers lists the cluster's brokers (nil: not known).
+	Brokers BrokerSource
 	// Stop ends the client (nil: nothing to end).
 	Stop func()
 }

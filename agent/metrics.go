@@ -62,6 +62,8 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 		counter("rate_write_failures_total", "Control cycles whose rate writes to the shaper failed (retried next cycle).", a.RateWriteFailures),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "config_last_reload_successful", Help: "0 while the last configuration reload was refused: the file on disk is not what runs."},
 			func() float64 { return boolValue(a.LastReloadSucceeded()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "unexempt_brokers", Help: "The cluster's other brokers (from the metadata) whose addresses exempt_peers does not cover: their replication from this broker is governed."},
+			func() float64 { return float64(len(a.UnexemptBrokers())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "refresh_age_seconds", Help: "Time since the last successful control-loop cycle (the heartbeat's age)."},
 			func() float64 { return a.RefreshAge().Seconds() }),
 		counter("kafka_quota_imports_total", "Reads of the cluster's client quotas that succeeded (kafka_quotas: import).",

@@ -56,6 +56,8 @@ func (a *Agent) view() *Snapshot {
 		Overflowed:   a.registry.Overflowed,
 		Unconfigured: a.registry.Unconfigured(),
 		LastReload:   a.lastReload,
+		// Brokers exempt_peers misses (their replication is governed).
+		UnexemptBrokers: a.unexempt,
 		// New unconfigured entities a peer asked for faster than new_entities_per_peer.
 		PeerRateRefused: a.newPerPeer.Refused,
 		Learner: LearnerView{
@@ -331,6 +333,7 @@ func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err
 		}
 		a.stopTopics()
 		a.learner.SetTopics(md.Topics)
+		a.brokers = md.Brokers
 		a.stopTopics = md.stop()
 		a.kafka.replaceSource(md.Quotas)
 		a.log.Info("metadata client rebuilt", "bootstrap", cfg.Bootstrap, "metadata_refresh", cfg.MetadataRefresh, "kafka_quotas", cfg.KafkaQuotas)

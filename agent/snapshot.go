@@ -151,6 +151,9 @@ type Snapshot struct {
 	// LastReload is the verdict on the last configuration reload (nil:
 	// none since the agent started).
 	LastReload *ReloadResult `json:"last_reload,omitempty"`
+	// UnexemptBrokers are the cluster's other brokers that exempt_peers
+	// does not cover: their replication from this broker is governed.
+	UnexemptBrokers []string `json:"unexempt_brokers,omitempty"`
 }
 
 // ReloadResult is the verdict on one configuration reload: applied whole,

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -28,8 +30,9 @@ type MetadataTopics struct {
 	minGap   time.Duration
 	log      *slog.Logger
 
-	mu    sync.RWMutex
-	names map[[16]byte]string
+	mu      sync.RWMutex
+	names   map[[16]byte]string
+	brokers []Broker
 	// Refreshes and Failures count metadata reads, for metrics.
 	Refreshes, Failures uint64
 
@@ -86,7 +89,60 @@ func (m *MetadataTopics) Refresh(ctx context.Context) error {
 	m.names = names
 	m.Refreshes++
 	m.mu.Unlock()
+	// The cluster's brokers, for the replication check (an error here
+	// keeps the last list: topics are what this refresh is for).
+	if md, err := m.adm.BrokerMetadata(ctx); err == nil {
+		brokers := resolveBrokers(ctx, md.Brokers)
+		m.mu.Lock()
+		m.brokers = brokers
+		m.mu.Unlock()
+	}
 	return nil
+}
+
+// Broker is one broker of the cluster as the metadata names it, with the
+// addresses its host resolves to and whether one of them is this host's
+// own (the local broker, not a replication peer).
+type Broker struct {
+	ID    int32
+	Host  string
+	Port  int32
+	Addrs []netip.Addr
+	Local bool
+}
+
+// Brokers is the cluster's brokers as of the last refresh.
+func (m *MetadataTopics) Brokers() []Broker {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.brokers
+}
+
+func resolveBrokers(ctx context.Context, details kadm.BrokerDetails) []Broker {
+	local := map[netip.Addr]bool{}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				local[p.Addr().Unmap()] = true
+			}
+		}
+	}
+	out := make([]Broker, 0, len(details))
+	for _, d := range details {
+		b := Broker{ID: d.NodeID, Host: d.Host, Port: d.Port}
+		if a, err := netip.ParseAddr(d.Host); err == nil {
+			b.Addrs = []netip.Addr{a.Unmap()}
+		} else if addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", d.Host); err == nil {
+			for _, a := range addrs {
+				b.Addrs = append(b.Addrs, a.Unmap())
+			}
+		}
+		for _, a := range b.Addrs {
+			b.Local = b.Local || local[a]
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // Run refreshes until ctx ends: at once, every interval, and after misses

@@ -99,3 +99,29 @@ func metadataClient(t *testing.T, cluster *kfake.Cluster, more ...kgo.Opt) *kgo.
 	t.Cleanup(client.Close)
 	return client
 }
+
+// The refresh also reads the cluster's brokers, with the addresses their
+// hosts resolve to; kfake's brokers listen on this host (127.0.0.1), so
+// each is local.
+func TestRefreshReadsTheClustersBrokers(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics := NewMetadataTopics(metadataClient(t, cluster), time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := topics.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	brokers := topics.Brokers()
+	if len(brokers) != 3 {
+		t.Fatalf("brokers %+v, want 3", brokers)
+	}
+	for _, b := range brokers {
+		if len(b.Addrs) != 1 || !b.Addrs[0].IsLoopback() || !b.Local || b.Port == 0 {
+			t.Errorf("broker %+v: want one loopback address, local", b)
+		}
+	}
+}

@@ -58,6 +58,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func writeStatus(w io.Writer, s *agent.Snapshot) {
 	fmt.Fprintf(w, "sluice  cycle %d at %s  mode %s  shaper %s (%s)\n", s.Cycle, s.Time.Format(time.TimeOnly), s.Mode, s.Shaper, s.ShaperReason)
+	if len(s.UnexemptBrokers) > 0 {
+		fmt.Fprintf(w, "WARNING replication is governed: brokers outside exempt_peers: %s\n", strings.Join(s.UnexemptBrokers, ", "))
+	}
 	if r := s.LastReload; r != nil {
 		verdict := "applied"
 		if !r.Applied {
