@@ -61,11 +61,17 @@ func TestMain(m *testing.M) {
 		println(err.Error())
 		os.Exit(1)
 	}
+	// What an earlier run left (a run killed part-way cannot clean up) is
+	// not this run's: it is named, and only what this run adds fails it.
+	before := leftovers()
+	if len(before) > 0 {
+		println("e2e: present before this run (not counted against it):\n" + strings.Join(before, "\n"))
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	// Nothing may be left behind, also when a scenario failed.
-	if left := leftovers(); left != "" {
-		println("e2e: left behind:\n" + left)
+	if left := added(before, leftovers()); len(left) > 0 {
+		println("e2e: left behind:\n" + strings.Join(left, "\n"))
 		code = 1
 	}
 	data, _ := json.MarshalIndent(map[string]any{"scenarios": results}, "", "  ")
@@ -73,22 +79,50 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// leftovers lists namespaces, devices and processes the scenarios created
-// that still exist.
-func leftovers() string {
+// leftovers lists the namespaces, devices, processes and bpffs mounts of
+// the kinds the scenarios create that exist now, one per line.
+func leftovers() []string {
 	var out []string
-	if ns, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(ns), netns.Prefix) {
-		out = append(out, "namespaces: "+string(ns))
-	}
-	if links, _ := exec.Command("ip", "-o", "link").Output(); strings.Contains(string(links), "slifb") || strings.Contains(string(links), "slb") {
-		out = append(out, "devices: "+string(links))
-	}
-	for _, name := range []string{"loadgen", "sluice"} {
-		if pids, _ := exec.Command("pgrep", "-x", name).Output(); len(strings.TrimSpace(string(pids))) > 0 {
-			out = append(out, name+" processes: "+string(pids))
+	if ns, _ := exec.Command("ip", "netns", "list").Output(); len(ns) > 0 {
+		for _, l := range strings.Split(string(ns), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], netns.Prefix) {
+				out = append(out, "namespace "+f[0])
+			}
 		}
 	}
-	return strings.Join(out, "\n")
+	if links, _ := exec.Command("ip", "-o", "link").Output(); len(links) > 0 {
+		for _, l := range strings.Split(string(links), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && (strings.HasPrefix(f[1], "slifb") || strings.HasPrefix(f[1], "slb")) {
+				out = append(out, "device "+strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":"))
+			}
+		}
+	}
+	for _, name := range []string{"loadgen", "sluice"} {
+		if pids, _ := exec.Command("pgrep", "-x", name).Output(); len(pids) > 0 {
+			for _, pid := range strings.Fields(string(pids)) {
+				out = append(out, name+" process "+pid)
+			}
+		}
+	}
+	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
+		for _, l := range strings.Split(string(mounts), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[2] == "bpf" && strings.HasPrefix(f[1], os.TempDir()) {
+				out = append(out, "bpffs "+f[1])
+			}
+		}
+	}
+	return out
+}
+
+// added is what now has that before had not.
+func added(before, now []string) []string {
+	var out []string
+	for _, x := range now {
+		if !slices.Contains(before, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func record(t *testing.T, r Result) {

@@ -61,6 +61,9 @@ func Create(name string) (*NS, error) {
 	defer orig.Close()
 	h, err := netns.NewNamed(name) // moves this thread into it
 	if err != nil {
+		// NewNamed may fail after moving the thread: bring it back before
+		// the runtime hands the thread to another goroutine.
+		netns.Set(orig)
 		return nil, fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	if lo, err := netlink.LinkByName("lo"); err == nil {
