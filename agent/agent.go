@@ -43,6 +43,10 @@ type Deps struct {
 	Topics      learner.TopicNames
 	Clock       Clock
 	Log         *slog.Logger
+	// FailReloadStep, in tests, is asked before each step of a reload
+	// (ReloadStepNames) and fails the step with the error it returns: the
+	// fault injection that proves every step is undone.
+	FailReloadStep func(step string) error
 }
 
 // Agent runs the control loop and the learner. Its methods are safe for
@@ -95,6 +99,13 @@ type Agent struct {
 	lastReload *ReloadResult
 	// reloader runs a reload asked for on the status socket (nil: none).
 	reloader func() (ReloadResult, error)
+	// pendingForget: connections an applied reload must forget (their
+	// exemption or listener changed) that the data path refused so far;
+	// each cycle tries again.
+	pendingForget []maps.ConnKey
+	// pendingExempt: an applied exempt_peers change whose connections could
+	// not be listed yet (nil: none); each cycle tries again.
+	pendingExempt *exemptChange
 	// cycleFailures counts cycles that returned an error.
 	cycleFailures uint64
 	// stopTopics ends the metadata client NewMetadata built.
@@ -338,13 +349,40 @@ const maxLimitedPeers = 65536
 // pinConfigured registers every configured entity (at start and on each
 // reload), so that no client can take a configured tenant's id, and gives
 // the new ones their standby limits at once.
-func (a *Agent) pinConfigured() {
+func (a *Agent) pinConfigured() (added []entity.ID) {
 	a.seriesStale = true // pinning changes who is eligible, new or not
 	now := a.deps.Clock.Now()
-	for _, id := range a.registry.Pin(a.policy.ConfiguredKeys(), now) {
+	added = a.registry.Pin(a.policy.ConfiguredKeys(), now)
+	for _, id := range added {
 		key, _ := a.registry.Key(id)
 		a.registered(uint32(id), key)
 	}
+	return added
+}
+
+// unregister undoes registered for entities a refused reload pinned: their
+// standby classes and persisted names go (the registry is restored apart).
+func (a *Agent) unregister(ids []entity.ID) error {
+	var errs []error
+	for _, id := range ids {
+		for _, dc := range a.dirs {
+			if math.IsNaN(dc.applied[id]) {
+				continue
+			}
+			if err := a.deps.Shaper.Remove(maps.Direction(dc.dir), uint32(id)); err != nil {
+				errs = append(errs, fmt.Errorf("remove the %s class of entity %d: %w", dc.dir, id, err))
+				continue
+			}
+			dc.applied[id], dc.guaranteed[id] = math.NaN(), 0
+		}
+		if a.store != nil {
+			if err := a.store.DeleteEntity(uint32(id)); err != nil {
+				errs = append(errs, fmt.Errorf("forget entity %d: %w", id, err))
+			}
+		}
+	}
+	a.seriesStale = true
+	return errors.Join(errs...)
 }
 
 // registered gives a new entity its standby limit and persists it.
@@ -400,28 +438,41 @@ func (a *Agent) applyDataPathSettings() error {
 	if err := dp.SetExempt(a.cfg.ExemptPeers); err != nil {
 		return err
 	}
-	if err := a.applyPeers(); err != nil {
+	forget, err := a.applyPeers(a.cfg, a.policy)
+	if err != nil {
 		return err
 	}
-	mode := maps.ShaperNone
-	if a.cfg.Mode == config.ModeEnforce {
-		mode = dataPathShaper[a.deps.Shaper.Kind()]
+	if err := dp.ForgetConns(forget); err != nil {
+		return fmt.Errorf("peer entities: %w", err)
 	}
-	if err := a.writeSettings(a.cfg, mode, a.deps.IFBIndex, a.deps.EgressIFBIndex); err != nil {
+	if err := a.writeSettings(a.cfg, a.dataPathMode(a.cfg), a.deps.IFBIndex, a.deps.EgressIFBIndex); err != nil {
 		return err
 	}
-	return a.applyCapacities(a.deps.Shaper)
+	return a.applyCapacities(a.deps.Shaper, a.dirConfigs())
+}
+
+// dataPathMode is what the data path does under cfg with the shaper in use.
+func (a *Agent) dataPathMode(cfg config.Config) maps.Shaper {
+	if cfg.Mode == config.ModeEnforce {
+		return dataPathShaper[a.deps.Shaper.Kind()]
+	}
+	return maps.ShaperNone
+}
+
+// dirConfigs are both directions' configurations in force.
+func (a *Agent) dirConfigs() [2]config.Direction {
+	return [2]config.Direction{a.dirs[0].cfg, a.dirs[1].cfg}
 }
 
 // applyCapacities caps each direction's governed traffic at its capacity
 // in the shaper's hierarchy (htb): Σ effective reservations ≤ C and the
 // unknown entity's guarantee H make up at most the capacity, so every
 // guarantee can be kept while the rest is lent out up to the ceilings.
-func (a *Agent) applyCapacities(s shaper.Shaper) error {
+func (a *Agent) applyCapacities(s shaper.Shaper, cfgs [2]config.Direction) error {
 	for _, dc := range a.dirs {
 		capacity := math.Inf(1)
-		if dc.cfg.Enabled() {
-			capacity = dc.cfg.Capacity
+		if cfg := cfgs[dc.dir]; cfg.Enabled() {
+			capacity = cfg.Capacity
 		}
 		if err := s.SetCapacity(maps.Direction(dc.dir), capacity); err != nil {
 			return fmt.Errorf("%s capacity: %w", dc.dir, err)
@@ -441,9 +492,11 @@ func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb, egressIF
 // own entry, then every configured prefix under it) and rebinds the
 // listeners' open connections to what the table now says, so that a
 // changed table, or one written after connections started, reaches them.
-func (a *Agent) applyPeers() error {
-	tls := a.cfg.TLSListeners()
-	rules := a.policy.Peers()
+// It returns the connections of ports no longer TLS, which the caller
+// forgets: the data path enters them again with request tracking.
+func (a *Agent) applyPeers(cfg config.Config, policy *entity.Policy) (forget []maps.ConnKey, err error) {
+	tls := cfg.TLSListeners()
+	rules := policy.Peers()
 	entries := make([]maps.PeerEntity, 0, len(tls)*(len(rules)+1))
 	for _, port := range tls {
 		id := a.configuredID(entity.ListenerKey(port))
@@ -454,10 +507,10 @@ func (a *Agent) applyPeers() error {
 		}
 	}
 	if err := a.deps.DataPath.SetPeerEntities(entries); err != nil {
-		return fmt.Errorf("peer entities: %w", err)
+		return nil, fmt.Errorf("peer entities: %w", err)
 	}
 	if len(tls) == 0 && len(a.tlsPorts) == 0 {
-		return nil
+		return nil, nil
 	}
 	wasTLS := a.tlsPorts
 	a.tlsPorts = map[uint16]bool{}
@@ -465,8 +518,7 @@ func (a *Agent) applyPeers() error {
 		a.tlsPorts[port] = true
 	}
 	var rebind []maps.Binding
-	var forget []maps.ConnKey
-	err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
+	err = a.deps.DataPath.EachBinding(func(b maps.Binding) {
 		port := b.Conn.Local.Port()
 		if b.Closing || (b.Produce == maps.NotGoverned && b.Fetch == maps.NotGoverned) {
 			return
@@ -480,18 +532,15 @@ func (a *Agent) applyPeers() error {
 			}
 			return
 		}
-		id := a.configuredID(a.policy.ByPeer(port, b.Conn.Peer.Addr()))
+		id := a.configuredID(policy.ByPeer(port, b.Conn.Peer.Addr()))
 		if b.Produce != id || b.Fetch != id {
 			rebind = append(rebind, maps.Binding{Conn: b.Conn, Produce: id, Fetch: id})
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("peer entities: %w", err)
+		return nil, fmt.Errorf("peer entities: %w", err)
 	}
-	if err := a.deps.DataPath.ForgetConns(forget); err != nil {
-		return fmt.Errorf("peer entities: %w", err)
-	}
-	return a.deps.DataPath.BindConns(rebind)
+	return forget, a.deps.DataPath.BindConns(rebind)
 }
 
 // configuredID is a configured (pinned) entity's id; the unknown entity's
@@ -703,6 +752,7 @@ func (a *Agent) Cycle() error {
 func (a *Agent) runCycle() error {
 	start := a.deps.Clock.Now()
 	a.cycle++
+	a.forgetPending()
 	a.pullKafkaQuotas()
 	a.checkReplication()
 	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {

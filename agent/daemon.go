@@ -212,7 +212,8 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		ifindexes[i] = att.Index
 	}
 	newShaper := func(cfg config.Config) (ShaperChoice, error) { return ChooseShaper(cfg, r.dp, ifindexes) }
-	a, err := New(r.cfg, Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log})
+	a, err := New(r.cfg, Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log,
+		FailReloadStep: reloadFaultHook()})
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,15 @@ type DataPath interface {
 	ResetCounters(entities []uint32) error
 	Heartbeat(now time.Duration) error
 	SetSettings(s maps.Settings) error
+	// ReadSettings reads back what the data path does (status reports it,
+	// a refused reload restores it).
+	ReadSettings() (maps.Settings, error)
 	SetListeners(ports []uint16) error
 	SetExempt(prefixes []netip.Prefix) error
+	// SetExemptTable is SetExempt without forgetting the connections the
+	// change concerns (a reload forgets them once it cannot be refused); it
+	// returns the prefixes it added and removed.
+	SetExemptTable(prefixes []netip.Prefix) (added, removed []netip.Prefix, err error)
 	// SetPeerEntities makes exactly these the TLS listeners' peer table.
 	SetPeerEntities(entries []maps.PeerEntity) error
 	Stats() (maps.Stats, error)

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,8 @@ type fakeDataPath struct {
 	exempt     []netip.Prefix
 	peers      []maps.PeerEntity
 	resets     []uint32
+	// failSettings, when set, fails SetSettings.
+	failSettings error
 }
 
 func newFakeDataPath() *fakeDataPath {
@@ -81,10 +84,31 @@ func (f *fakeDataPath) Heartbeat(now time.Duration) error {
 	f.heartbeats = append(f.heartbeats, now)
 	return nil
 }
-func (f *fakeDataPath) SetSettings(s maps.Settings) error { f.settings = s; return nil }
-func (f *fakeDataPath) SetListeners(p []uint16) error     { f.listeners = p; return nil }
-func (f *fakeDataPath) SetExempt(p []netip.Prefix) error  { f.exempt = p; return nil }
-func (f *fakeDataPath) Stats() (maps.Stats, error)        { return maps.Stats{}, nil }
+func (f *fakeDataPath) SetSettings(s maps.Settings) error {
+	if f.failSettings != nil {
+		return f.failSettings
+	}
+	f.settings = s
+	return nil
+}
+func (f *fakeDataPath) ReadSettings() (maps.Settings, error) { return f.settings, nil }
+func (f *fakeDataPath) SetListeners(p []uint16) error        { f.listeners = p; return nil }
+func (f *fakeDataPath) SetExempt(p []netip.Prefix) error     { f.exempt = p; return nil }
+func (f *fakeDataPath) SetExemptTable(p []netip.Prefix) (added, removed []netip.Prefix, err error) {
+	for _, x := range p {
+		if !slices.Contains(f.exempt, x) {
+			added = append(added, x)
+		}
+	}
+	for _, x := range f.exempt {
+		if !slices.Contains(p, x) {
+			removed = append(removed, x)
+		}
+	}
+	f.exempt = p
+	return added, removed, nil
+}
+func (f *fakeDataPath) Stats() (maps.Stats, error) { return maps.Stats{}, nil }
 func (f *fakeDataPath) SetPeerEntities(e []maps.PeerEntity) error {
 	f.peers = e
 	return nil
@@ -133,6 +157,7 @@ func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {
 		return errors.New("netlink: device or resource busy")
 	}
 	delete(s.rates[dir], e)
+	delete(s.guaranteed[dir], e)
 	s.removed = append(s.removed, e)
 	return nil
 }

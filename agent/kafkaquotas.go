@@ -90,17 +90,37 @@ func (a *Agent) pullKafkaQuotas() {
 // rebuildPolicy compiles the configuration's entities with the imported
 // quotas and pins the configured entities.
 func (a *Agent) rebuildPolicy() {
-	room := a.cfg.MaxEntities - a.cfg.MaxUnconfiguredEntities - a.cfg.Entities.Configured()
-	quotas, trimmed := fitKafkaQuotas(a.kafka.quotas, a.cfg.Entities, room)
-	if trimmed > 0 && trimmed != a.kafka.trimmed {
+	a.installPolicy(policyFor(a.cfg, a.kafka.quotas))
+}
+
+// compiledPolicy is a configuration's entities compiled with the imported
+// quotas that fit beside them.
+type compiledPolicy struct {
+	policy  *entity.Policy
+	inUse   entity.KafkaQuotas
+	trimmed int
+	room    int
+}
+
+// policyFor compiles cfg's entities with quotas; it changes nothing.
+func policyFor(cfg config.Config, quotas entity.KafkaQuotas) compiledPolicy {
+	room := cfg.MaxEntities - cfg.MaxUnconfiguredEntities - cfg.Entities.Configured()
+	inUse, trimmed := fitKafkaQuotas(quotas, cfg.Entities, room)
+	return compiledPolicy{policy: entity.NewPolicyWithKafka(cfg.Entities, inUse), inUse: inUse, trimmed: trimmed, room: room}
+}
+
+// installPolicy makes p the policy and pins its configured entities; it
+// returns the ids pinning gave to entities that had none.
+func (a *Agent) installPolicy(p compiledPolicy) []entity.ID {
+	if p.trimmed > 0 && p.trimmed != a.kafka.trimmed {
 		a.log.Warn("kafka quotas left out: no room for more configured entities (max_entities less max_unconfigured_entities)",
-			"left_out", trimmed, "room", room)
+			"left_out", p.trimmed, "room", p.room)
 	}
-	a.kafka.trimmed, a.kafka.inUse = trimmed, quotas
-	a.policy = entity.NewPolicyWithKafka(a.cfg.Entities, quotas)
+	a.kafka.trimmed, a.kafka.inUse = p.trimmed, p.inUse
+	a.policy = p.policy
 	a.policyGen++
 	a.learner.SetPolicy(a.policy)
-	a.pinConfigured()
+	return a.pinConfigured()
 }
 
 // fitKafkaQuotas keeps the imported entries that fit the room configured

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
@@ -43,12 +42,26 @@ func (a *Agent) publish(now time.Time) {
 	}
 }
 
+// runningMode is the mode the data path is in, read from its settings
+// (not from the configuration): shadow while it holds nothing back,
+// enforce while it shapes; "unknown" if they cannot be read.
+func (a *Agent) runningMode() string {
+	s, err := a.deps.DataPath.ReadSettings()
+	switch {
+	case err != nil:
+		return "unknown"
+	case s.Shaper == maps.ShaperNone:
+		return string(config.ModeShadow)
+	}
+	return string(config.ModeEnforce)
+}
+
 // view builds the snapshot from the last published cycle.
 func (a *Agent) view() *Snapshot {
 	s := &Snapshot{
 		Time:         a.pubTime,
 		Cycle:        a.cycle,
-		Mode:         string(a.cfg.Mode),
+		Mode:         a.runningMode(),
 		Shaper:       a.deps.Shaper.Kind(),
 		ShaperReason: a.deps.ShaperReason,
 		Entities:     a.registry.Len(),
@@ -255,183 +268,6 @@ func (a *Agent) ReloadFailures() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.reloadFailures
-}
-
-// Reload applies a new configuration, or refuses it whole: the running
-// configuration stays, the failure is logged naming the keys, and counted.
-// Everything that can change live does, through the same steps as at
-// start: the shaper backend (mode, shaper, max_queue_delay: shadow ↔
-// enforce, htb ↔ police), the allocators, entities and their pins, the
-// data path's settings, the control loop's interval, the log level,
-// the metadata client and the metrics listener. Keys sized or bound at
-// start (interfaces, map sizes, pin path, rate_window, sample_bytes, the
-// status socket, log_format) need a restart: changing them refuses the
-// reload.
-func (a *Agent) Reload(cfg config.Config, loadErr error) error {
-	return a.ReloadBecause("", cfg, loadErr)
-}
-
-// ReloadBecause is Reload, noting why it ran (SIGHUP, file changed, sluice
-// reload) in the verdict status shows.
-func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	defer func() { // after the reload's own undo steps, before the unlock
-		r := &ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil}
-		if err != nil {
-			r.Error = err.Error()
-		}
-		a.lastReload = r
-		a.snapshot = nil // status shows the verdict at once
-	}()
-	refuse := func(err error) error {
-		a.reloadFailures++
-		a.log.Error("configuration reload refused; the running configuration stays", "err", err)
-		return err
-	}
-	if loadErr != nil {
-		return refuse(loadErr)
-	}
-	if keys := restartOnly(a.cfg, cfg, a.deps.NewMetadata != nil, a.openMetrics != nil); len(keys) > 0 {
-		return refuse(fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", ")))
-	}
-	// A new metrics listener opens before anything else changes and
-	// replaces the old one only if the whole reload is applied, so a
-	// refused reload keeps the address scrapers use.
-	var stopNewMetrics func()
-	if a.openMetrics != nil && cfg.MetricsAddress != a.cfg.MetricsAddress {
-		stop, err := a.openMetrics(cfg.MetricsAddress)
-		if err != nil {
-			return refuse(fmt.Errorf("metrics_address: %w", err))
-		}
-		stopNewMetrics = stop
-		defer func() {
-			if stopNewMetrics != nil { // the reload was refused after all
-				stopNewMetrics()
-			}
-		}()
-	}
-	for _, dc := range a.dirs {
-		if next := directionConfig(cfg, dc.dir); next.Enabled() {
-			if err := allocatorConfig(next).Validate(); err != nil {
-				return refuse(fmt.Errorf("%s: %w", dc.dir, err))
-			}
-		}
-	}
-	if specOf(a.cfg) != specOf(cfg) {
-		if a.deps.NewShaper == nil {
-			return refuse(errors.New("mode, shaper, max_queue_delay: this agent's shaper is fixed; restart it to apply"))
-		}
-		if err := a.switchShaper(cfg); err != nil {
-			return refuse(fmt.Errorf("shaper: %w", err))
-		}
-	}
-	if a.deps.NewMetadata != nil && anyChanged(metadataChanges(a.cfg, cfg)) {
-		md, err := a.deps.NewMetadata(cfg)
-		if err != nil {
-			return refuse(fmt.Errorf("metadata client: %w", err))
-		}
-		a.stopTopics()
-		a.learner.SetTopics(md.Topics)
-		a.brokers = md.Brokers
-		a.stopTopics = md.stop()
-		a.kafka.replaceSource(md.Quotas)
-		a.log.Info("metadata client rebuilt", "bootstrap", cfg.Bootstrap, "metadata_refresh", cfg.MetadataRefresh, "kafka_quotas", cfg.KafkaQuotas)
-	}
-	for _, dc := range a.dirs {
-		next := directionConfig(cfg, dc.dir)
-		if next.Enabled() {
-			dc.alloc.SetConfig(allocatorConfig(next)) // validated above
-		}
-		dc.cfg = next
-	}
-	old := a.cfg
-	a.cfg = cfg
-	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
-	a.newPerPeer.SetRate(cfg.NewEntitiesPerPeer)
-	a.rebuildPolicy()
-	if err := a.applyDataPathSettings(); err != nil {
-		a.cfg = old
-		return refuse(err)
-	}
-	if cfg.RefreshInterval != old.RefreshInterval {
-		select { // the latest interval wins; Run resets its ticker
-		case <-a.intervalChanged:
-		default:
-		}
-		a.intervalChanged <- cfg.RefreshInterval
-	}
-	if a.deps.LogLevel != nil {
-		a.deps.LogLevel.Set(cfg.LogLevel)
-	}
-	if stopNewMetrics != nil {
-		a.stopMetrics()
-		a.stopMetrics, stopNewMetrics = stopNewMetrics, nil
-		a.log.Info("metrics listener moved", "metrics_address", cfg.MetricsAddress)
-	}
-	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.deps.Shaper.Kind(), "refresh_interval", cfg.RefreshInterval,
-		"clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
-	a.logWarnings(cfg)
-	return nil
-}
-
-// metadataChanges says which of the metadata client's keys differ.
-func metadataChanges(old, next config.Config) map[string]bool {
-	return map[string]bool{
-		"bootstrap": !equalStrings(old.Bootstrap, next.Bootstrap), "sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS,
-		"metadata_refresh": old.MetadataRefresh != next.MetadataRefresh, "kafka_quotas": old.KafkaQuotas != next.KafkaQuotas,
-	}
-}
-
-func anyChanged(keys map[string]bool) bool {
-	for _, changed := range keys {
-		if changed {
-			return true
-		}
-	}
-	return false
-}
-
-// restartOnly names the keys that differ between two configurations and
-// cannot change while the agent runs (the metadata client's can when
-// metadataLive: the agent rebuilds it; metrics_address when metricsLive).
-func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []string {
-	var keys []string
-	if !equalStrings(old.Interfaces, next.Interfaces) {
-		keys = append(keys, "interfaces")
-	}
-	if !metadataLive {
-		for name, changed := range metadataChanges(old, next) {
-			if changed {
-				keys = append(keys, name)
-			}
-		}
-	}
-	for name, changed := range map[string]bool{
-		"pin_path":     old.PinPath != next.PinPath,
-		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
-		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
-		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
-		"log_format": old.LogFormat != next.LogFormat,
-	} {
-		if changed {
-			keys = append(keys, name)
-		}
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Run cycles every refresh interval and learns from samples until ctx

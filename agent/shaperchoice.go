@@ -104,43 +104,10 @@ func shapesWithoutTrees(cfg config.Config) bool {
 	return cfg.Mode == config.ModeShadow || cfg.Shaper == "shadow" || cfg.Shaper == "police"
 }
 
-// switchShaper replaces the backend for a new configuration: the data path
-// stops using the old one first (no redirect to an IFB about to go), the
-// old one is closed, the new one built and given every rate in force. If
-// the new one cannot be built, the old configuration's is built again, the
-// data path told to use it, and the error returned (the reload is refused).
-func (a *Agent) switchShaper(next config.Config) error {
-	if err := a.writeSettings(a.cfg, maps.ShaperNone, 0, 0); err != nil {
-		return err
-	}
-	if err := a.deps.Shaper.Close(); err != nil {
-		a.log.Warn("closing the previous shaper", "shaper", a.deps.Shaper.Kind(), "err", err)
-	}
-	choice, err := a.deps.NewShaper(next)
-	if err != nil {
-		back, berr := a.deps.NewShaper(a.cfg)
-		if berr != nil {
-			// Nothing holds traffic back now; say so loudly. The data path
-			// counts on and the next reload tries again.
-			a.log.Error("no shaper: the new one failed and the previous one could not be rebuilt", "err", err, "rebuild_err", berr)
-			a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = shaper.Shadow{}, "no shaper could be built: "+berr.Error(), 0, 0
-			return err
-		}
-		a.useShaper(back)
-		if serr := a.applyDataPathSettings(); serr != nil { // the rebuilt backend's settings
-			a.log.Error("settings for the rebuilt shaper", "err", serr)
-		}
-		return err
-	}
-	a.useShaper(choice)
-	a.log.Info("shaper switched", "shaper", choice.Shaper.Kind(), "why", choice.Reason)
-	return nil
-}
-
 // useShaper installs a backend and gives it every rate in force.
 func (a *Agent) useShaper(c ShaperChoice) {
 	a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = c.Shaper, c.Reason, c.IFBIndex, c.EgressIFBIndex
-	if err := a.applyCapacities(c.Shaper); err != nil {
+	if err := a.applyCapacities(c.Shaper, a.dirConfigs()); err != nil {
 		a.log.Warn("capacities for the new shaper; set again by the reload", "err", err)
 	}
 	for _, dc := range a.dirs {

@@ -129,8 +129,10 @@ type DirectionView struct {
 
 // Snapshot is everything the agent decided in its last cycle.
 type Snapshot struct {
-	Time         time.Time        `json:"time"`
-	Cycle        uint64           `json:"cycle"`
+	Time  time.Time `json:"time"`
+	Cycle uint64    `json:"cycle"`
+	// Mode is what the data path does, read from its settings: shadow
+	// (counts only) or enforce (shapes), whatever the file says.
 	Mode         string           `json:"mode"`
 	Shaper       string           `json:"shaper"`
 	ShaperReason string           `json:"shaper_reason"`

@@ -67,6 +67,35 @@ func (d *Datapath) SetSettings(s Settings) error {
 	return nil
 }
 
+// ReadSettings reads the live settings back from the data path: what it
+// does, whatever the configuration says (status and undo read it).
+func (d *Datapath) ReadSettings() (Settings, error) {
+	var cur sluiceDatapathSettings
+	if err := d.objs.Settings.Lookup(uint32(0), &cur); err != nil {
+		return Settings{}, fmt.Errorf("read settings: %w", err)
+	}
+	return Settings{
+		Shaper: Shaper(cur.Shaper), IFBIndex: int(cur.IfbIfindex), EgressIFBIndex: int(cur.EgressIfbIfindex),
+		StaleAfter: time.Duration(cur.StaleAfterNs), SamplesPerSecond: int(cur.SamplesPerSec),
+		Horizon: time.Duration(cur.HorizonNs), ECNThreshold: time.Duration(cur.EcnNs), PoliceBurst: cur.PoliceBurst,
+	}, nil
+}
+
+// String names what the data path does with governed segments.
+func (s Shaper) String() string {
+	switch s {
+	case ShaperNone:
+		return "none"
+	case ShaperHTB:
+		return "htb"
+	case ShaperEDT:
+		return "edt"
+	case ShaperPolice:
+		return "police"
+	}
+	return fmt.Sprintf("shaper(%d)", uint32(s))
+}
+
 // EntityRate is an entity's rate for the BPF shapers.
 type EntityRate struct {
 	Entity         uint32
@@ -167,56 +196,19 @@ func exemptKey(p netip.Prefix) sluiceExemptKey {
 	return sluiceExemptKey{Prefixlen: uint32(bits), Addr: p.Addr().As16()}
 }
 
-// SetExempt makes exactly these peer prefixes exempt, whatever the pinned
-// trie held before (an earlier agent's list). Connections the data path
-// marked exempt under a prefix no longer listed are unmarked, so their
-// traffic is governed from their next segment; governed connections from
-// a peer now exempt are forgotten, so the broker's next segment enters
-// them again as exempt.
+// SetExempt makes exactly these prefixes exempt, whatever the pinned trie
+// held before (an earlier agent's list), and forgets the open
+// connections whose exemption that changed (a peer newly exempt, or no
+// longer), so that their next segment enters them again under the new
+// table: ranges added or removed reach live connections.
 func (d *Datapath) SetExempt(prefixes []netip.Prefix) error {
-	if !d.exemptRead {
-		if err := d.readExempt(); err != nil {
-			return err
-		}
-	}
-	want := map[sluiceExemptKey]bool{}
-	for _, p := range prefixes {
-		if !p.IsValid() {
-			return fmt.Errorf("set exempt peers: invalid prefix %v", p)
-		}
-		want[exemptKey(p)] = true
-	}
-	var removed []netip.Prefix
-	for k := range d.exemptSet {
-		if !want[k] {
-			if err := d.objs.Exempt.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("remove exempt prefix: %w", err)
-			}
-			delete(d.exemptSet, k)
-			removed = append(removed, keyPrefix(k))
-		}
-	}
-	var added []netip.Prefix
-	for k := range want {
-		if err := d.objs.Exempt.Put(k, uint8(1)); err != nil {
-			return fmt.Errorf("add exempt prefix: %w", err)
-		}
-		if !d.exemptSet[k] {
-			added = append(added, keyPrefix(k))
-		}
-		d.exemptSet[k] = true
-	}
-	if len(removed) == 0 && len(added) == 0 {
-		return nil
+	added, removed, err := d.SetExemptTable(prefixes)
+	if err != nil || (len(removed) == 0 && len(added) == 0) {
+		return err
 	}
 	var stale []ConnKey
-	err := d.EachBinding(func(b Binding) {
-		peer := b.Conn.Peer.Addr()
-		exempt := b.Produce == NotGoverned && b.Fetch == NotGoverned
-		switch {
-		case exempt && addr.AnyHolds(removed, peer) && !addr.AnyHolds(prefixes, peer):
-			stale = append(stale, b.Conn)
-		case !exempt && addr.AnyHolds(added, peer):
+	err = d.EachBinding(func(b Binding) {
+		if ExemptionChanged(b, added, removed, prefixes) {
 			stale = append(stale, b.Conn)
 		}
 	})
@@ -224,6 +216,55 @@ func (d *Datapath) SetExempt(prefixes []netip.Prefix) error {
 		return err
 	}
 	return d.ForgetConns(stale)
+}
+
+// ExemptionChanged says whether a connection's exemption differs under
+// prefixes, which added and removed made of the table before: an exempt
+// connection whose peer only removed ranges held, or a governed one whose
+// peer an added range holds.
+func ExemptionChanged(b Binding, added, removed, prefixes []netip.Prefix) bool {
+	peer := b.Conn.Peer.Addr()
+	if b.Produce == NotGoverned && b.Fetch == NotGoverned {
+		return addr.AnyHolds(removed, peer) && !addr.AnyHolds(prefixes, peer)
+	}
+	return addr.AnyHolds(added, peer)
+}
+
+// SetExemptTable makes exactly these prefixes exempt in the table and
+// returns what it added and removed; open connections keep their bindings
+// (SetExempt also forgets those the change concerns).
+func (d *Datapath) SetExemptTable(prefixes []netip.Prefix) (added, removed []netip.Prefix, err error) {
+	if !d.exemptRead {
+		if err := d.readExempt(); err != nil {
+			return nil, nil, err
+		}
+	}
+	want := map[sluiceExemptKey]bool{}
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			return nil, nil, fmt.Errorf("set exempt peers: invalid prefix %v", p)
+		}
+		want[exemptKey(p)] = true
+	}
+	for k := range d.exemptSet {
+		if !want[k] {
+			if err := d.objs.Exempt.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return added, removed, fmt.Errorf("remove exempt prefix: %w", err)
+			}
+			delete(d.exemptSet, k)
+			removed = append(removed, keyPrefix(k))
+		}
+	}
+	for k := range want {
+		if err := d.objs.Exempt.Put(k, uint8(1)); err != nil {
+			return added, removed, fmt.Errorf("add exempt prefix: %w", err)
+		}
+		if !d.exemptSet[k] {
+			added = append(added, keyPrefix(k))
+		}
+		d.exemptSet[k] = true
+	}
+	return added, removed, nil
 }
 
 // readExempt learns the prefixes a re-adopted (pinned) trie holds, so

@@ -1,6 +1,7 @@
 package entity
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -290,3 +291,17 @@ func (r *Registry) Restore(saved map[ID]Key, now time.Time) (skipped []ID) {
 	r.free = free
 	return skipped
 }
+
+// Clone is a deep copy: a reload keeps one to put the registry back
+// exactly (pinning, ids, free list) when it is refused after pinning.
+func (r *Registry) Clone() *Registry {
+	c := *r
+	c.byKey = maps.Clone(r.byKey)
+	c.slots = slices.Clone(r.slots)
+	c.free = slices.Clone(r.free)
+	c.reclaiming = slices.Clone(r.reclaiming)
+	return &c
+}
+
+// RestoreFrom makes r what the clone c was.
+func (r *Registry) RestoreFrom(c *Registry) { *r = *c.Clone() }

@@ -150,6 +150,9 @@ func New[C comparable](policy *entity.Policy, topics TopicNames) *Learner[C] {
 // re-resolved as their next requests arrive.
 func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p; l.policyGen++ }
 
+// Policy is the policy in use.
+func (l *Learner[C]) Policy() *entity.Policy { return l.policy }
+
 // OnLogin registers f to be told every principal a connection proves, as
 // it is proved (the agent persists it).
 func (l *Learner[C]) OnLogin(f func(C, Identity)) { l.onLogin = f }

@@ -68,9 +68,19 @@ type SASLUser struct{ Mechanism, User, Password string }
 
 // Build compiles sluice and loadgen from the repository root into dir.
 func Build(root, dir string) (sluice, loadgen string, err error) {
+	return BuildTagged(root, dir, "")
+}
+
+// BuildTagged is Build with build tags for sluice (faultinject: the
+// fault-injection test's build, never shipped).
+func BuildTagged(root, dir, tags string) (sluice, loadgen string, err error) {
 	sluice, loadgen = filepath.Join(dir, "sluice"), filepath.Join(dir, "loadgen")
 	for bin, pkg := range map[string]string{sluice: "./cmd/sluice", loadgen: "./test/loadgen"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		args := []string{"build", "-o", bin}
+		if tags != "" && bin == sluice {
+			args = append(args, "-tags", tags)
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", "", fmt.Errorf("build %s: %v\n%s", pkg, err, out)

@@ -1,0 +1,558 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/allocator"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// Reload applies a new configuration, or refuses it whole: the running
+// configuration stays, the failure is logged naming the keys, and counted.
+// Everything that can change live does: the shaper backend (mode, shaper,
+// max_queue_delay: shadow ↔ enforce, htb ↔ police), the allocators,
+// entities and their pins, the data path's settings, the control loop's
+// interval, the log level, the metadata client and the metrics listener.
+// Keys sized or bound at start (interfaces, map sizes, pin path,
+// rate_window, sample_bytes, the status socket, log_format) need a restart:
+// changing them refuses the reload.
+func (a *Agent) Reload(cfg config.Config, loadErr error) error {
+	return a.ReloadBecause("", cfg, loadErr)
+}
+
+// A reload is a transaction in two phases.
+//
+// Prepare builds what the new configuration needs beside the running state
+// and changes none of it: the checks, a new metrics listener, a new
+// metadata client, the compiled policy. A failure there discards what was
+// built.
+//
+// Commit then changes the running state one step at a time. Every step
+// that can fail has an undo that puts back what it changed (also when it
+// failed part-way); a failure runs the failed step's undo and those of the
+// steps before it, newest first. What cannot fail (installing the
+// configuration, moving the metadata client and metrics listener, the
+// ticker, the log level) comes after the last step that can. A refused
+// reload says whether the undo restored everything; if an undo itself
+// failed, the verdict names what differs.
+//
+// ReloadStepNames lists the steps in order; Deps.FailReloadStep can fail
+// each (the fault-injection test does, one at a time).
+var ReloadStepNames = []string{
+	stepValidate, stepMetrics, stepMetadata, stepPolicy,
+	stepShaper, stepShaperBuild, stepAllocators, stepEntities, stepListeners, stepSettings,
+	stepCapacities, stepPeerEntities, stepExemptPeers, stepSwap,
+}
+
+// FaultFileEnv names the file whose content (a step of ReloadStepNames)
+// makes that step of every reload fail, in builds for fault-injection
+// tests only (-tags faultinject); other builds ignore it.
+const FaultFileEnv = "SLUICE_FAIL_RELOAD_STEP_FILE"
+
+const (
+	stepValidate     = "validate"
+	stepMetrics      = "metrics listener"
+	stepMetadata     = "metadata client"
+	stepPolicy       = "policy"
+	stepShaper       = "shaper"
+	stepShaperBuild  = "shaper: build new" // inside stepShaper, after the old one is closed
+	stepAllocators   = "allocators"
+	stepEntities     = "entities"
+	stepListeners    = "listeners"
+	stepSettings     = "data path settings"
+	stepCapacities   = "capacities"
+	stepPeerEntities = "peer entities"
+	stepExemptPeers  = "exempt peers"
+	stepSwap         = "swap" // the infallible tail
+)
+
+// ReloadBecause is Reload, noting why it ran (SIGHUP, file changed, sluice
+// reload) in the verdict status shows.
+func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	defer func() { // after the reload's own undo steps, before the unlock
+		r := &ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		a.lastReload = r
+		a.snapshot = nil // status shows the verdict at once
+	}()
+	refuse := func(err error) error {
+		a.reloadFailures++
+		a.log.Error("configuration reload refused; the running configuration stays", "err", err)
+		return err
+	}
+	if loadErr != nil {
+		return refuse(fmt.Errorf("%w; nothing changed", loadErr))
+	}
+	tx := &reloadTx{a: a, old: a.cfg, next: cfg}
+	if err := tx.prepare(); err != nil {
+		tx.discard()
+		return refuse(fmt.Errorf("%w; nothing changed", err))
+	}
+	if err := tx.commit(); err != nil {
+		tx.discard()
+		return refuse(err)
+	}
+	tx.swap()
+	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.deps.Shaper.Kind(), "refresh_interval", cfg.RefreshInterval,
+		"clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
+	a.logWarnings(cfg)
+	return nil
+}
+
+// reloadTx is one reload: what prepare built and what commit must be able
+// to put back.
+type reloadTx struct {
+	a         *Agent
+	old, next config.Config
+
+	// prepared
+	stopNewMetrics func()    // the new metrics listener (nil: address unchanged)
+	metadata       *Metadata // the new metadata client (nil: unchanged)
+	policy         compiledPolicy
+
+	// what commit changed, for the undo
+	settingsBefore maps.Settings
+	undos          []reloadStep
+	// forgotten once applied (forgetStale)
+	forget                     []maps.ConnKey
+	exemptAdded, exemptRemoved []netip.Prefix
+}
+
+type reloadStep struct {
+	name string
+	do   func() error
+	// undo puts back what do changed, also when do failed part-way (nil:
+	// nothing to put back).
+	undo func() error
+}
+
+// fault asks the test hook whether step must fail.
+func (tx *reloadTx) fault(step string) error {
+	if tx.a.deps.FailReloadStep == nil {
+		return nil
+	}
+	if err := tx.a.deps.FailReloadStep(step); err != nil {
+		return fmt.Errorf("%s: %w", step, err)
+	}
+	return nil
+}
+
+// prepare checks the configuration and builds, beside the running state,
+// what it needs. It changes nothing that runs.
+func (tx *reloadTx) prepare() error {
+	a, old, next := tx.a, tx.old, tx.next
+	if err := tx.fault(stepValidate); err != nil {
+		return err
+	}
+	if keys := restartOnly(old, next, a.deps.NewMetadata != nil, a.openMetrics != nil); len(keys) > 0 {
+		return fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", "))
+	}
+	for _, dc := range a.dirs {
+		if d := directionConfig(next, dc.dir); d.Enabled() {
+			if err := allocatorConfig(d).Validate(); err != nil {
+				return fmt.Errorf("%s: %w", dc.dir, err)
+			}
+		}
+	}
+	if specOf(old) != specOf(next) && a.deps.NewShaper == nil {
+		return errors.New("mode, shaper, max_queue_delay: this agent's shaper is fixed; restart it to apply")
+	}
+	// A new metrics listener opens beside the old one and replaces it only
+	// if the whole reload is applied, so a refused reload keeps the address
+	// scrapers use.
+	if err := tx.fault(stepMetrics); err != nil {
+		return err
+	}
+	if a.openMetrics != nil && next.MetricsAddress != old.MetricsAddress {
+		stop, err := a.openMetrics(next.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metrics_address: %w", err)
+		}
+		tx.stopNewMetrics = stop
+	}
+	if err := tx.fault(stepMetadata); err != nil {
+		return err
+	}
+	quotas := a.kafka.quotas
+	if a.deps.NewMetadata != nil && anyChanged(metadataChanges(old, next)) {
+		md, err := a.deps.NewMetadata(next)
+		if err != nil {
+			return fmt.Errorf("metadata client: %w", err)
+		}
+		tx.metadata = &md
+		if md.Quotas == nil {
+			quotas = entity.KafkaQuotas{} // import turned off
+		}
+	}
+	if err := tx.fault(stepPolicy); err != nil {
+		return err
+	}
+	tx.policy = policyFor(next, quotas)
+	return nil
+}
+
+// discard ends what prepare built for a reload that is refused.
+func (tx *reloadTx) discard() {
+	if tx.stopNewMetrics != nil {
+		tx.stopNewMetrics()
+		tx.stopNewMetrics = nil
+	}
+	if tx.metadata != nil {
+		tx.metadata.stop()()
+		tx.metadata = nil
+	}
+}
+
+// commit runs the steps that change the running state; on a failure it
+// undoes them and says whether that put everything back.
+func (tx *reloadTx) commit() error {
+	settings, err := tx.a.deps.DataPath.ReadSettings()
+	if err != nil {
+		return fmt.Errorf("data path settings: %w; nothing changed", err)
+	}
+	tx.settingsBefore = settings
+	for _, s := range tx.steps() {
+		if err := tx.fault(s.name); err != nil {
+			return tx.rollback(err)
+		}
+		if s.undo != nil {
+			tx.undos = append(tx.undos, s)
+		}
+		if err := s.do(); err != nil {
+			return tx.rollback(fmt.Errorf("%s: %w", s.name, err))
+		}
+	}
+	if err := tx.fault(stepSwap); err != nil { // the last point a reload can be refused
+		return tx.rollback(err)
+	}
+	return nil
+}
+
+// rollback runs the undos, newest first, and builds the verdict.
+func (tx *reloadTx) rollback(cause error) error {
+	var failed []error
+	for _, s := range slices.Backward(tx.undos) {
+		if err := s.undo(); err != nil {
+			failed = append(failed, fmt.Errorf("undo %s: %w", s.name, err))
+		}
+	}
+	tx.undos = nil
+	if len(failed) > 0 {
+		tx.a.log.Error("a refused reload could not be undone whole: the running state differs from before", "err", errors.Join(failed...))
+		return fmt.Errorf("%w; undo failed, the running state differs from before: %w", cause, errors.Join(failed...))
+	}
+	return fmt.Errorf("%w; every change was undone", cause)
+}
+
+// steps are the commit's steps for this reload, in order.
+func (tx *reloadTx) steps() []reloadStep {
+	a, old, next := tx.a, tx.old, tx.next
+	dp := a.deps.DataPath
+	var steps []reloadStep
+	if specOf(old) != specOf(next) {
+		steps = append(steps, tx.shaperStep())
+	}
+	// The allocators come before the entities: a new entity's standby limit
+	// is its direction's (applyStandby).
+	oldDirs := a.dirConfigs()
+	var oldAlloc [2]allocator.Config
+	var setAlloc [2]bool
+	steps = append(steps, reloadStep{name: stepAllocators,
+		do: func() error {
+			for _, dc := range a.dirs {
+				d := directionConfig(next, dc.dir)
+				if d.Enabled() {
+					oldAlloc[dc.dir], setAlloc[dc.dir] = dc.alloc.Config(), true
+					if err := dc.alloc.SetConfig(allocatorConfig(d)); err != nil { // validated in prepare
+						return err
+					}
+				}
+				dc.cfg = d
+			}
+			return nil
+		},
+		undo: func() error {
+			for _, dc := range a.dirs {
+				dc.cfg = oldDirs[dc.dir]
+				if setAlloc[dc.dir] {
+					dc.alloc.SetConfig(oldAlloc[dc.dir]) // it was in force: valid
+				}
+			}
+			return nil
+		}})
+	var registryBefore *entity.Registry
+	var policyBefore *entity.Policy
+	var kafkaBefore struct {
+		inUse   entity.KafkaQuotas
+		trimmed int
+	}
+	var added []entity.ID
+	steps = append(steps, reloadStep{name: stepEntities,
+		do: func() error {
+			registryBefore, policyBefore = a.registry.Clone(), a.policy
+			kafkaBefore.inUse, kafkaBefore.trimmed = a.kafka.inUse, a.kafka.trimmed
+			added = a.installPolicy(tx.policy)
+			return nil
+		},
+		undo: func() error {
+			if registryBefore == nil {
+				return nil
+			}
+			err := a.unregister(added)
+			a.registry.RestoreFrom(registryBefore)
+			a.kafka.inUse, a.kafka.trimmed = kafkaBefore.inUse, kafkaBefore.trimmed
+			a.policy = policyBefore
+			a.policyGen++ // parameters cached under the refused policy are stale
+			a.learner.SetPolicy(a.policy)
+			a.seriesStale = true
+			return err
+		}})
+	steps = append(steps, reloadStep{name: stepListeners,
+		do:   func() error { return dp.SetListeners(next.Listeners) },
+		undo: func() error { return dp.SetListeners(old.Listeners) }})
+	var settingsBefore *maps.Settings
+	steps = append(steps, reloadStep{name: stepSettings,
+		do: func() error {
+			s, err := dp.ReadSettings()
+			if err != nil {
+				return err
+			}
+			settingsBefore = &s
+			return a.writeSettings(next, a.dataPathMode(next), a.deps.IFBIndex, a.deps.EgressIFBIndex)
+		},
+		undo: func() error {
+			if settingsBefore == nil { // never read, never written
+				return nil
+			}
+			return dp.SetSettings(*settingsBefore)
+		}})
+	nextDirs := [2]config.Direction{directionConfig(next, entity.Produce), directionConfig(next, entity.Fetch)}
+	steps = append(steps, reloadStep{name: stepCapacities,
+		do:   func() error { return a.applyCapacities(a.deps.Shaper, nextDirs) },
+		undo: func() error { return a.applyCapacities(a.deps.Shaper, oldDirs) }})
+	// The peer table and the connections it rebinds (a rebind is undone by
+	// the old table's); connections that must be forgotten (no longer on a
+	// TLS listener, exemption changed) are forgotten once the reload can
+	// no longer be refused: a forgotten connection cannot be put back.
+	policyOld := a.policy
+	steps = append(steps, reloadStep{name: stepPeerEntities,
+		do: func() (err error) {
+			tx.forget, err = a.applyPeers(next, tx.policy.policy)
+			return err
+		},
+		undo: func() error {
+			_, err := a.applyPeers(old, policyOld)
+			return err
+		}})
+	steps = append(steps, reloadStep{name: stepExemptPeers,
+		do: func() (err error) {
+			tx.exemptAdded, tx.exemptRemoved, err = dp.SetExemptTable(next.ExemptPeers)
+			return err
+		},
+		undo: func() error {
+			_, _, err := dp.SetExemptTable(old.ExemptPeers)
+			return err
+		}})
+	return steps
+}
+
+// forgetStale forgets, once the reload is applied, the connections it
+// left bound by rules that no longer hold: those of ports no longer TLS and
+// those whose peer's exemption changed. The broker's next segment enters
+// each again under the new tables. What the data path refuses is tried
+// again every cycle.
+func (tx *reloadTx) forgetStale() {
+	a := tx.a
+	a.pendingForget = append(a.pendingForget, tx.forget...)
+	if len(tx.exemptAdded) > 0 || len(tx.exemptRemoved) > 0 {
+		a.pendingExempt = &exemptChange{added: tx.exemptAdded, removed: tx.exemptRemoved, prefixes: tx.next.ExemptPeers}
+	}
+	a.forgetPending()
+}
+
+// exemptChange is what an exempt_peers change added to and removed from
+// the table, and the table it made.
+type exemptChange struct{ added, removed, prefixes []netip.Prefix }
+
+// shaperStep replaces the backend: the data path stops steering to the old
+// one, the old one is closed (its tree must leave the device before
+// another can take it), the new one is built and given every rate in
+// force. Its undo closes the new one, builds the old one again and points
+// the data path at it.
+func (tx *reloadTx) shaperStep() reloadStep {
+	a, old, next := tx.a, tx.old, tx.next
+	var closedOld, builtNew bool
+	return reloadStep{name: stepShaper,
+		do: func() error {
+			off := tx.settingsBefore
+			off.Shaper, off.IFBIndex, off.EgressIFBIndex = maps.ShaperNone, 0, 0
+			if err := a.deps.DataPath.SetSettings(off); err != nil {
+				return err
+			}
+			if err := a.deps.Shaper.Close(); err != nil {
+				a.log.Warn("closing the previous shaper", "shaper", a.deps.Shaper.Kind(), "err", err)
+			}
+			closedOld = true
+			if err := tx.fault(stepShaperBuild); err != nil {
+				return err
+			}
+			choice, err := a.deps.NewShaper(next)
+			if err != nil {
+				return err
+			}
+			a.useShaper(choice)
+			builtNew = true
+			a.log.Info("shaper switched", "shaper", choice.Shaper.Kind(), "why", choice.Reason)
+			return nil
+		},
+		undo: func() error {
+			off := tx.settingsBefore
+			off.Shaper, off.IFBIndex, off.EgressIFBIndex = maps.ShaperNone, 0, 0
+			if err := a.deps.DataPath.SetSettings(off); err != nil {
+				return err
+			}
+			if builtNew {
+				if err := a.deps.Shaper.Close(); err != nil {
+					a.log.Warn("closing the refused shaper", "shaper", a.deps.Shaper.Kind(), "err", err)
+				}
+			}
+			if !closedOld {
+				return a.deps.DataPath.SetSettings(tx.settingsBefore)
+			}
+			back, err := a.deps.NewShaper(old)
+			if err != nil {
+				// Nothing holds traffic back now; say so loudly. The data
+				// path counts on and the next reload tries again.
+				a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = shaper.Shadow{}, "no shaper could be built: "+err.Error(), 0, 0
+				return fmt.Errorf("rebuild the previous shaper: %w", err)
+			}
+			a.useShaper(back)
+			restored := tx.settingsBefore
+			restored.IFBIndex, restored.EgressIFBIndex = back.IFBIndex, back.EgressIFBIndex
+			return a.deps.DataPath.SetSettings(restored)
+		}}
+}
+
+// swap is the tail no failure can interrupt: the configuration is in
+// force, the metadata client and metrics listener move, the ticker and
+// the log level follow.
+func (tx *reloadTx) swap() {
+	a, old, next := tx.a, tx.old, tx.next
+	a.cfg = next
+	tx.forgetStale()
+	a.registry.SetUnconfiguredBudget(next.MaxUnconfiguredEntities)
+	a.newPerPeer.SetRate(next.NewEntitiesPerPeer)
+	if md := tx.metadata; md != nil {
+		a.stopTopics()
+		a.learner.SetTopics(md.Topics)
+		a.brokers = md.Brokers
+		a.stopTopics = md.stop()
+		a.kafka.replaceSource(md.Quotas)
+		tx.metadata = nil
+		a.log.Info("metadata client rebuilt", "bootstrap", next.Bootstrap, "metadata_refresh", next.MetadataRefresh, "kafka_quotas", next.KafkaQuotas)
+	}
+	if next.RefreshInterval != old.RefreshInterval {
+		select { // the latest interval wins; Run resets its ticker
+		case <-a.intervalChanged:
+		default:
+		}
+		a.intervalChanged <- next.RefreshInterval
+	}
+	if a.deps.LogLevel != nil {
+		a.deps.LogLevel.Set(next.LogLevel)
+	}
+	if tx.stopNewMetrics != nil {
+		a.stopMetrics()
+		a.stopMetrics, tx.stopNewMetrics = tx.stopNewMetrics, nil
+		a.log.Info("metrics listener moved", "metrics_address", next.MetricsAddress)
+	}
+}
+
+// metadataChanges says which of the metadata client's keys differ.
+func metadataChanges(old, next config.Config) map[string]bool {
+	return map[string]bool{
+		"bootstrap": !equalStrings(old.Bootstrap, next.Bootstrap), "sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS,
+		"metadata_refresh": old.MetadataRefresh != next.MetadataRefresh, "kafka_quotas": old.KafkaQuotas != next.KafkaQuotas,
+	}
+}
+
+func anyChanged(keys map[string]bool) bool {
+	for _, changed := range keys {
+		if changed {
+			return true
+		}
+	}
+	return false
+}
+
+// restartOnly names the keys that differ between two configurations and
+// cannot change while the agent runs (the metadata client's can when
+// metadataLive: the agent rebuilds it; metrics_address when metricsLive).
+func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []string {
+	var keys []string
+	if !equalStrings(old.Interfaces, next.Interfaces) {
+		keys = append(keys, "interfaces")
+	}
+	if !metadataLive {
+		for name, changed := range metadataChanges(old, next) {
+			if changed {
+				keys = append(keys, name)
+			}
+		}
+	}
+	for name, changed := range map[string]bool{
+		"pin_path":     old.PinPath != next.PinPath,
+		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
+		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
+		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
+		"log_format": old.LogFormat != next.LogFormat,
+	} {
+		if changed {
+			keys = append(keys, name)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func equalStrings(a, b []string) bool {
+	return slices.Equal(a, b)
+}
+
+// forgetPending forgets the connections an applied reload left to forget;
+// what fails stays pending for the next cycle.
+func (a *Agent) forgetPending() {
+	if c := a.pendingExempt; c != nil {
+		var stale []maps.ConnKey
+		err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
+			if maps.ExemptionChanged(b, c.added, c.removed, c.prefixes) {
+				stale = append(stale, b.Conn)
+			}
+		})
+		if err != nil {
+			a.log.Warn("list the connections exempt_peers changed; tried again next cycle", "err", err)
+		} else {
+			a.pendingForget, a.pendingExempt = append(a.pendingForget, stale...), nil
+		}
+	}
+	if len(a.pendingForget) == 0 {
+		return
+	}
+	if err := a.deps.DataPath.ForgetConns(a.pendingForget); err != nil {
+		a.log.Warn("forget connections a reload changed; tried again next cycle", "connections", len(a.pendingForget), "err", err)
+		return
+	}
+	a.pendingForget = nil
+}

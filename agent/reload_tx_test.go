@@ -1,0 +1,303 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/entity"
+	sluicemaps "github.com/sluice-dev/sluice/maps"
+)
+
+// The configuration a reload starts from: enforcing (htb), a TLS listener
+// with a peer prefix, an exempt range, a configured client, a metadata
+// client and a metrics listener.
+const txBefore = `
+interfaces: [eth0]
+listeners: [9092, {port: 9093, protocol: SSL}]
+bootstrap: [198.18.0.1:9092]
+metrics_address: 127.0.0.1:9101
+refresh_interval: 1s
+rate_window: 1
+log_level: info
+samples_per_second: 100
+exempt_peers: [10.0.0.0/8]
+produce: {capacity: 1000, safety_ratio: 1, activity_threshold: 0, memory_cycles: 3, min_limit: 0}
+fetch:   {capacity: 1000, safety_ratio: 0.9, activity_threshold: 0, memory_cycles: 3, min_limit: 0}
+entities:
+  clients: {alpha: {producer_byte_rate: 300}}
+  peers: {198.18.1.0/24: {consumer_byte_rate: 400}}
+  listeners: {9093: {consumer_byte_rate: 100}}
+`
+
+// The configuration that changes every live key: the shaper (to shadow),
+// listeners (another TLS port), the metadata client, the metrics address,
+// the interval, the log level, the sample budget, capacities, exempt
+// ranges, entities and peer prefixes.
+const txNext = `
+interfaces: [eth0]
+mode: shadow
+listeners: [9092, {port: 9094, protocol: SSL}]
+bootstrap: [198.18.0.9:9092]
+metrics_address: 127.0.0.1:9102
+refresh_interval: 2s
+rate_window: 1
+log_level: debug
+samples_per_second: 50
+max_unconfigured_entities: 500
+exempt_peers: [10.0.0.0/8, 192.0.2.0/24, 198.18.0.2/32]
+produce: {capacity: 2000, safety_ratio: 1, activity_threshold: 0, memory_cycles: 3, min_limit: 0}
+fetch:   {capacity: 1500, safety_ratio: 0.9, activity_threshold: 0, memory_cycles: 3, min_limit: 0}
+entities:
+  clients: {alpha: {producer_byte_rate: 600}, beta: {consumer_byte_rate: 200}}
+  peers: {198.18.1.0/24: {consumer_byte_rate: 400}, 198.18.2.0/24: {consumer_byte_rate: 250}}
+  listeners: {9094: {consumer_byte_rate: 150}}
+`
+
+// txRig is a rig with every edge a reload moves: a storing data path, a
+// shaper factory, a metadata factory and a metrics opener whose live
+// objects are counted.
+type txRig struct {
+	*rig
+	store     *storingDataPath
+	metadata  map[string]bool // live metadata clients by bootstrap
+	listeners map[string]bool // open metrics listeners
+	level     *slog.LevelVar
+	metrics   *Metrics
+	fail      string // the step FailReloadStep fails
+	visited   []string
+}
+
+func newTxRig(t *testing.T) *txRig {
+	t.Helper()
+	tr := &txRig{store: newStoringDataPath(), metadata: map[string]bool{}, listeners: map[string]bool{}, level: new(slog.LevelVar)}
+	tr.rig = newRigWith(t, txBefore, func(d *Deps) {
+		d.DataPath = tr.store
+		d.LogLevel = tr.level
+		d.NewMetadata = func(c config.Config) (Metadata, error) {
+			addr := strings.Join(c.Bootstrap, ",")
+			tr.metadata[addr] = true
+			return Metadata{Stop: func() { delete(tr.metadata, addr) }}, nil
+		}
+		d.FailReloadStep = func(step string) error {
+			tr.visited = append(tr.visited, step)
+			if step == tr.fail {
+				return errors.New("injected fault")
+			}
+			return nil
+		}
+	})
+	tr.dp = tr.store.fakeDataPath
+	if err := tr.a.ServeMetrics(func(addr string) (func(), error) {
+		tr.listeners[addr] = true
+		return func() { delete(tr.listeners, addr) }, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tr.metrics = NewMetrics(tr.a, tr.store, MetricsInfo{})
+	// Connections: a client learned by its id, one the TLS listener's
+	// peer table holds, and an exempt peer's.
+	tr.learn(40000, "alpha", apiVersions())
+	tr.learn(40001, "someone", apiVersions())
+	tls := tlsConn("198.18.1.9", 50001)
+	peer, _ := tr.a.registry.Lookup(entity.Key{Kind: entity.KindPeer, Name: "198.18.1.0/24"})
+	tr.dp.bindings[tls] = sluicemaps.Binding{Conn: tls, Produce: uint32(peer), Fetch: uint32(peer)}
+	exempt := sluicemaps.ConnKey{Peer: netip.MustParseAddrPort("10.1.2.3:40500"), Local: brokerAddr}
+	tr.dp.bindings[exempt] = sluicemaps.Binding{Conn: exempt, Produce: sluicemaps.NotGoverned, Fetch: sluicemaps.NotGoverned}
+	tr.dp.add(sluicemaps.Produce, tr.dp.bindings[conn(40000)].Produce, 5000)
+	tr.cycle()
+	tr.dp.add(sluicemaps.Produce, tr.dp.bindings[conn(40000)].Produce, 5000)
+	tr.cycle()
+	return tr
+}
+
+// state is everything a reload may change, as text: the data path's
+// tables and settings, the shaper in use, the registry and the persisted
+// names, the policy, the configuration and allocators in force, the
+// metadata clients and metrics listeners alive, the log level, status and
+// metrics (but for the reload's own verdict and counters).
+func (tr *txRig) state(t *testing.T) map[string]string {
+	t.Helper()
+	a := tr.a
+	out := map[string]string{}
+	put := func(k string, v any) {
+		data, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		out[k] = string(data)
+	}
+	var bindings []string
+	for _, b := range tr.dp.bindings {
+		bindings = append(bindings, fmt.Sprintf("%v", b))
+	}
+	sort.Strings(bindings)
+	put("data path: bindings", bindings)
+	put("data path: settings", tr.dp.settings)
+	put("data path: listeners", sortedPorts(tr.dp.listeners))
+	put("data path: exempt", fmt.Sprint(tr.dp.exempt))
+	put("data path: peer entities", fmt.Sprint(tr.dp.peers))
+	put("data path: entity names", fmt.Sprint(tr.store.names))
+	sh := a.deps.Shaper.(*fakeShaper)
+	put("shaper", map[string]any{"kind": sh.Kind(), "rates": fmt.Sprint(sh.rates), "guaranteed": fmt.Sprint(sh.guaranteed),
+		"capacity": fmt.Sprint(sh.capacity), "closed": sh.closed, "ifb": []int{a.deps.IFBIndex, a.deps.EgressIFBIndex}})
+	var reg []string
+	a.registry.Each(func(id entity.ID, k entity.Key) {
+		reg = append(reg, fmt.Sprintf("%d %v pinned=%v", id, k, a.registry.Pinned(id)))
+	})
+	put("registry", map[string]any{"entities": reg, "unconfigured": a.registry.Unconfigured(), "overflowed": a.registry.Overflowed})
+	var params []string
+	for _, k := range a.policy.ConfiguredKeys() {
+		for _, d := range entity.Directions {
+			params = append(params, fmt.Sprintf("%v %v %+v", k, d, a.policy.Params(k, d)))
+		}
+	}
+	sort.Strings(params)
+	put("policy", params)
+	put("learner policy is the agent's", a.learner.Policy() == a.policy)
+	put("config", fmt.Sprintf("%+v", a.cfg))
+	put("allocators", fmt.Sprintf("%+v %+v %+v %+v", a.dirs[0].cfg, a.dirs[0].alloc.Config(), a.dirs[1].cfg, a.dirs[1].alloc.Config()))
+	put("tls ports", fmt.Sprint(a.tlsPorts))
+	put("metadata clients", fmt.Sprint(tr.metadata))
+	put("metrics listeners", fmt.Sprint(tr.listeners))
+	put("log level", tr.level.Level().String())
+	put("interval change pending", len(a.intervalChanged))
+	a.mu.Lock()
+	a.snapshot = nil
+	a.mu.Unlock()
+	snap := *a.Snapshot()
+	snap.LastReload = nil
+	put("status", snap)
+	families, err := tr.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "sluice_") || strings.Contains(f.GetName(), "reload") {
+			continue // the runtime's, and the verdict's own
+		}
+		expfmt.MetricFamilyToText(&text, f)
+	}
+	out["metrics"] = text.String()
+	return out
+}
+
+func sortedPorts(p []uint16) []uint16 {
+	p = slices.Clone(p)
+	slices.Sort(p)
+	return p
+}
+
+func parseConfig(t *testing.T, yaml string) config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// A reload that changes every live key, refused at each of its steps in
+// turn (prepare and commit, and inside the shaper switch after the old
+// backend is closed): afterwards the data path's tables and settings, the
+// shaper's classes and capacities, the registry and persisted names, the
+// policy, configuration, allocators, metadata client, metrics listener,
+// log level, status and metrics equal what they were before; the verdict
+// names the step and says everything was undone. The same reload applied
+// whole changes every one of them, so the comparison can see a change.
+func TestReloadIsATransaction(t *testing.T) {
+	// With the shaper switched, the later steps act on the new backend and
+	// its undo builds the old one again; with the same shaper, each step's
+	// own undo must restore the backend it changed.
+	variants := map[string]string{"shaper switched": txNext, "same shaper": strings.Replace(txNext, "mode: shadow\n", "", 1)}
+	for _, variant := range slices.Sorted(maps.Keys(variants)) {
+		t.Run(variant, func(t *testing.T) {
+			next := parseConfig(t, variants[variant])
+			whole := newTxRig(t)
+			before := whole.state(t)
+			if err := whole.a.Reload(next, nil); err != nil {
+				t.Fatalf("the whole reload: %v", err)
+			}
+			want := ReloadStepNames
+			if variant == "same shaper" {
+				want = slices.DeleteFunc(slices.Clone(want), func(s string) bool { return strings.HasPrefix(s, stepShaper) })
+			}
+			if !slices.Equal(whole.visited, want) {
+				t.Fatalf("steps run %q, want %q", whole.visited, want)
+			}
+			after := whole.state(t)
+			for k := range before {
+				if before[k] == after[k] && k != "learner policy is the agent's" {
+					t.Errorf("the reload applied whole left %q unchanged (%s): the comparison cannot see it change", k, before[k])
+				}
+			}
+			for _, step := range whole.visited {
+				t.Run(step, func(t *testing.T) { refusedAt(t, step, next) })
+			}
+		})
+	}
+}
+
+// refusedAt fails a reload to next at step and compares everything before
+// and after.
+func refusedAt(t *testing.T, step string, next config.Config) {
+	tr := newTxRig(t)
+	before := tr.state(t)
+	tr.fail = step
+	err := tr.a.Reload(next, nil)
+	if err == nil {
+		t.Fatal("the reload was applied despite the fault")
+	}
+	if !strings.Contains(err.Error(), step+": injected fault") {
+		t.Errorf("the verdict does not name the step: %v", err)
+	}
+	if !strings.Contains(err.Error(), "nothing changed") && !strings.Contains(err.Error(), "every change was undone") {
+		t.Errorf("the verdict does not say the state is as before: %v", err)
+	}
+	if r := tr.a.LastReload(); r == nil || r.Applied || r.Error != err.Error() {
+		t.Errorf("status' last reload: %+v", r)
+	}
+	after := tr.state(t)
+	for _, k := range slices.Sorted(maps.Keys(before)) {
+		if before[k] != after[k] {
+			t.Errorf("%s changed:\nbefore %s\nafter  %s", k, before[k], after[k])
+		}
+	}
+	// The agent goes on: the next reload applies whole.
+	tr.fail = ""
+	if err := tr.a.Reload(next, nil); err != nil {
+		t.Errorf("the next reload: %v", err)
+	}
+}
+
+// An undo that fails is said: the previous shaper cannot be built again,
+// so nothing holds traffic back, and status says shadow (what the data path
+// does), not the file's enforce.
+func TestReloadSaysWhenTheUndoFailed(t *testing.T) {
+	tr := newTxRig(t)
+	tr.fail = stepSwap
+	tr.failShaper = errors.New("no IFB")
+	err := tr.a.Reload(parseConfig(t, txNext), nil)
+	if err == nil || !strings.Contains(err.Error(), "undo failed, the running state differs from before") ||
+		!strings.Contains(err.Error(), "rebuild the previous shaper: no IFB") {
+		t.Fatalf("verdict %v", err)
+	}
+	if got := tr.a.Config().Mode; got != config.ModeEnforce {
+		t.Errorf("configuration in force %s, want the previous enforce", got)
+	}
+	if s := tr.a.Snapshot(); s.Mode != "shadow" || s.Shaper != "shadow" {
+		t.Errorf("status mode %s shaper %s, want what the data path does: shadow", s.Mode, s.Shaper)
+	}
+}
