@@ -80,7 +80,7 @@ func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	defer func() { // after the reload's own undo steps, before the unlock
-		r := &ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil}
+		r := &ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil, PartlyApplied: errors.Is(err, errUndoFailed)}
 		if err != nil {
 			r.Error = err.Error()
 		}
@@ -110,6 +110,9 @@ func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err
 	a.logWarnings(cfg)
 	return nil
 }
+
+// errUndoFailed marks a refused reload that could not be undone whole.
+var errUndoFailed = errors.New("undo failed, the running state differs from before")
 
 // reloadTx is one reload: what prepare built and what commit must be able
 // to put back.
@@ -251,7 +254,7 @@ func (tx *reloadTx) rollback(cause error) error {
 	tx.undos = nil
 	if len(failed) > 0 {
 		tx.a.log.Error("a refused reload could not be undone whole: the running state differs from before", "err", errors.Join(failed...))
-		return fmt.Errorf("%w; undo failed, the running state differs from before: %w", cause, errors.Join(failed...))
+		return fmt.Errorf("%w; %w: %w", cause, errUndoFailed, errors.Join(failed...))
 	}
 	return fmt.Errorf("%w; every change was undone", cause)
 }

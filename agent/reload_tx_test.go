@@ -266,7 +266,7 @@ func refusedAt(t *testing.T, step string, next config.Config) {
 	if !strings.Contains(err.Error(), "nothing changed") && !strings.Contains(err.Error(), "every change was undone") {
 		t.Errorf("the verdict does not say the state is as before: %v", err)
 	}
-	if r := tr.a.LastReload(); r == nil || r.Applied || r.Error != err.Error() {
+	if r := tr.a.LastReload(); r == nil || r.Applied || r.PartlyApplied || r.Error != err.Error() {
 		t.Errorf("status' last reload: %+v", r)
 	}
 	after := tr.state(t)
@@ -293,6 +293,9 @@ func TestReloadSaysWhenTheUndoFailed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "undo failed, the running state differs from before") ||
 		!strings.Contains(err.Error(), "rebuild the previous shaper: no IFB") {
 		t.Fatalf("verdict %v", err)
+	}
+	if r := tr.a.LastReload(); r == nil || r.Applied || !r.PartlyApplied {
+		t.Errorf("last reload %+v, want refused and partly applied", r)
 	}
 	if got := tr.a.Config().Mode; got != config.ModeEnforce {
 		t.Errorf("configuration in force %s, want the previous enforce", got)

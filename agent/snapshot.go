@@ -164,7 +164,10 @@ type ReloadResult struct {
 	At      time.Time `json:"at"`
 	Why     string    `json:"why,omitempty"` // SIGHUP, file changed, sluice reload
 	Applied bool      `json:"applied"`
-	Error   string    `json:"error,omitempty"`
+	// PartlyApplied: refused, and an undo failed, so the running state
+	// differs from before (Error says what).
+	PartlyApplied bool   `json:"partly_applied,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // LearnerView counts the learner's work.

@@ -24,6 +24,10 @@ func runReload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
+	if r.PartlyApplied {
+		// Exit status 1: the host is not as it was; the operator must act.
+		return fmt.Errorf("reload refused, and not all of it could be undone: %s", r.Error)
+	}
 	if !r.Applied {
 		// Exit status 2: the configuration file is invalid input.
 		return usageError{fmt.Errorf("reload refused, the running configuration stays: %s", r.Error)}

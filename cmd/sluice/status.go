@@ -63,7 +63,10 @@ func writeStatus(w io.Writer, s *agent.Snapshot) {
 	}
 	if r := s.LastReload; r != nil {
 		verdict := "applied"
-		if !r.Applied {
+		switch {
+		case r.PartlyApplied:
+			verdict = "REFUSED and NOT fully undone, the running state differs from before: " + r.Error
+		case !r.Applied:
 			verdict = "REFUSED, the running configuration stays: " + r.Error
 		}
 		fmt.Fprintf(w, "last reload at %s (%s): %s\n", r.At.Format(time.RFC3339), r.Why, verdict)

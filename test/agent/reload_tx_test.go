@@ -72,6 +72,60 @@ func TestAgentIntegrationRefusedReloadLeavesTheHostAsItWas(t *testing.T) {
 	defer a.Stop()
 
 	first := hostState(t, w)
+	same := func(what string) {
+		t.Helper()
+		now := hostState(t, w)
+		differ := 0
+		for _, k := range slices.Sorted(keys(first)) {
+			if first[k] != now[k] {
+				differ++
+				t.Errorf("%s: %s changed:\nbefore %s\nafter  %s", what, k, first[k], now[k])
+			}
+		}
+		if differ == 0 {
+			t.Logf("%s: %d dumps (%s) equal to before", what, len(first), strings.Join(slices.Sorted(keys(first)), ", "))
+		}
+	}
+	reload := func() string {
+		t.Helper()
+		out, err := exec.Command(w.Sluice, "reload", "--socket", w.Socket).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("sluice reload exited %v, want 2: %s", err, out)
+		}
+		return string(out)
+	}
+
+	// Bad input: each file is refused whole, by the watcher and by sluice
+	// reload (exit 2, naming the key), and the host stays as it was.
+	good, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	credentials := t.TempDir() // a directory where a password file belongs
+	for _, b := range []struct{ name, key, from, to string }{ // from: a regexp
+		{"+Inf capacity", "produce.capacity", `produce: {capacity: [^,]+`, "produce: {capacity: .inf"},
+		{"NaN capacity", "fetch.capacity", `fetch: {capacity: [^,]+`, "fetch: {capacity: .nan"},
+		{"1e300 capacity", "produce.capacity", `produce: {capacity: [^,]+`, "produce: {capacity: 1e300"},
+		{"negative duration", "refresh_interval", "refresh_interval: 1s", "refresh_interval: -1s"},
+		{"missing CA file", "tls.ca_file", "log_level: debug", "log_level: debug\ntls: {enabled: true, ca_file: /nonexistent/ca.pem}"},
+		{"password file a directory", "sasl.password_file", "log_level: debug", "log_level: debug\nsasl: {mechanism: PLAIN, username: u, password_file: " + credentials + "}"},
+		{"restart-only key", "max_connections", "log_level: debug", "log_level: debug\nmax_connections: 12345"},
+	} {
+		text := regexp.MustCompile(b.from).ReplaceAllLiteralString(string(good), b.to)
+		if text == string(good) {
+			t.Fatalf("%s: the edit did not apply", b.name)
+		}
+		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out := reload()
+		if !strings.Contains(out, b.key) {
+			t.Errorf("%s: the refusal does not name %s: %s", b.name, b.key, out)
+		}
+		t.Logf("%s: sluice reload: %s", b.name, strings.TrimSpace(out))
+		same(b.name)
+	}
 	// The file changes under a fault, so the watcher's own reload is
 	// refused too; then each step is failed in turn by `sluice reload`.
 	steps := slices.DeleteFunc(slices.Clone(agent.ReloadStepNames), func(s string) bool { return strings.HasPrefix(s, "shaper") })
@@ -86,26 +140,13 @@ func TestAgentIntegrationRefusedReloadLeavesTheHostAsItWas(t *testing.T) {
 	}
 	for _, step := range steps {
 		setFault(step)
-		out, err := exec.Command(w.Sluice, "reload", "--socket", w.Socket).CombinedOutput()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-			t.Errorf("%s: sluice reload exited %v, want 2: %s", step, err, out)
-		}
-		if !strings.Contains(string(out), step+": injected fault") ||
-			!(strings.Contains(string(out), "every change was undone") || strings.Contains(string(out), "nothing changed")) {
+		out := reload()
+		if !strings.Contains(out, step+": injected fault") ||
+			!(strings.Contains(out, "every change was undone") || strings.Contains(out, "nothing changed")) {
 			t.Errorf("%s: the verdict does not name the step and say the state is as before: %s", step, out)
 		}
-		now := hostState(t, w)
-		differ := 0
-		for _, k := range slices.Sorted(keys(first)) {
-			if first[k] != now[k] {
-				differ++
-				t.Errorf("refused at %s: %s changed:\nbefore %s\nafter  %s", step, k, first[k], now[k])
-			}
-		}
-		if differ == 0 {
-			t.Logf("refused at %q: %d dumps (%s) equal to before", step, len(first), strings.Join(slices.Sorted(keys(first)), ", "))
-		}
+		t.Logf("fault at %s: sluice reload: %s", step, strings.TrimSpace(out))
+		same("refused at " + step)
 	}
 
 	setFault("")
