@@ -102,7 +102,7 @@ func TestAgentIntegrationRefusedReloadLeavesTheHostAsItWas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	credentials := t.TempDir() // a directory where a password file belongs
+	credentials := t.TempDir()                                // a directory where a password file belongs
 	for _, b := range []struct{ name, key, from, to string }{ // from: a regexp
 		{"+Inf capacity", "produce.capacity", `produce: {capacity: [^,]+`, "produce: {capacity: .inf"},
 		{"NaN capacity", "fetch.capacity", `fetch: {capacity: [^,]+`, "fetch: {capacity: .nan"},
