@@ -67,7 +67,7 @@ func (a *Allocator) Forget(slot uint32) {
 // the floor, if higher) until the loop knows it. The unknown entity, which
 // has neither reservation nor limit, gets max(H, MinLimit).
 func (c Config) StandbyLimit(reservation, limit float64) float64 {
-	return math.Min(limit, max(math.Min(reservation, limit), c.Headroom(), c.MinLimit))
+	return min(limit, max(min(reservation, limit), c.Headroom(), c.MinLimit))
 }
 
 // UnknownLimit is the unknown entity's limit (no reservation, no cap):
@@ -76,7 +76,7 @@ func (c Config) UnknownLimit() float64 { return c.StandbyLimit(0, Unlimited) }
 
 // Floor is an entity's floor: MinLimit, capped by its own limit (an operator's
 // explicit cap wins; check-config warns about it).
-func (c Config) Floor(limit float64) float64 { return math.Min(c.MinLimit, limit) }
+func (c Config) Floor(limit float64) float64 { return min(c.MinLimit, limit) }
 
 // Headroom returns H = capacity − C for a configuration.
 func (c Config) Headroom() float64 { return c.Capacity - c.Distributable() }
@@ -113,9 +113,9 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 		if last != 0 && a.cycle-last < k {
 			o.State = Active
 			s.Active++
-			res := math.Min(e.Reservation, e.Limit)
+			res := min(e.Reservation, e.Limit)
 			s.ReservedTotal += res
-			s.FloorTopUp += math.Max(0, cfg.Floor(e.Limit)-res)
+			s.FloorTopUp += max(0, cfg.Floor(e.Limit)-res)
 		} else {
 			o.State = Standby
 			s.Standby++
@@ -135,7 +135,7 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 	// Σ effRes ≤ C still holds.
 	s.FloorScale = 1
 	if s.FloorTopUp > 0 {
-		s.FloorScale = math.Min(1, math.Max(0, c-s.ReservedTotal*s.Scale)/s.FloorTopUp)
+		s.FloorScale = min(1, max(0, c-s.ReservedTotal*s.Scale)/s.FloorTopUp)
 	}
 	s.Overcommitted = s.ReservedTotal+s.FloorTopUp > c
 	a.updateOvercommitAlert(&s)
@@ -149,13 +149,13 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 			continue
 		}
 		e := &entities[i]
-		res := math.Min(e.Reservation, e.Limit)
-		o.EffectiveReservation = res*s.Scale + math.Max(0, cfg.Floor(e.Limit)-res)*s.FloorScale
+		res := min(e.Reservation, e.Limit)
+		o.EffectiveReservation = res*s.Scale + max(0, cfg.Floor(e.Limit)-res)*s.FloorScale
 		o.Demand = demandOf(e, cfg.MinDemand)
-		o.Green = math.Min(o.EffectiveReservation, o.Demand)
+		o.Green = min(o.EffectiveReservation, o.Demand)
 		greenTotal += o.Green
 	}
-	spare := math.Max(0, c-greenTotal)
+	spare := max(0, c-greenTotal)
 
 	// Step 4: weighted water-filling of spare over the claims above green.
 	a.fill = a.fill[:0]
@@ -164,7 +164,7 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 		if o.State != Active {
 			continue
 		}
-		claim := math.Min(o.Demand, entities[i].Limit) - o.Green
+		claim := min(o.Demand, entities[i].Limit) - o.Green
 		if claim > 0 {
 			a.fill = append(a.fill, fillItem{index: int32(i), cap: claim, weight: entities[i].Weight})
 		}
@@ -238,11 +238,11 @@ func demandOf(e *Entity, minDemand float64) float64 {
 	if e.Throttled {
 		return e.Limit
 	}
-	return math.Max(e.Usage, minDemand)
+	return max(e.Usage, minDemand)
 }
 
 func clamp(v, lo, hi float64) float64 {
-	return math.Min(math.Max(v, lo), hi)
+	return min(max(v, lo), hi)
 }
 
 // validate checks every entity before the cycle changes any state.

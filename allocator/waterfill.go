@@ -74,9 +74,9 @@ func waterFill(items []fillItem, amount float64) float64 {
 		items[i].share = items[i].cap
 	}
 	if partialWeight == 0 {
-		return math.Max(0, remaining)
+		return max(0, remaining)
 	}
-	level := math.Max(0, remaining) / partialWeight
+	level := max(0, remaining) / partialWeight
 	for i := lo; i < len(items); i++ {
 		items[i].share = level * items[i].weight
 	}
