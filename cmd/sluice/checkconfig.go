@@ -93,6 +93,15 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	problems, kernel := kernelChecks(spec, hostKernel)
+	fmt.Fprintln(stdout, kernel)
+	if len(problems) > 0 {
+		fmt.Fprintf(stderr, "this host: %d problem(s) that `sluice run` would refuse to start with:\n", len(problems))
+		for _, p := range problems {
+			fmt.Fprintf(stderr, "  %s\n", p)
+		}
+		return usageError{fmt.Errorf("%s does not fit this kernel", path)}
+	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return fmt.Errorf("the data path does not load on this kernel: %w", err)
