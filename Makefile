@@ -21,14 +21,14 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 # The version `sluice version` prints and the package carries.
-VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+VERSION := $(shell ./deploy/version.sh)
 
 .PHONY: build
-build: ## build bin/sluice, stamped with `git describe` and the revision (sluice version)
+build: ## build bin/sluice, stamped with its version (deploy/version.sh) and the revision (sluice version)
 	$(GO) build -ldflags "-X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
 
 .PHONY: deb
-deb: build ## build dist/sluice_<version>_amd64.deb (nfpm as a library; version from git describe)
+deb: build ## build dist/sluice_<version>_amd64.deb (nfpm as a library; version from deploy/version.sh)
 	$(GO) run ./deploy/deb -version $(VERSION) -binary $(BIN) -out dist
 
 .PHONY: deb-check

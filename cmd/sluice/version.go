@@ -17,7 +17,7 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// Set by `make build` (-ldflags -X): `git describe` and the commit.
+// Set by `make build` (-ldflags -X): deploy/version.sh and the commit.
 var stampedVersion, stampedRevision string
 
 // versionString is the version and the VCS revision the binary was built

@@ -31,9 +31,11 @@ func main() {
 	fmt.Println(path)
 }
 
-// debVersion turns `git describe --tags --always --dirty` into a Debian
-// version: a tag v1.2.3 gives 1.2.3, commits past it 1.2.3+4.gabc1234, and
-// an untagged tree 0~gabc1234 (Debian versions start with a digit).
+// debVersion turns deploy/version.sh's version into a Debian version: a
+// tag v1.2.3 gives 1.2.3, commits past it 1.2.3+4+gabc1234, and an
+// untagged tree's 0.<commits>-gabc1234 gives 0.<commits>+gabc1234, which
+// sorts by age. A bare hash (an older `git describe --always`) gives
+// 0~gabc1234 (Debian versions start with a digit).
 func debVersion(describe string) (string, error) {
 	v := strings.TrimPrefix(strings.TrimSpace(describe), "v")
 	if v == "" {
@@ -141,6 +143,12 @@ if [ -d /run/systemd/system ]; then
 fi
 if [ "$1" = configure ] && [ -z "$2" ]; then
 	echo "sluice: edit /etc/sluice/sluice.yaml, check it with 'sluice check-config', then 'systemctl enable --now sluice'"
+fi
+# An upgrade restarts a running agent on the new binary (it keeps the data
+# path attached across the restart and re-adopts it); one that is not
+# running stays stopped.
+if [ "$1" = configure ] && [ -n "$2" ] && [ -d /run/systemd/system ]; then
+	systemctl try-restart sluice.service || true
 fi
 `
 

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"os/exec"
+	"testing"
+)
 
 func TestDebVersion(t *testing.T) {
 	for describe, want := range map[string]string{
@@ -8,6 +11,8 @@ func TestDebVersion(t *testing.T) {
 		"v1.2.3-4-gabc1234":       "1.2.3+4+gabc1234",
 		"v1.2.3-4-gabc1234-dirty": "1.2.3+4+gabc1234+dirty",
 		"abc1234":                 "0~gabc1234",
+		"0.151-gdbbeff0":          "0.151+gdbbeff0",
+		"0.151-gdbbeff0-dirty":    "0.151+gdbbeff0+dirty",
 		"9902619-dirty":           "0~g9902619+dirty",
 	} {
 		if got, err := debVersion(describe); err != nil || got != want {
@@ -17,6 +22,27 @@ func TestDebVersion(t *testing.T) {
 	for _, bad := range []string{"", "v1.2 3", "x;rm"} {
 		if got, err := debVersion(bad); err == nil {
 			t.Errorf("debVersion(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+// Packages built from later commits sort as newer, by dpkg's own rules.
+func TestDebVersionsSortByAge(t *testing.T) {
+	dpkg, err := exec.LookPath("dpkg")
+	if err != nil {
+		t.Fatalf("dpkg is needed to compare versions as apt does: %v", err)
+	}
+	for _, pair := range [][2]string{
+		{"0.151-gffff000", "0.152-g0000aaa"}, // hashes in the wrong order
+		{"0.99-gabc", "0.100-gabc"},
+		{"0.152-gabc", "0.152-gabc-dirty"},
+		{"0.500-gabc", "v1.0.0"},
+		{"v1.0.0", "v1.0.0-1-gabc"},
+	} {
+		older, _ := debVersion(pair[0])
+		newer, _ := debVersion(pair[1])
+		if err := exec.Command(dpkg, "--compare-versions", older, "lt", newer).Run(); err != nil {
+			t.Errorf("%s (from %s) does not sort before %s (from %s)", older, pair[0], newer, pair[1])
 		}
 	}
 }

@@ -64,6 +64,13 @@ grep -x 'daemon-reload' "$calls" >/dev/null || fail "postinst did not reload sys
 if grep -E '(^| )(start|enable|restart)( |$)' "$calls"; then fail "postinst enabled or started the unconfigured agent"; fi
 echo "systemctl calls on install: $(paste -sd';' "$calls")"
 
+say "an upgrade (dpkg -i over the installed package) restarts a running agent, never starts a stopped one"
+: > "$calls"
+dpkg -i "$deb"
+grep -x 'try-restart sluice.service' "$calls" >/dev/null || fail "postinst did not try-restart the unit on upgrade: $(paste -sd';' "$calls")"
+if grep -E '(^| )(start|enable|restart)( |$)' "$calls"; then fail "postinst started or enabled the agent on upgrade"; fi
+echo "systemctl calls on upgrade: $(paste -sd';' "$calls")"
+
 say "an edited conffile survives dpkg -r"
 echo "# edited by the operator" >> /etc/sluice/sluice.yaml
 : > "$calls"
