@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/learner"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/allocator"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -82,7 +83,7 @@ type Agent struct {
 	// policyGen counts policies: parameters cached under an older one are stale.
 	policyGen uint64
 	lastScan  time.Time
-	snapshot  *Snapshot // built from pub on demand, nil until asked
+	snapshot  *status.Snapshot // built from pub on demand, nil until asked
 	pubTime   time.Time
 	lastOK    time.Time
 
@@ -96,9 +97,9 @@ type Agent struct {
 	brokers  BrokerSource
 	unexempt []string
 	// lastReload: the verdict on the last reload (nil: none yet).
-	lastReload *ReloadResult
+	lastReload *status.ReloadResult
 	// reloader runs a reload asked for on the status socket (nil: none).
-	reloader func() (ReloadResult, error)
+	reloader func() (status.ReloadResult, error)
 	// pendingForget: connections an applied reload must forget (their
 	// exemption or listener changed) that the data path refused so far;
 	// each cycle tries again.

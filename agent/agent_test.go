@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -109,7 +110,7 @@ func (r *rig) learn(port uint16, clientID string, req kmsg.Request) maps.Binding
 	return r.dp.bindings[conn(port)]
 }
 
-func (r *rig) cycle() *Snapshot {
+func (r *rig) cycle() *status.Snapshot {
 	r.t.Helper()
 	r.clock.advance(time.Second)
 	if err := r.a.Cycle(); err != nil {
@@ -118,13 +119,13 @@ func (r *rig) cycle() *Snapshot {
 	return r.a.Snapshot()
 }
 
-func entityView(s *Snapshot, dir entity.Direction, name string) EntityView {
+func entityView(s *status.Snapshot, dir entity.Direction, name string) status.EntityView {
 	for _, e := range s.Directions[dir].Entities {
 		if e.Name == name {
 			return e
 		}
 	}
-	return EntityView{}
+	return status.EntityView{}
 }
 
 func TestAgentNewEntityGetsStandbyLimitAtOnce(t *testing.T) {

@@ -1,11 +1,7 @@
 package agent
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -13,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/kafka"
 	"github.com/sluice-dev/sluice/agent/learner"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -23,28 +20,6 @@ type bindRecord struct {
 	at     time.Time
 	reason string // first, request, login, rule_change, binding_lost, adopted, peer
 	api    int16  // the request that decided it (-1: none, a peer decided)
-}
-
-// ConnectionView is one connection as `sluice explain ADDRESS` shows it:
-// the entity that holds each direction, the rule that put it there, and
-// the request and moment that bound it. Read from the data path's table.
-type ConnectionView struct {
-	Peer     string `json:"peer"`
-	Local    string `json:"local"`
-	Listener string `json:"listener"` // the listener's security protocol
-	// Produce and Fetch are kind:name of each direction's entity.
-	Produce string `json:"produce"`
-	Fetch   string `json:"fetch"`
-	// Rule says why the entity holds it (per direction when they differ).
-	Rule string `json:"rule"`
-	// BoundBy is the request that decided the binding ("" when none did:
-	// a peer address, or an agent that adopted it after a restart).
-	BoundBy string `json:"bound_by,omitempty"`
-	// Reason is why it was last bound (first, request, login,
-	// rule_change, binding_lost, adopted, peer); Since is when.
-	Reason  string     `json:"reason,omitempty"`
-	Since   *time.Time `json:"since,omitempty"`
-	Closing bool       `json:"closing,omitempty"`
 }
 
 // noteBinding records a binding Learn wrote (under a.mu).
@@ -69,7 +44,7 @@ func bindReason(rebind string, cause learner.Cause, adopted bool) string {
 // Connections lists the data path's connections from peer (every
 // connection when peer is the zero Addr), with the entities that hold
 // them and why. The table is read first, then the agent's records.
-func (a *Agent) Connections(peer netip.Addr) ([]ConnectionView, error) {
+func (a *Agent) Connections(peer netip.Addr) ([]status.ConnectionView, error) {
 	var found []maps.Binding
 	err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
 		if !peer.IsValid() || b.Conn.Peer.Addr().Unmap() == peer.Unmap() {
@@ -82,9 +57,9 @@ func (a *Agent) Connections(peer netip.Addr) ([]ConnectionView, error) {
 	slices.SortFunc(found, func(x, y maps.Binding) int { return x.Conn.Peer.Compare(y.Conn.Peer) })
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]ConnectionView, 0, len(found))
+	out := make([]status.ConnectionView, 0, len(found))
 	for _, b := range found {
-		v := ConnectionView{
+		v := status.ConnectionView{
 			Peer: b.Conn.Peer.String(), Local: b.Conn.Local.String(),
 			Listener: a.cfg.Protocol(b.Conn.Local.Port()),
 			Produce:  a.entityName(b.Produce), Fetch: a.entityName(b.Fetch), Closing: b.Closing,
@@ -155,55 +130,4 @@ func (a *Agent) rule(id uint32) string {
 		return "unresolved: its sample could not tell (a client-id too long to sample whole, or topics hidden behind client-chosen fields); held to the most restrictive limits configured"
 	}
 	return k.String()
-}
-
-// serveConnections answers a status socket's "connections" request.
-func (a *Agent) serveConnections(w io.Writer, peer string) {
-	var addr netip.Addr
-	if peer != "" {
-		var err error
-		if addr, err = netip.ParseAddr(peer); err != nil {
-			json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("peer %q is not an IP address", peer)})
-			return
-		}
-	}
-	views, err := a.Connections(addr)
-	if err != nil {
-		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
-		return
-	}
-	json.NewEncoder(w).Encode(views)
-}
-
-// QueryConnections asks the agent at the socket for the connections from
-// peer (the zero Addr: all of them).
-func QueryConnections(path string, peer netip.Addr) ([]ConnectionView, error) {
-	c, err := net.DialTimeout("unix", path, 2*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("is the agent running? %w", err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	req := statusRequest{Cmd: "connections"}
-	if peer.IsValid() {
-		req.Peer = peer.String()
-	}
-	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return nil, err
-	}
-	var raw json.RawMessage
-	if err := json.NewDecoder(c).Decode(&raw); err != nil {
-		return nil, fmt.Errorf("read connections: %w", err)
-	}
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return nil, errors.New(e.Error)
-	}
-	var views []ConnectionView
-	if err := json.Unmarshal(raw, &views); err != nil {
-		return nil, fmt.Errorf("decode connections: %w", err)
-	}
-	return views, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/learner"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -223,7 +224,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	if err := a.ServeMetrics(metrics.Open); err != nil {
 		return err
 	}
-	sl, err := ListenStatus(r.cfg.Socket)
+	sl, err := status.Listen(r.cfg.Socket)
 	if err != nil {
 		return err
 	}
@@ -234,22 +235,22 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	// `sluice reload` (systemd's ExecReload) asks on the status socket and
 	// waits for the verdict; the watcher runs it, in turn with SIGHUP and
 	// file changes.
-	asks := make(chan chan ReloadResult)
-	a.SetReloader(func() (ReloadResult, error) {
-		reply := make(chan ReloadResult, 1)
+	asks := make(chan chan status.ReloadResult)
+	a.SetReloader(func() (status.ReloadResult, error) {
+		reply := make(chan status.ReloadResult, 1)
 		select {
 		case asks <- reply:
 		case <-ctx.Done():
-			return ReloadResult{}, errors.New("the agent is stopping")
+			return status.ReloadResult{}, errors.New("the agent is stopping")
 		}
 		select {
 		case res, ok := <-reply:
 			if !ok {
-				return ReloadResult{}, errors.New("the agent is stopping")
+				return status.ReloadResult{}, errors.New("the agent is stopping")
 			}
 			return res, nil
 		case <-ctx.Done(): // a reload under way still finishes before cleanup
-			return ReloadResult{}, errors.New("the agent is stopping")
+			return status.ReloadResult{}, errors.New("the agent is stopping")
 		}
 	})
 	watching := make(chan struct{})
@@ -274,7 +275,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 
 // watchConfig reloads on SIGHUP and when the file changes (editors and
 // configuration management replace files, so the directory is watched).
-func (r *daemon) watchConfig(ctx context.Context, a *Agent, asks <-chan chan ReloadResult) {
+func (r *daemon) watchConfig(ctx context.Context, a *Agent, asks <-chan chan status.ReloadResult) {
 	var events chan fsnotify.Event
 	if w, err := fsnotify.NewWatcher(); err == nil {
 		defer w.Close()

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/learner"
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
 // Metadata is what the agent reads from the local broker: topic IDs and,
@@ -169,11 +170,11 @@ func fitKafkaQuotas(q entity.KafkaQuotas, file config.Entities, room int) (entit
 }
 
 // view is status' and metrics' picture (nil when import is off).
-func (k *kafkaQuotaState) view() *KafkaQuotasView {
+func (k *kafkaQuotaState) view() *status.KafkaQuotasView {
 	if k.source == nil {
 		return nil
 	}
-	return &KafkaQuotasView{
+	return &status.KafkaQuotasView{
 		Imports: k.earlierImports + k.stats.Generation, Failures: k.earlierFailures + k.stats.Failures,
 		Clients: len(k.inUse.Clients), Users: len(k.inUse.Users), ClientDefault: k.quotas.ClientDefault != (config.Quota{}),
 		Skipped: k.stats.Skipped, LeftOut: k.trimmed, LastImport: k.stats.LastImport,

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -70,9 +71,9 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 			func() uint64 { return a.KafkaQuotas().Imports }),
 		counter("kafka_quota_import_failures_total", "Reads of the cluster's client quotas that failed (the last imported set stayed in force).",
 			func() uint64 { return a.KafkaQuotas().Failures }),
-		kafkaQuotaGauge(a, "applied", func(k KafkaQuotasView) int { return k.Clients + k.Users + int(boolValue(k.ClientDefault)) }),
-		kafkaQuotaGauge(a, "skipped", func(k KafkaQuotasView) int { return k.Skipped }),
-		kafkaQuotaGauge(a, "left_out", func(k KafkaQuotasView) int { return k.LeftOut }),
+		kafkaQuotaGauge(a, "applied", func(k status.KafkaQuotasView) int { return k.Clients + k.Users + int(boolValue(k.ClientDefault)) }),
+		kafkaQuotaGauge(a, "skipped", func(k status.KafkaQuotasView) int { return k.Skipped }),
+		kafkaQuotaGauge(a, "left_out", func(k status.KafkaQuotasView) int { return k.LeftOut }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "stale_after_seconds", Help: "stale_after: once refresh_age_seconds passes it, the data path fails open."},
 			func() float64 { return a.Config().StaleAfter.Seconds() }),
 	)
@@ -82,7 +83,7 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 // kafkaQuotaGauge is one state of sluice_kafka_quotas: imported entries
 // in use (applied), that sluice cannot apply (skipped: user, <user,
 // client-id> and ip quotas, invalid values) and left out for room.
-func kafkaQuotaGauge(a *Agent, state string, f func(KafkaQuotasView) int) prometheus.Collector {
+func kafkaQuotaGauge(a *Agent, state string, f func(status.KafkaQuotasView) int) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "kafka_quotas", ConstLabels: prometheus.Labels{"state": state},
 		Help: "Client quota entries imported from the cluster, by state: applied, skipped (user, <user, client-id> and ip quotas, invalid values) or left_out (no room for more configured entities)."},
 		func() float64 { return float64(f(a.KafkaQuotas())) })

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -26,7 +27,7 @@ func refusal(err error) error {
 		return err
 	}
 	for _, r := range []error{config.ErrInvalid, maps.ErrIncompatiblePins, maps.ErrPinDirBusy, maps.ErrPinPath,
-		shaper.ErrForeignRootQdisc, shaper.ErrForeignDevice, ErrSocketTaken} {
+		shaper.ErrForeignRootQdisc, shaper.ErrForeignDevice, status.ErrSocketTaken} {
 		if errors.Is(err, r) {
 			return fmt.Errorf("%w: %w", ErrRefused, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/allocator"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -80,7 +81,7 @@ func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	defer func() { // after the reload's own undo steps, before the unlock
-		r := &ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil, PartlyApplied: errors.Is(err, errUndoFailed)}
+		r := &status.ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil, PartlyApplied: errors.Is(err, errUndoFailed)}
 		if err != nil {
 			r.Error = err.Error()
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
 // `sluice reload` asks on the status socket and gets the verdict: applied,
@@ -18,25 +19,25 @@ func TestReloadOverTheSocketReportsTheVerdict(t *testing.T) {
 	r := newRig(t, "")
 	r.cycle()
 	sock := filepath.Join(t.TempDir(), "status.sock")
-	l, err := ListenStatus(sock)
+	l, err := status.Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	go r.a.ServeStatus(l)
 
-	if _, err := RequestReload(sock); err == nil || !strings.Contains(err.Error(), "SIGHUP only") {
+	if _, err := status.RequestReload(sock); err == nil || !strings.Contains(err.Error(), "SIGHUP only") {
 		t.Errorf("no reloader: %v", err)
 	}
 	file := baseConfig
-	r.a.SetReloader(func() (ReloadResult, error) {
+	r.a.SetReloader(func() (status.ReloadResult, error) {
 		cfg, err := config.Parse([]byte(file))
 		r.a.ReloadBecause("sluice reload", cfg, err)
 		return *r.a.LastReload(), nil
 	})
 	before := r.a.Config().Produce.Capacity
 	file = strings.Replace(baseConfig, "produce: {capacity: 1000,", "produce: {capacity: 1e300TiB,", 1)
-	res, err := RequestReload(sock)
+	res, err := status.RequestReload(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestReloadOverTheSocketReportsTheVerdict(t *testing.T) {
 	}
 
 	file = baseConfig
-	if res, err := RequestReload(sock); err != nil || !res.Applied || res.Error != "" {
+	if res, err := status.RequestReload(sock); err != nil || !res.Applied || res.Error != "" {
 		t.Errorf("valid file: verdict %+v, %v", res, err)
 	}
 	if s := r.a.Snapshot(); s.LastReload == nil || !s.LastReload.Applied || !r.a.LastReloadSucceeded() {
@@ -68,13 +69,13 @@ func TestStatusSocketReplacesOnlyAStaleSocket(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, []byte("someone's data"), 0o600)
-	if _, err := ListenStatus(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := status.Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("regular file: %v", err)
 	}
 	if data, _ := os.ReadFile(file); string(data) != "someone's data" {
 		t.Errorf("the file was changed: %q", data)
 	}
-	if _, err := ListenStatus(dir); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := status.Listen(dir); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("directory: %v", err)
 	}
 	live := filepath.Join(dir, "live.sock")
@@ -83,7 +84,7 @@ func TestStatusSocketReplacesOnlyAStaleSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := ListenStatus(live); err == nil || !strings.Contains(err.Error(), "a process listens") {
+	if _, err := status.Listen(live); err == nil || !strings.Contains(err.Error(), "a process listens") {
 		t.Errorf("live socket: %v", err)
 	}
 	if c, err := net.Dial("unix", live); err != nil {
@@ -99,7 +100,7 @@ func TestStatusSocketReplacesOnlyAStaleSocket(t *testing.T) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
-	l2, err := ListenStatus(stale)
+	l2, err := status.Listen(stale)
 	if err != nil {
 		t.Fatalf("stale socket: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -57,8 +58,8 @@ func (a *Agent) runningMode() string {
 }
 
 // view builds the snapshot from the last published cycle.
-func (a *Agent) view() *Snapshot {
-	s := &Snapshot{
+func (a *Agent) view() *status.Snapshot {
+	s := &status.Snapshot{
 		Time:         a.pubTime,
 		Cycle:        a.cycle,
 		Mode:         a.runningMode(),
@@ -73,13 +74,13 @@ func (a *Agent) view() *Snapshot {
 		UnexemptBrokers: a.unexempt,
 		// New unconfigured entities a peer asked for faster than new_entities_per_peer.
 		PeerRateRefused: a.newPerPeer.Refused,
-		Learner: LearnerView{
+		Learner: status.LearnerView{
 			Parsed: a.learner.Stats.Parsed, Truncated: a.learner.Stats.Truncated, Failed: a.learner.Stats.Failed,
 			Connections: a.learner.Connections(), ReplicationClaims: a.learner.Stats.ReplicationClaims,
 			Unresolved:     a.learner.Stats.Unresolved,
 			NewConnections: a.learner.Stats.NewConnections,
 		},
-		Connections: ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,
+		Connections: status.ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,
 			Rebinds: copyCounts(a.conns.Rebinds), IdentityErrors: a.conns.IdentityErrors},
 		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
 		KafkaQuotas:  a.kafka.view(),
@@ -87,11 +88,11 @@ func (a *Agent) view() *Snapshot {
 	for _, dc := range a.dirs {
 		p := &dc.pub
 		sum := p.summary
-		v := DirectionView{
-			Direction: dc.dir.String(), Enabled: p.cfg.Enabled(), Capacity: Bps(p.cfg.Capacity),
-			C: Bps(sum.C), H: Bps(sum.H), Scale: sum.Scale, MinLimit: Bps(p.cfg.MinLimit), FloorScale: sum.FloorScale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
+		v := status.DirectionView{
+			Direction: dc.dir.String(), Enabled: p.cfg.Enabled(), Capacity: status.Bps(p.cfg.Capacity),
+			C: status.Bps(sum.C), H: status.Bps(sum.H), Scale: sum.Scale, MinLimit: status.Bps(p.cfg.MinLimit), FloorScale: sum.FloorScale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
 			GreenRatio: sum.GreenRatio, Overcommit: sum.Overcommit, Active: sum.Active, Standby: sum.Standby,
-			Others: OthersView{Entities: p.others.entities, Rate: Bps(p.others.rate), Bytes: p.others.bytes,
+			Others: status.OthersView{Entities: p.others.entities, Rate: status.Bps(p.others.rate), Bytes: p.others.bytes,
 				HeldBytes: p.others.heldBytes, DroppedPackets: p.others.droppedPackets},
 		}
 		if p.cfg.Enabled() {
@@ -102,22 +103,22 @@ func (a *Agent) view() *Snapshot {
 					held = math.Max(0, out.Demand-in.Usage)
 				}
 				from := p.sources[i]
-				v.Entities = append(v.Entities, EntityView{
+				v.Entities = append(v.Entities, status.EntityView{
 					ID: in.Slot, Kind: key.Kind.String(), Name: key.Name, State: out.State.String(),
-					Rate: Bps(in.Usage), Bytes: p.bytes[i], Throttled: in.Throttled,
-					Reservation: Bps(p.params[i].Reservation), Weight: in.Weight, Limit: Bps(in.Limit),
-					Sources:              SourcesView{Reservation: from.Reservation.String(), Weight: from.Weight.String(), Limit: from.Limit.String()},
-					EffectiveReservation: Bps(out.EffectiveReservation), Demand: Bps(out.Demand), Green: Bps(out.Green),
-					Extra: Bps(out.Extra), Headroom: Bps(out.Headroom), DynamicLimit: Bps(out.DynamicLimit),
-					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: Bps(held),
+					Rate: status.Bps(in.Usage), Bytes: p.bytes[i], Throttled: in.Throttled,
+					Reservation: status.Bps(p.params[i].Reservation), Weight: in.Weight, Limit: status.Bps(in.Limit),
+					Sources:              status.SourcesView{Reservation: from.Reservation.String(), Weight: from.Weight.String(), Limit: from.Limit.String()},
+					EffectiveReservation: status.Bps(out.EffectiveReservation), Demand: status.Bps(out.Demand), Green: status.Bps(out.Green),
+					Extra: status.Bps(out.Extra), Headroom: status.Bps(out.Headroom), DynamicLimit: status.Bps(out.DynamicLimit),
+					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: status.Bps(held),
 					ShapedBytes: h.Sent, HeldBytes: p.heldBytes[i], DroppedPacketsTotal: p.dropped[i],
 					Configured: a.registry.Pinned(entity.ID(in.Slot)), OwnSeries: p.ownSeries[i],
 				})
 			}
-			unknownLimit := Bps(allocatorConfig(p.cfg).UnknownLimit())
-			v.Entities = append(v.Entities, EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
-				Rate: Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit,
-				Sources:   SourcesView{Reservation: "headroom H", Weight: "headroom H", Limit: "headroom H"},
+			unknownLimit := status.Bps(allocatorConfig(p.cfg).UnknownLimit())
+			v.Entities = append(v.Entities, status.EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
+				Rate: status.Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit,
+				Sources:   status.SourcesView{Reservation: "headroom H", Weight: "headroom H", Limit: "headroom H"},
 				OwnSeries: true})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {
@@ -140,7 +141,7 @@ func finiteOr(v, or float64) float64 {
 
 // Snapshot returns the last cycle's snapshot (nil before the first cycle),
 // built on first request after each cycle.
-func (a *Agent) Snapshot() *Snapshot {
+func (a *Agent) Snapshot() *status.Snapshot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.cycle == 0 {
@@ -153,13 +154,13 @@ func (a *Agent) Snapshot() *Snapshot {
 }
 
 // KafkaQuotas is kafka_quotas: import's state (zero when import is off).
-func (a *Agent) KafkaQuotas() KafkaQuotasView {
+func (a *Agent) KafkaQuotas() status.KafkaQuotasView {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if v := a.kafka.view(); v != nil {
 		return *v
 	}
-	return KafkaQuotasView{}
+	return status.KafkaQuotasView{}
 }
 
 // RefreshAge is the time since the last successful cycle.
@@ -181,7 +182,7 @@ func (a *Agent) LastReloadSucceeded() bool {
 }
 
 // LastReload is the verdict on the last reload (nil: none yet).
-func (a *Agent) LastReload() *ReloadResult {
+func (a *Agent) LastReload() *status.ReloadResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.lastReload

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
 func TestParseConnection(t *testing.T) {
@@ -45,7 +45,7 @@ func TestExplainConnection(t *testing.T) {
 	}
 	defer l.Close()
 	since := time.Date(2026, 12, 3, 17, 0, 0, 0, time.UTC)
-	views := []agent.ConnectionView{
+	views := []status.ConnectionView{
 		{Peer: "198.18.0.2:40001", Local: "198.18.0.1:9094", Listener: "SASL_PLAINTEXT", Produce: "user:alice", Fetch: "user:alice",
 			Rule: "SASL principal alice (users.alice)", BoundBy: "SASLAuthenticate", Reason: "login", Since: &since},
 		{Peer: "198.18.0.2:40002", Local: "198.18.0.1:9092", Listener: "PLAINTEXT", Produce: "client:app", Fetch: "topic-partition:orders-0",
@@ -82,7 +82,7 @@ func TestExplainConnection(t *testing.T) {
 	if err := runExplain(t.Context(), []string{"--socket", socket, "-o", "json", "198.18.0.2:40002->198.18.0.1:9092"}, &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	var got []agent.ConnectionView
+	var got []status.ConnectionView
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 1 || got[0].Fetch != "topic-partition:orders-0" {
 		t.Errorf("json for one 4-tuple: %v %+v", err, got)
 	}

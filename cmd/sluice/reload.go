@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
 // runReload: `sluice reload [--socket PATH]`, systemd's ExecReload. It asks
@@ -20,7 +20,7 @@ func runReload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
-	r, err := agent.RequestReload(*socket)
+	r, err := status.RequestReload(*socket)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}

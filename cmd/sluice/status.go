@@ -13,8 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
 // runStatus: `sluice status [--socket PATH] [--watch] [-o text|json]`.
@@ -30,7 +30,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	for {
-		s, err := agent.QueryStatus(*socket)
+		s, err := status.Query(*socket)
 		if err != nil {
 			return err
 		}
@@ -56,7 +56,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 }
 
-func writeStatus(w io.Writer, s *agent.Snapshot) {
+func writeStatus(w io.Writer, s *status.Snapshot) {
 	fmt.Fprintf(w, "sluice  cycle %d at %s  mode %s  shaper %s (%s)\n", s.Cycle, s.Time.Format(time.TimeOnly), s.Mode, s.Shaper, s.ShaperReason)
 	if len(s.UnexemptBrokers) > 0 {
 		fmt.Fprintf(w, "WARNING replication is governed: brokers outside exempt_peers: %s\n", strings.Join(s.UnexemptBrokers, ", "))
@@ -121,7 +121,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if conn, ok := parseConnection(fs.Arg(0)); ok {
 		return explainConnections(stdout, *socket, conn, output.json())
 	}
-	s, err := agent.QueryStatus(*socket)
+	s, err := status.Query(*socket)
 	if err != nil {
 		return err
 	}
@@ -184,11 +184,11 @@ func parseConnection(arg string) (connectionFilter, bool) {
 // explainConnections shows the connections f names: which entity holds
 // each direction, by which rule, and which request bound it when.
 func explainConnections(w io.Writer, socket string, f connectionFilter, asJSON bool) error {
-	views, err := agent.QueryConnections(socket, f.peer)
+	views, err := status.QueryConnections(socket, f.peer)
 	if err != nil {
 		return err
 	}
-	var match []agent.ConnectionView
+	var match []status.ConnectionView
 	for _, v := range views {
 		peer, _ := netip.ParseAddrPort(v.Peer)
 		local, _ := netip.ParseAddrPort(v.Local)
@@ -198,7 +198,7 @@ func explainConnections(w io.Writer, socket string, f connectionFilter, asJSON b
 	}
 	if asJSON {
 		if match == nil {
-			match = []agent.ConnectionView{}
+			match = []status.ConnectionView{}
 		}
 		return json.NewEncoder(w).Encode(match)
 	}
@@ -228,8 +228,8 @@ func explainConnections(w io.Writer, socket string, f connectionFilter, asJSON b
 // direction's (the socket's schema for both; the direction's entity list
 // left out).
 type explanation struct {
-	Direction agent.DirectionView `json:"direction"`
-	Entity    agent.EntityView    `json:"entity"`
+	Direction status.DirectionView `json:"direction"`
+	Entity    status.EntityView    `json:"entity"`
 }
 
 // output is the -o flag: text (for people) or json (for scripts).
@@ -248,7 +248,7 @@ func (o output) check() error {
 
 func (o output) json() bool { return *o.value == "json" }
 
-func containsEntity(d agent.DirectionView, e agent.EntityView) bool {
+func containsEntity(d status.DirectionView, e status.EntityView) bool {
 	for _, x := range d.Entities {
 		if x.ID == e.ID {
 			return true
@@ -257,7 +257,7 @@ func containsEntity(d agent.DirectionView, e agent.EntityView) bool {
 	return false
 }
 
-func writeExplain(w io.Writer, d agent.DirectionView, e agent.EntityView) {
+func writeExplain(w io.Writer, d status.DirectionView, e status.EntityView) {
 	fmt.Fprintf(w, "%s %s, %s direction (entity id %d)\n", e.Kind, nameOr(e.Name), d.Direction, e.ID)
 	fmt.Fprintf(w, "  parameters      reservation %s (%s), weight %g (%s), limit %s (%s)\n", rate(e.Reservation), e.Sources.Reservation,
 		e.Weight, e.Sources.Weight, rate(e.Limit), e.Sources.Limit)
@@ -288,7 +288,7 @@ func nameOr(n string) string {
 	return n
 }
 
-func rate(b agent.Bps) string {
+func rate(b status.Bps) string {
 	v := float64(b)
 	if math.IsInf(v, 1) {
 		return "∞"

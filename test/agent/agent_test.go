@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent"
 	sluiceshaper "github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -69,13 +69,13 @@ func produce(t *testing.T, w *harness.World) *harness.Client {
 	return c
 }
 
-func producerView(s *agent.Snapshot) (agent.EntityView, bool) {
+func producerView(s *status.Snapshot) (status.EntityView, bool) {
 	for _, e := range s.Directions[0].Entities {
 		if e.Kind == "client" && e.Name == "franz-producer" {
 			return e, true
 		}
 	}
-	return agent.EntityView{}, false
+	return status.EntityView{}, false
 }
 
 func statusScreen(t *testing.T, w *harness.World) string {
@@ -94,7 +94,7 @@ func TestAgentIntegrationLearnCountLimitFailOpen(t *testing.T) {
 	w := newWorld(t)
 	proc := start(t, w, config(w, false))
 	prod := produce(t, w)
-	s, err := w.WaitFor(20*time.Second, func(s *agent.Snapshot) bool {
+	s, err := w.WaitFor(20*time.Second, func(s *status.Snapshot) bool {
 		e, ok := producerView(s)
 		return ok && e.Bytes > 0 && e.State == "active" && float64(e.DynamicLimit) == 2e6
 	})
@@ -106,15 +106,15 @@ func TestAgentIntegrationLearnCountLimitFailOpen(t *testing.T) {
 	limited := prod.Rate(begin.Add(time.Second), time.Now())
 	t.Logf("status while limited:\n%s", statusScreen(t, w))
 	// For scripts: the same snapshot as JSON, and explain's view of one entity.
-	var fromCLI agent.Snapshot
+	var fromCLI status.Snapshot
 	if out, err := exec.Command(w.Sluice, "status", "-o", "json", "--socket", w.Socket).Output(); err != nil || json.Unmarshal(out, &fromCLI) != nil {
 		t.Errorf("sluice status -o json: %v\n%s", err, out)
 	} else if e, ok := producerView(&fromCLI); !ok || float64(e.DynamicLimit) != 2e6 {
 		t.Errorf("status -o json: producer %+v (found %v), want its 2 MB/s limit", e, ok)
 	}
 	var explained []struct {
-		Direction agent.DirectionView `json:"direction"`
-		Entity    agent.EntityView    `json:"entity"`
+		Direction status.DirectionView `json:"direction"`
+		Entity    status.EntityView    `json:"entity"`
 	}
 	if out, err := exec.Command(w.Sluice, "explain", "-o", "json", "--socket", w.Socket, "franz-producer").Output(); err != nil || json.Unmarshal(out, &explained) != nil {
 		t.Errorf("sluice explain -o json: %v\n%s", err, out)
@@ -159,7 +159,7 @@ func TestAgentIntegrationRestartKeepsAttribution(t *testing.T) {
 	w := newWorld(t)
 	first := start(t, w, config(w, true))
 	prod := produce(t, w)
-	s, err := w.WaitFor(20*time.Second, func(s *agent.Snapshot) bool { e, ok := producerView(s); return ok && e.Bytes > 0 })
+	s, err := w.WaitFor(20*time.Second, func(s *status.Snapshot) bool { e, ok := producerView(s); return ok && e.Bytes > 0 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestAgentIntegrationRestartKeepsAttribution(t *testing.T) {
 		t.Fatalf("pins gone after a keep_attached exit: %v", err)
 	}
 	second := start(t, w, config(w, false))
-	s, err = w.WaitFor(10*time.Second, func(s *agent.Snapshot) bool { _, ok := producerView(s); return ok })
+	s, err = w.WaitFor(10*time.Second, func(s *status.Snapshot) bool { _, ok := producerView(s); return ok })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +215,8 @@ func TestAgentIntegrationHotReload(t *testing.T) {
 	a := start(t, w, cfgPath)
 	defer a.Stop()
 	produce(t, w)
-	limitIs := func(want float64) func(*agent.Snapshot) bool {
-		return func(s *agent.Snapshot) bool { e, ok := producerView(s); return ok && float64(e.DynamicLimit) == want }
+	limitIs := func(want float64) func(*status.Snapshot) bool {
+		return func(s *status.Snapshot) bool { e, ok := producerView(s); return ok && float64(e.DynamicLimit) == want }
 	}
 	if _, err := w.WaitFor(20*time.Second, limitIs(2e6)); err != nil {
 		t.Fatal(err)
@@ -270,7 +270,7 @@ func TestAgentIntegrationShadowToEnforce(t *testing.T) {
 	p := produce(t, w)
 	shaperIs := func(kind string) {
 		t.Helper()
-		if _, err := w.WaitFor(10*time.Second, func(s *agent.Snapshot) bool { return s.Shaper == kind }); err != nil {
+		if _, err := w.WaitFor(10*time.Second, func(s *status.Snapshot) bool { return s.Shaper == kind }); err != nil {
 			t.Fatalf("shaper never became %s: %v", kind, err)
 		}
 	}
@@ -343,7 +343,7 @@ func restartUnderLoad(t *testing.T, shaper string, keep bool) {
 		Extra: "shaper: " + shaper + "\nentities:\n  clients:\n    franz-producer: {producer_byte_rate: 5MB}\n"})
 	first := start(t, w, cfg)
 	prod := produce(t, w)
-	limited := func(s *agent.Snapshot) bool {
+	limited := func(s *status.Snapshot) bool {
 		e, ok := producerView(s)
 		return ok && e.State == "active" && float64(e.DynamicLimit) == limit
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/test/harness"
 )
 
@@ -135,7 +136,7 @@ func TestAgentIntegrationRefusedReloadLeavesTheHostAsItWas(t *testing.T) {
 	} else if err := os.WriteFile(cfg, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.WaitFor(10*time.Second, func(s *agent.Snapshot) bool { return s.LastReload != nil }); err != nil {
+	if _, err := w.WaitFor(10*time.Second, func(s *status.Snapshot) bool { return s.LastReload != nil }); err != nil {
 		t.Fatalf("the watcher did not reload the changed file: %v", err)
 	}
 	for _, step := range steps {

@@ -27,7 +27,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/test/harness"
 )
 
@@ -195,7 +195,7 @@ type sample struct {
 	overcommit          bool
 }
 
-func (d *demo) sample(t time.Duration, from, to harness.MeterReading, s *agent.Snapshot) sample {
+func (d *demo) sample(t time.Duration, from, to harness.MeterReading, s *status.Snapshot) sample {
 	n := len(series)
 	out := sample{t: t, rate: make([]float64, n), own: make([]float64, n), lim: make([]float64, n), res: make([]float64, n),
 		overcommit: s.Directions[0].Overcommit}

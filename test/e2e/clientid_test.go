@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -111,7 +111,7 @@ func TestScenarioLongClientIDs(t *testing.T) {
 
 	// Ready when sluice has seen bytes of every case's entity (readiness
 	// only: a case whose entity never shows is measured all the same).
-	_, readyErr := w.WaitFor(30*time.Second, func(s *agent.Snapshot) bool {
+	_, readyErr := w.WaitFor(30*time.Second, func(s *status.Snapshot) bool {
 		for _, c := range cases {
 			if e := produceEntity(s, c.target, c.entity); e == nil || e.Bytes == 0 {
 				return false
@@ -341,7 +341,7 @@ func errString(err error) string {
 	return err.Error()
 }
 
-func produceEntity(s *agent.Snapshot, kind, name string) *agent.EntityView {
+func produceEntity(s *status.Snapshot, kind, name string) *status.EntityView {
 	for i, e := range s.Directions[maps.Produce].Entities {
 		if e.Kind == kind && e.Name == name {
 			return &s.Directions[maps.Produce].Entities[i]
@@ -350,13 +350,13 @@ func produceEntity(s *agent.Snapshot, kind, name string) *agent.EntityView {
 	return nil
 }
 
-func entitySummary(e *agent.EntityView) map[string]any {
+func entitySummary(e *status.EntityView) map[string]any {
 	return map[string]any{"kind": e.Kind, "name": e.Name, "rate_bps": e.Rate, "limit_bps": e.Limit, "dynamic_limit_bps": e.DynamicLimit, "throttled": e.Throttled}
 }
 
 // boundTo names, for each of a client's connections (by its port), the
 // entity the data path's table binds its produce direction to.
-func boundTo(w *harness.World, s *agent.Snapshot, bindings map[maps.ConnKey]maps.Binding, ports []uint16) map[string]string {
+func boundTo(w *harness.World, s *status.Snapshot, bindings map[maps.ConnKey]maps.Binding, ports []uint16) map[string]string {
 	names := map[uint32]string{}
 	for _, e := range s.Directions[maps.Produce].Entities {
 		names[e.ID] = e.Kind + ":" + e.Name
@@ -706,7 +706,7 @@ func timeline(w *harness.World, cases []*longIDCase, seconds int) map[string][]s
 	type reading struct {
 		owners   map[int][]uint16
 		socks    map[uint16]harness.SocketCounts
-		snap     *agent.Snapshot
+		snap     *status.Snapshot
 		bindings map[maps.ConnKey]maps.Binding
 	}
 	read := func() (r reading, err error) {

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 	"github.com/sluice-dev/sluice/test/netns"
@@ -343,7 +343,7 @@ func TestScenarioOvercommit(t *testing.T) {
 	}
 	rates, own := metered(t, w, 0, []*harness.Client{p0, p1},
 		[]harness.Ref{{Kind: "topic-partition", Name: "orders-0"}, {Kind: "topic-partition", Name: "orders-1"}})
-	s, err := w.WaitFor(5*time.Second, func(s *agent.Snapshot) bool { return s.Directions[0].Overcommit })
+	s, err := w.WaitFor(5*time.Second, func(s *status.Snapshot) bool { return s.Directions[0].Overcommit })
 	raised := err == nil
 	scale := 0.0
 	if s != nil {
@@ -353,7 +353,7 @@ func TestScenarioOvercommit(t *testing.T) {
 	firedAfter, firedErr := prom.WaitAlert(alert, "produce", "firing", 30*time.Second)
 	p1.Stop()
 	stopped := time.Now()
-	_, err = w.WaitFor(15*time.Second, func(s *agent.Snapshot) bool { return !s.Directions[0].Overcommit })
+	_, err = w.WaitFor(15*time.Second, func(s *status.Snapshot) bool { return !s.Directions[0].Overcommit })
 	cleared := time.Since(stopped).Seconds()
 	_, resolvedErr := prom.WaitAlert(alert, "produce", "", 30*time.Second)
 	resolvedAfter := time.Since(stopped).Seconds()
@@ -797,7 +797,7 @@ func fetchDecisions(w *harness.World, names ...string) map[string]string {
 		out["error"] = err.Error()
 		return out
 	}
-	mb := func(b agent.Bps) string { return strconv.FormatFloat(float64(b)/1e6, 'f', 2, 64) }
+	mb := func(b status.Bps) string { return strconv.FormatFloat(float64(b)/1e6, 'f', 2, 64) }
 	for _, e := range s.Directions[maps.Fetch].Entities {
 		if e.Kind == "client" && slices.Contains(names, e.Name) {
 			v := mb(e.Rate) + "/" + mb(e.Demand) + "/" + mb(e.DynamicLimit)

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/test/harness"
 )
 
@@ -49,7 +49,7 @@ func TestScenarioKafkaQuotaImport(t *testing.T) {
 		}
 	}
 	held, _ := metered(t, w, 1, []*harness.Client{consumer}, []harness.Ref{{Kind: "client", Name: "orders-app"}})
-	var sources agent.SourcesView
+	var sources status.SourcesView
 	var imports uint64
 	if s, err := w.Status(); err == nil {
 		for _, e := range s.Find("client:orders-app") {
@@ -135,9 +135,9 @@ func TestScenarioKafkaUserQuotaImport(t *testing.T) {
 	d := consumer("dave", "dave", "dave-app", twoReaders...)
 	kernel, own := metered(t, w, 1, []*harness.Client{c1, c2, d}, []harness.Ref{{Kind: "user", Name: "carol"}, {Kind: "user", Name: "dave"}})
 	carolTogether := kernel[0] + kernel[1]
-	var sources map[string]agent.SourcesView
+	var sources map[string]status.SourcesView
 	if s, err := w.Status(); err == nil {
-		sources = map[string]agent.SourcesView{}
+		sources = map[string]status.SourcesView{}
 		for _, name := range []string{"user:carol", "user:dave"} {
 			for _, e := range s.Find(name) {
 				sources[name] = e.Sources

@@ -6,7 +6,7 @@ import (
 
 	"testing"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -67,7 +67,7 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 	consumer := client(t, w, harness.ClientSpec{Name: "session-consumer", Lib: "franz", Mode: "consume", ClientID: "reader-app", Topic: "events",
 		Args: []string{"-sasl-mechanism", "SCRAM-SHA-512", "-sasl-user", "reader", "-sasl-password", readerPass}})
 	// Readiness: both entities carry bytes (the judge is the kernel's).
-	if _, err := w.WaitFor(30*time.Second, func(s *agent.Snapshot) bool {
+	if _, err := w.WaitFor(30*time.Second, func(s *status.Snapshot) bool {
 		p, f := entityOf(s, maps.Produce, "user", "alice"), entityOf(s, maps.Fetch, "topic-partition", "events-0")
 		return p != nil && p.Bytes > 0 && f != nil && f.Bytes > 0
 	}); err != nil {
@@ -247,7 +247,7 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 const meterEvery = 250 * time.Millisecond
 
 // entityOf is an entity of a direction in a snapshot, or nil.
-func entityOf(s *agent.Snapshot, dir maps.Direction, kind, name string) *agent.EntityView {
+func entityOf(s *status.Snapshot, dir maps.Direction, kind, name string) *status.EntityView {
 	for i, e := range s.Directions[dir].Entities {
 		if e.Kind == kind && e.Name == name {
 			return &s.Directions[dir].Entities[i]

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -220,7 +220,7 @@ func TestScenarioSpoofedRST(t *testing.T) {
 		_, in := b[probeKey]
 		return !in
 	}
-	_, scanErr := w.WaitFor(25*time.Second, func(s *agent.Snapshot) bool {
+	_, scanErr := w.WaitFor(25*time.Second, func(s *status.Snapshot) bool {
 		return s.Connections.Reaped > s0.Connections.Reaped && probeGone()
 	})
 	scanAfter := time.Since(probeClosed)

@@ -25,7 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"golang.org/x/sys/unix"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -401,10 +401,10 @@ func (a *Agent) Kill() {
 }
 
 // Status asks the agent for its last snapshot.
-func (w *World) Status() (*agent.Snapshot, error) { return agent.QueryStatus(w.Socket) }
+func (w *World) Status() (*status.Snapshot, error) { return status.Query(w.Socket) }
 
 // WaitFor polls the agent's status until cond holds.
-func (w *World) WaitFor(timeout time.Duration, cond func(*agent.Snapshot) bool) (*agent.Snapshot, error) {
+func (w *World) WaitFor(timeout time.Duration, cond func(*status.Snapshot) bool) (*status.Snapshot, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		s, err := w.Status()
@@ -674,7 +674,7 @@ func (w *World) NICRatesOf(dir int, over time.Duration, refs ...Ref) ([]float64,
 		}
 		out := make([]reading, len(refs))
 		for i, r := range refs {
-			j := slices.IndexFunc(s.Directions[dir].Entities, func(e agent.EntityView) bool { return e.Kind == r.Kind && e.Name == r.Name })
+			j := slices.IndexFunc(s.Directions[dir].Entities, func(e status.EntityView) bool { return e.Kind == r.Kind && e.Name == r.Name })
 			if j < 0 {
 				return nil, fmt.Errorf("entity %s:%s not in the last cycle", r.Kind, r.Name)
 			}

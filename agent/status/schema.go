@@ -1,4 +1,9 @@
-package agent
+// Package status is the agent's status schema and its socket: the
+// snapshot, reload verdict and connection views the agent publishes, and
+// the client and server of the unix socket that `sluice status`,
+// `sluice explain`, `sluice reload` and the tests talk through. It imports
+// nothing of the agent, so they need not either.
+package status
 
 import (
 	"encoding/json"
@@ -210,4 +215,26 @@ func (s *Snapshot) Find(name string) []EntityView {
 		}
 	}
 	return out
+}
+
+// ConnectionView is one connection as `sluice explain ADDRESS` shows it:
+// the entity that holds each direction, the rule that put it there, and
+// the request and moment that bound it. Read from the data path's table.
+type ConnectionView struct {
+	Peer     string `json:"peer"`
+	Local    string `json:"local"`
+	Listener string `json:"listener"` // the listener's security protocol
+	// Produce and Fetch are kind:name of each direction's entity.
+	Produce string `json:"produce"`
+	Fetch   string `json:"fetch"`
+	// Rule says why the entity holds it (per direction when they differ).
+	Rule string `json:"rule"`
+	// BoundBy is the request that decided the binding ("" when none did:
+	// a peer address, or an agent that adopted it after a restart).
+	BoundBy string `json:"bound_by,omitempty"`
+	// Reason is why it was last bound (first, request, login,
+	// rule_change, binding_lost, adopted, peer); Since is when.
+	Reason  string     `json:"reason,omitempty"`
+	Since   *time.Time `json:"since,omitempty"`
+	Closing bool       `json:"closing,omitempty"`
 }
