@@ -12,7 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/learner"
-	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/allocator"
 	"github.com/sluice-dev/sluice/maps"
@@ -21,7 +21,7 @@ import (
 // Deps are the agent's edges.
 type Deps struct {
 	DataPath DataPath
-	Shaper   shaper.Shaper
+	Shaper   shaping.Shaper
 	// ShaperReason says why this shaper was chosen (logged, shown by status).
 	ShaperReason string
 	// IFBIndex is the htb shaper's ingress redirect target (0 otherwise);
@@ -154,7 +154,7 @@ type direction struct {
 	// guaranteed[id] is the guarantee last written with applied[id] (the
 	// effective reservation; 0 for standby entities).
 	guaranteed []float64
-	held       map[uint32]shaper.Held
+	held       map[uint32]shaping.Held
 	// paramsOf[id] caches the entity's resolved parameters; paramsGen[id]
 	// says for which policy (a reload resolves them again).
 	paramsOf  []entity.Params
@@ -166,7 +166,7 @@ type direction struct {
 	keys    []entity.Key
 	params  []entity.Params
 	sources []entity.Sources
-	heldOf  []shaper.Held
+	heldOf  []shaping.Held
 	summary allocator.Summary
 	// published copies for status, explain and metrics (built into views on demand)
 	pub published
@@ -182,7 +182,7 @@ type published struct {
 	keys    []entity.Key
 	params  []entity.Params
 	sources []entity.Sources
-	heldOf  []shaper.Held
+	heldOf  []shaping.Held
 	bytes   []uint64
 	// Per entity (as inputs): held-back bytes the data path counted,
 	// dropped packets, and whether it has metric series of its own.
@@ -243,7 +243,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		}()
 	}
 	if deps.Shaper == nil {
-		deps.Shaper = shaper.Shadow{}
+		deps.Shaper = shaping.Shadow{}
 	}
 	stopTopics := func() {}
 	var quotas QuotaSource
@@ -309,7 +309,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			dropped:    make([]uint64, ids),
 			applied:    applied,
 			guaranteed: make([]float64, ids),
-			held:       map[uint32]shaper.Held{},
+			held:       map[uint32]shaping.Held{},
 			paramsOf:   make([]entity.Params, ids),
 			sourcesOf:  make([]entity.Sources, ids),
 			paramsGen:  make([]uint64, ids),
@@ -469,7 +469,7 @@ func (a *Agent) dirConfigs() [2]config.Direction {
 // in the shaper's hierarchy (htb): Σ effective reservations ≤ C and the
 // unknown entity's guarantee H make up at most the capacity, so every
 // guarantee can be kept while the rest is lent out up to the ceilings.
-func (a *Agent) applyCapacities(s shaper.Shaper, cfgs [2]config.Direction) error {
+func (a *Agent) applyCapacities(s shaping.Shaper, cfgs [2]config.Direction) error {
 	for _, dc := range a.dirs {
 		capacity := math.Inf(1)
 		if cfg := cfgs[dc.dir]; cfg.Enabled() {
@@ -485,7 +485,7 @@ func (a *Agent) applyCapacities(s shaper.Shaper, cfgs [2]config.Direction) error
 func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb, egressIFB int) error {
 	return a.deps.DataPath.SetSettings(maps.Settings{
 		Shaper: mode, IFBIndex: ifb, EgressIFBIndex: egressIFB, StaleAfter: cfg.StaleAfter, SamplesPerSecond: cfg.SamplesPerSecond,
-		Horizon: cfg.MaxQueueDelay, ECNThreshold: shaper.ECNThreshold(cfg.MaxQueueDelay), PoliceBurst: shaper.DefaultPoliceBurst,
+		Horizon: cfg.MaxQueueDelay, ECNThreshold: shaping.ECNThreshold(cfg.MaxQueueDelay), PoliceBurst: shaping.DefaultPoliceBurst,
 	})
 }
 
@@ -730,7 +730,7 @@ func (a *Agent) applyStandby(id uint32, key entity.Key) {
 		limit := dc.alloc.Config().StandbyLimit(p.Reservation, p.Limit)
 		// Nothing guaranteed until the loop knows it: HTB lends it what the
 		// guarantees leave, up to the limit.
-		if err := a.deps.Shaper.SetRates(maps.Direction(dc.dir), []shaper.Rate{{Entity: id, BytesPerSecond: limit}}); err != nil {
+		if err := a.deps.Shaper.SetRates(maps.Direction(dc.dir), []shaping.Rate{{Entity: id, BytesPerSecond: limit}}); err != nil {
 			a.log.Warn("set standby limit", "entity", key.String(), "direction", dc.dir.String(), "err", err)
 			continue
 		}
@@ -907,13 +907,13 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	// Apply: changed rates and guarantees only, in one batch. The unknown
 	// entity is held to the headroom H (or the floor if that is higher) and
 	// guaranteed H: the capacity's share no reservation is taken from.
-	var changes []shaper.Rate
+	var changes []shaping.Rate
 	moved := func(old, now float64) bool {
 		return math.IsNaN(old) || math.Abs(now-old) > a.cfg.UpdateThreshold*old || math.IsInf(now, 1) != math.IsInf(old, 1)
 	}
 	consider := func(id uint32, rate, guaranteed float64) {
 		if moved(dc.applied[id], rate) || moved(dc.guaranteed[id], guaranteed) {
-			changes = append(changes, shaper.Rate{Entity: id, BytesPerSecond: rate, Guaranteed: guaranteed})
+			changes = append(changes, shaping.Rate{Entity: id, BytesPerSecond: rate, Guaranteed: guaranteed})
 			dc.applied[id], dc.guaranteed[id] = rate, guaranteed
 		}
 	}

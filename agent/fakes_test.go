@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -137,7 +137,7 @@ func (s *fakeShaper) Kind() string {
 	}
 	return s.kind
 }
-func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaper.Rate) error {
+func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaping.Rate) error {
 	if s.failWrite {
 		return errors.New("netlink: no buffer space available")
 	}
@@ -161,10 +161,10 @@ func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {
 	s.removed = append(s.removed, e)
 	return nil
 }
-func (s *fakeShaper) Held(dir maps.Direction) ([]shaper.Held, error) {
-	var out []shaper.Held
+func (s *fakeShaper) Held(dir maps.Direction) ([]shaping.Held, error) {
+	var out []shaping.Held
 	for e := range s.rates[dir] {
-		out = append(out, shaper.Held{Entity: e, Throttled: s.throttled[dir][e]})
+		out = append(out, shaping.Held{Entity: e, Throttled: s.throttled[dir][e]})
 	}
 	return out, nil
 }

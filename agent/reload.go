@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
-	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/allocator"
 	"github.com/sluice-dev/sluice/maps"
@@ -439,7 +439,7 @@ func (tx *reloadTx) shaperStep() reloadStep {
 			if err != nil {
 				// Nothing holds traffic back now; say so loudly. The data
 				// path counts on and the next reload tries again.
-				a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = shaper.Shadow{}, "no shaper could be built: "+err.Error(), 0, 0
+				a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = shaping.Shadow{}, "no shaper could be built: "+err.Error(), 0, 0
 				return fmt.Errorf("rebuild the previous shaper: %w", err)
 			}
 			a.useShaper(back)

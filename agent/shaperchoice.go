@@ -7,12 +7,13 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/maps"
 )
 
 // ShaperChoice is a built shaper backend and why it was chosen.
 type ShaperChoice struct {
-	Shaper   shaper.Shaper
+	Shaper   shaping.Shaper
 	Reason   string
 	IFBIndex int // the IFB device ingress is redirected to (0: none)
 	// EgressIFBIndex is the IFB carrying the egress tree when htb drives
@@ -55,7 +56,7 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (Shaper
 		}
 	}
 	if cfg.Mode == config.ModeShadow || cfg.Shaper == "shadow" {
-		return ShaperChoice{Shaper: shaper.Shadow{}, Reason: "mode shadow: count and compute, hold nothing back"}, nil
+		return ShaperChoice{Shaper: shaping.Shadow{}, Reason: "mode shadow: count and compute, hold nothing back"}, nil
 	}
 	if cfg.Shaper == "police" {
 		return ShaperChoice{Shaper: shaper.NewPolice(dp), Reason: "configured (a hard cap: greedy TCP retransmits under it)"}, nil
@@ -114,10 +115,10 @@ func (a *Agent) useShaper(c ShaperChoice) {
 		if !dc.cfg.Enabled() {
 			continue
 		}
-		var rates []shaper.Rate
+		var rates []shaping.Rate
 		for id, r := range dc.applied {
 			if !math.IsNaN(r) { // a rate was decided
-				rates = append(rates, shaper.Rate{Entity: uint32(id), BytesPerSecond: r, Guaranteed: dc.guaranteed[id]})
+				rates = append(rates, shaping.Rate{Entity: uint32(id), BytesPerSecond: r, Guaranteed: dc.guaranteed[id]})
 			}
 		}
 		if err := c.Shaper.SetRates(maps.Direction(dc.dir), rates); err != nil {

@@ -3,9 +3,9 @@ package shaper
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"math"
 	"os"
-	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -34,7 +34,7 @@ type BPF struct {
 	in       func(func() error) error
 }
 
-var _ Shaper = (*BPF)(nil)
+var _ shaping.Shaper = (*BPF)(nil)
 
 // NewPolice returns the police backend.
 func NewPolice(rates RateWriter) *BPF {
@@ -124,7 +124,7 @@ func (b *BPF) IFBIndex() int {
 func (b *BPF) Kind() string { return b.kind }
 
 // SetRates implements Shaper: one batch write of the rate map.
-func (b *BPF) SetRates(dir maps.Direction, rates []Rate) error {
+func (b *BPF) SetRates(dir maps.Direction, rates []shaping.Rate) error {
 	out := make([]maps.EntityRate, len(rates))
 	for i, r := range rates {
 		bps := uint64(0) // unlimited: not shaped
@@ -148,7 +148,7 @@ func (b *BPF) Remove(dir maps.Direction, entity uint32) error {
 }
 
 // Held implements Shaper: the data path's counters carry it.
-func (b *BPF) Held(maps.Direction) ([]Held, error) { return nil, nil }
+func (b *BPF) Held(maps.Direction) ([]shaping.Held, error) { return nil, nil }
 
 // Close clears the rates and removes edt's qdiscs and IFB.
 func (b *BPF) Close() error {
@@ -175,12 +175,3 @@ func (b *BPF) Close() error {
 	}))
 	return errors.Join(errs...)
 }
-
-// DefaultPoliceBurst is the police bucket depth: measured here, a 256 KiB
-// bucket leaves greedy TCP at a fraction of the rate, 4 MiB reaches it.
-const DefaultPoliceBurst = 4 << 20
-
-// ECNThreshold is the edt delay beyond which ECN-capable segments are
-// marked: a tenth of the delay bound, so senders that negotiated ECN back
-// off long before the horizon drops anything.
-func ECNThreshold(delayBound time.Duration) time.Duration { return delayBound / 10 }

@@ -3,6 +3,7 @@ package shaper
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"math"
 	"regexp"
 	"strconv"
@@ -115,7 +116,7 @@ type HTB struct {
 // InCurrentNamespace runs fn as is: for an agent in the host namespace.
 func InCurrentNamespace(fn func() error) error { return fn() }
 
-var _ Shaper = (*HTB)(nil)
+var _ shaping.Shaper = (*HTB)(nil)
 
 type htbTree struct {
 	link     netlink.Link
@@ -473,11 +474,11 @@ func restoreRoot(dev, ifb netlink.Link) error {
 }
 
 // SetRates implements Shaper.
-func (h *HTB) SetRates(dir maps.Direction, rates []Rate) error {
+func (h *HTB) SetRates(dir maps.Direction, rates []shaping.Rate) error {
 	return h.in(func() error { return h.setRates(dir, rates) })
 }
 
-func (h *HTB) setRates(dir maps.Direction, rates []Rate) error {
+func (h *HTB) setRates(dir maps.Direction, rates []shaping.Rate) error {
 	t := h.trees[dir]
 	var errs []error
 	// Changes to existing classes go out in batches (see batch).
@@ -637,12 +638,12 @@ func (h *HTB) remove(dir maps.Direction, entity uint32) error {
 
 // Held implements Shaper from the classes' statistics: queued bytes now,
 // and drops and overlimit events since the last call.
-func (h *HTB) Held(dir maps.Direction) (out []Held, err error) {
+func (h *HTB) Held(dir maps.Direction) (out []shaping.Held, err error) {
 	err = h.in(func() error { out, err = h.held(dir); return err })
 	return out, err
 }
 
-func (h *HTB) held(dir maps.Direction) ([]Held, error) {
+func (h *HTB) held(dir maps.Direction) ([]shaping.Held, error) {
 	t := h.trees[dir]
 	list, err := h.nl.ClassList(t.link, netlink.MakeHandle(rootMajor, 0))
 	if err != nil {
@@ -655,14 +656,14 @@ func (h *HTB) held(dir maps.Direction) ([]Held, error) {
 			byMinor[uint16(a.Handle&0xffff)] = a.Statistics
 		}
 	}
-	out := make([]Held, 0, len(t.entity))
+	out := make([]shaping.Held, 0, len(t.entity))
 	for entity, c := range t.entity {
 		st := byMinor[c.minor]
 		if st == nil || st.Queue == nil {
 			continue
 		}
 		q := st.Queue
-		held := Held{Entity: entity, Backlog: uint64(q.Backlog), Dropped: uint64(q.Drops - c.drops)}
+		held := shaping.Held{Entity: entity, Backlog: uint64(q.Backlog), Dropped: uint64(q.Drops - c.drops)}
 		if st.Basic != nil {
 			held.Sent = payloadBytes(st.Basic.Bytes)
 		}

@@ -13,57 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/maps"
 )
 
-// Rate is an entity's rate in one direction, in payload bytes per second;
-// +Inf removes any hold on the entity. Guaranteed is what the entity may
-// always send, even while others take the rest (its effective reservation);
-// a backend with a hierarchy (htb) gives it first, from the direction's
-// capacity, between control cycles. 0 guarantees nothing.
-type Rate struct {
-	Entity         uint32
-	BytesPerSecond float64
-	Guaranteed     float64
-}
-
-// Held is what a shaper held back of an entity since the last call.
-type Held struct {
-	Entity uint32
-	// Throttled: the shaper delayed or dropped some of the entity's bytes
-	// since the last call (its measured use understates its demand).
-	Throttled bool
-	// Backlog is the bytes queued now; Delay the time they will wait.
-	Backlog uint64
-	Delay   time.Duration
-	// Dropped counts packets dropped beyond the delay bound since the last call.
-	Dropped uint64
-	// Sent is every byte the shaper has let through for the entity, in
-	// payload bytes as its rates are (link-layer bytes converted back as
-	// wireRate converts rates), or 0 where the backend cannot tell. Unlike
-	// the data path's counters, which see segments before the shaper, it
-	// leaves out what was dropped (so a retransmitted segment counts once).
-	Sent uint64
-}
-
-// Shaper is what the agent drives every cycle.
-type Shaper interface {
-	// Kind names the backend ("htb", "shadow").
-	Kind() string
-	// SetRates sets many entities' rates in one direction at once,
-	// creating what an entity needs on first use.
-	SetRates(dir maps.Direction, rates []Rate) error
-	// SetCapacity caps the direction's governed traffic as a whole (payload
-	// bytes per second; +Inf: no cap): every entity borrows what others
-	// leave from it, after the guarantees. Backends without a hierarchy
-	// (police, edt, shadow) hold each entity alone and ignore it.
-	SetCapacity(dir maps.Direction, bytesPerSecond float64) error
-	// Remove releases an entity (reclaimed by the registry).
-	Remove(dir maps.Direction, entity uint32) error
-	// Held reports, per entity with a rate, what was held back since the
-	// last call.
-	Held(dir maps.Direction) ([]Held, error)
-	// Close takes everything the shaper created off the devices.
-	Close() error
-}
-
 // ClassWriter is the data path's entity → class table (maps.Datapath).
 type ClassWriter interface {
 	SetClass(dir maps.Direction, entity uint32, classID uint32) error

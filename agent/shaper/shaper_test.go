@@ -3,6 +3,7 @@ package shaper
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"math"
 	"os/exec"
 	"regexp"
@@ -83,10 +84,10 @@ func htbWithThreeClasses(t *testing.T, pair *netns.Pair, idx int, cw *classes) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 20e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
+	if err := h.SetRates(maps.Fetch, []shaping.Rate{{Entity: 5, BytesPerSecond: 20e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.SetRates(maps.Produce, []Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
+	if err := h.SetRates(maps.Produce, []shaping.Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -109,7 +110,7 @@ func TestHTBCloseRestoresDevice(t *testing.T) {
 		t.Errorf("classes not written to the data path: %v", cw.set)
 	}
 	// Rates move without recreating classes; unlimited removes the class.
-	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 10e6}, {Entity: 6, BytesPerSecond: inf}}); err != nil {
+	if err := h.SetRates(maps.Fetch, []shaping.Rate{{Entity: 5, BytesPerSecond: 10e6}, {Entity: 6, BytesPerSecond: inf}}); err != nil {
 		t.Fatal(err)
 	}
 	if cw.set[[2]uint32{uint32(maps.Fetch), 6}] != 0 {
@@ -183,7 +184,7 @@ func TestHTBAdoptsTheTreesItLeft(t *testing.T) {
 	if c := second.trees[maps.Fetch].entity[6]; c == nil || math.Abs(c.wire-wireRate(1e6)) > 8 {
 		t.Errorf("entity 6's class adopted as %+v, want its wire rate %.0f", c, wireRate(1e6))
 	}
-	if err := second.SetRates(maps.Fetch, []Rate{{Entity: 7, BytesPerSecond: 2e6}, {Entity: 6, BytesPerSecond: 3e6}}); err != nil {
+	if err := second.SetRates(maps.Fetch, []shaping.Rate{{Entity: 7, BytesPerSecond: 2e6}, {Entity: 6, BytesPerSecond: 3e6}}); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[uint32]bool{}
@@ -215,7 +216,7 @@ func TestHTBHierarchy(t *testing.T) {
 	if err := h.SetCapacity(maps.Fetch, 40e6); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 30e6, Guaranteed: 10e6}, {Entity: 6, BytesPerSecond: 4e6}}); err != nil {
+	if err := h.SetRates(maps.Fetch, []shaping.Rate{{Entity: 5, BytesPerSecond: 30e6, Guaranteed: 10e6}, {Entity: 6, BytesPerSecond: 4e6}}); err != nil {
 		t.Fatal(err)
 	}
 	type class struct{ parent, rate, ceil uint64 }
@@ -330,10 +331,10 @@ var inf = math.Inf(1)
 func BenchmarkSetRates(b *testing.B) {
 	netns.RequireRoot(b, "builds namespaces, qdiscs and IFB devices")
 	const n = 10000
-	rates := func(round int) []Rate {
-		out := make([]Rate, n)
+	rates := func(round int) []shaping.Rate {
+		out := make([]shaping.Rate, n)
 		for i := range out {
-			out[i] = Rate{Entity: uint32(i + 2), BytesPerSecond: float64(1e6 + 1e5*((i+round)%7))}
+			out[i] = shaping.Rate{Entity: uint32(i + 2), BytesPerSecond: float64(1e6 + 1e5*((i+round)%7))}
 		}
 		return out
 	}
@@ -384,7 +385,7 @@ func BenchmarkSetRates(b *testing.B) {
 // counted once per packet sent.
 func TestHTBHeldReportsSentBytes(t *testing.T) {
 	h, cw, pair, _ := newTestHTB(t)
-	if err := h.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 10e6}}); err != nil {
+	if err := h.SetRates(maps.Fetch, []shaping.Rate{{Entity: 5, BytesPerSecond: 10e6}}); err != nil {
 		t.Fatal(err)
 	}
 	// What the data path does to an entity's segments (skb->priority = its

@@ -1,6 +1,7 @@
 package shaper
 
 import (
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"net/netip"
 	"os/exec"
 	"regexp"
@@ -73,10 +74,10 @@ func TestSharedHTBAdoptsAndRemovesTheTreesItLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := first.SetRates(maps.Fetch, []Rate{{Entity: 5, BytesPerSecond: 20e6, Guaranteed: 1e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
+	if err := first.SetRates(maps.Fetch, []shaping.Rate{{Entity: 5, BytesPerSecond: 20e6, Guaranteed: 1e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.SetRates(maps.Produce, []Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
+	if err := first.SetRates(maps.Produce, []shaping.Rate{{Entity: 5, BytesPerSecond: 5e6}}); err != nil {
 		t.Fatal(err)
 	}
 	during := hostState(t, pair, devs)

@@ -64,7 +64,7 @@ type EntityView struct {
 	QueueDelayMillis float64 `json:"queue_delay_ms"`
 	DroppedPackets   uint64  `json:"dropped_packets"`
 	HeldRate         Bps     `json:"held_rate"` // demand the shaper kept out: max(0, dynamic limit exceeded)
-	// ShapedBytes: what the shaper let through (shaper.Held.Sent), 0 if unknown.
+	// ShapedBytes: what the shaper let through (shaping.Held.Sent), 0 if unknown.
 	ShapedBytes uint64 `json:"shaped_bytes,omitempty"`
 	// HeldBytes: bytes a BPF shaper (edt, police) held back since the
 	// entity was created; DroppedPacketsTotal: packets the shaper dropped.

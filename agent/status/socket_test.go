@@ -57,7 +57,9 @@ func TestSocketRoundTrips(t *testing.T) {
 		t.Errorf("a reload that cannot run: %v", err)
 	}
 	at := time.Unix(1_800_000_000, 0).UTC()
-	h.reload = func() (ReloadResult, error) { return ReloadResult{At: at, Applied: false, Error: "produce.capacity: bad"}, nil }
+	h.reload = func() (ReloadResult, error) {
+		return ReloadResult{At: at, Applied: false, Error: "produce.capacity: bad"}, nil
+	}
 	if r, err := RequestReload(path); err != nil || r.Applied || r.Error != "produce.capacity: bad" || !r.At.Equal(at) {
 		t.Errorf("a refused reload's verdict: %+v %v", r, err)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	sluiceshaper "github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
@@ -457,7 +457,7 @@ func restartUnderLoad(t *testing.T, shaper string, keep bool) {
 	// queues instead and has no such allowance.
 	upper := 1.1 * limit
 	if shaper == "police" {
-		upper += float64(sluiceshaper.DefaultPoliceBurst) / steady.Seconds()
+		upper += float64(shaping.DefaultPoliceBurst) / steady.Seconds()
 	}
 	if after < 0.85*limit || after > upper {
 		t.Errorf("after the restart the producer moved %.0f B/s, want %.0f B/s -15%% to %.0f B/s", after, limit, upper)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -61,7 +62,7 @@ func severalInterfaces(t *testing.T, mode attach.Mode) {
 	}
 	const entity, limit = 5, 4e6 // payload bytes/s, each direction
 	for _, dir := range []maps.Direction{maps.Produce, maps.Fetch} {
-		if err := h.SetRates(dir, []shaper.Rate{{Entity: entity, BytesPerSecond: limit}}); err != nil {
+		if err := h.SetRates(dir, []shaping.Rate{{Entity: entity, BytesPerSecond: limit}}); err != nil {
 			t.Fatal(err)
 		}
 	}

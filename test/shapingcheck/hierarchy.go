@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -72,13 +72,13 @@ func (e *env) hierarchy(name string, dir maps.Direction) (Case, error) {
 	// reservation under a ceiling of the whole capacity (the loop gave it
 	// everything while it was alone), the unknown entity guaranteed H, the
 	// newcomers standby (nothing guaranteed) at their ceilings.
-	rates := []shaper.Rate{
+	rates := []shaping.Rate{
 		{Entity: hierReservedID, BytesPerSecond: hierCapacity, Guaranteed: hierReservation},
 		{Entity: maps.EntityUnknown, BytesPerSecond: hierHeadroom, Guaranteed: hierHeadroom},
 	}
 	newcomer := map[uint16]uint32{}
 	for i := range hierNewcomers + 1 { // +1: iperf3's control connection is a connection too
-		rates = append(rates, shaper.Rate{Entity: uint32(hierFirstNewID + i), BytesPerSecond: hierNewcomerCeil})
+		rates = append(rates, shaping.Rate{Entity: uint32(hierFirstNewID + i), BytesPerSecond: hierNewcomerCeil})
 	}
 	if err := e.htb.SetRates(dir, rates); err != nil {
 		return Case{}, err

@@ -39,6 +39,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -483,7 +484,7 @@ func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want
 // steady shapes the unknown entity (the iperf3 connections are not bound)
 // at rate and measures goodput after slow start.
 func (e *env) steady(name string, dir maps.Direction, flows int, rate float64) (Case, error) {
-	if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rate}}); err != nil {
+	if err := e.htb.SetRates(dir, []shaping.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rate}}); err != nil {
 		return Case{}, err
 	}
 	defer e.htb.Remove(dir, maps.EntityUnknown)
@@ -522,7 +523,7 @@ func (e *env) steady(name string, dir maps.Direction, flows int, rate float64) (
 func (e *env) twoEntities(name string, dir maps.Direction, rateA, rateB float64) ([]Case, error) {
 	const entityA, entityB = 11, 12
 	const cportA, cportB = 51000, 52000
-	if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: entityA, BytesPerSecond: rateA}, {Entity: entityB, BytesPerSecond: rateB}}); err != nil {
+	if err := e.htb.SetRates(dir, []shaping.Rate{{Entity: entityA, BytesPerSecond: rateA}, {Entity: entityB, BytesPerSecond: rateB}}); err != nil {
 		return nil, err
 	}
 	defer e.htb.Remove(dir, entityA)
@@ -596,7 +597,7 @@ func (e *env) bindWhile(ctx context.Context, entityOf func(maps.Binding) uint32)
 // after each change on is within 5 % of the new rate.
 func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, error) {
 	const phase = 6
-	if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rates[0]}}); err != nil {
+	if err := e.htb.SetRates(dir, []shaping.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rates[0]}}); err != nil {
 		return Case{}, err
 	}
 	defer e.htb.Remove(dir, maps.EntityUnknown)
@@ -612,7 +613,7 @@ func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, erro
 				return
 			case <-time.After(time.Until(t0.Add(time.Duration((i+1)*phase) * time.Second))):
 			}
-			if err := e.htb.SetRates(dir, []shaper.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: r}}); err != nil {
+			if err := e.htb.SetRates(dir, []shaping.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: r}}); err != nil {
 				changeErr = err
 			}
 		}
@@ -665,12 +666,12 @@ func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, erro
 // police measures the drop-based token bucket on ingress (recorded, not
 // gated: it is the last resort the design warns about).
 func (e *env) police(name string, rate float64) (Case, error) {
-	if err := e.d.SetSettings(maps.Settings{Shaper: maps.ShaperPolice, StaleAfter: time.Hour, SamplesPerSecond: 200, PoliceBurst: shaper.DefaultPoliceBurst}); err != nil {
+	if err := e.d.SetSettings(maps.Settings{Shaper: maps.ShaperPolice, StaleAfter: time.Hour, SamplesPerSecond: 200, PoliceBurst: shaping.DefaultPoliceBurst}); err != nil {
 		return Case{}, err
 	}
 	defer e.d.SetSettings(maps.Settings{Shaper: maps.ShaperHTB, IFBIndex: e.htb.IFBIndex(), StaleAfter: time.Hour, SamplesPerSecond: 200})
 	p := shaper.NewPolice(e.d)
-	if err := p.SetRates(maps.Produce, []shaper.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rate}}); err != nil {
+	if err := p.SetRates(maps.Produce, []shaping.Rate{{Entity: maps.EntityUnknown, BytesPerSecond: rate}}); err != nil {
 		return Case{}, err
 	}
 	defer p.Close()
@@ -680,7 +681,7 @@ func (e *env) police(name string, rate float64) (Case, error) {
 	}
 	c := Case{Name: name, RateBps: rate, GoodputBps: r.goodput(), RetransmitRatio: r.retransmitRatio(), Gated: false}
 	c.Pass = within(c.GoodputBps, rate, 0.03) && c.RetransmitRatio <= 0.001
-	c.Detail = map[string]any{"burst_bytes": shaper.DefaultPoliceBurst, "sender_retransmits_whole_run": r.End.SumSent.Retransmits}
+	c.Detail = map[string]any{"burst_bytes": shaping.DefaultPoliceBurst, "sender_retransmits_whole_run": r.End.SumSent.Retransmits}
 	return c, nil
 }
 

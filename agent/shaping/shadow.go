@@ -1,4 +1,4 @@
-package shaper
+package shaping
 
 import "github.com/sluice-dev/sluice/maps"
 
