@@ -21,7 +21,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/config"
-	"github.com/sluice-dev/sluice/agent/learner"
+	"github.com/sluice-dev/sluice/agent/metadata"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
@@ -189,7 +189,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	// quotas with kafka_quotas: import); the agent rebuilds it when a reload
 	// changes bootstrap, sasl, tls, metadata_refresh or kafka_quotas.
 	newMetadata := func(c config.Config) (Metadata, error) {
-		opts, err := learner.ClientOptions(c)
+		opts, err := metadata.ClientOptions(c)
 		if err != nil {
 			return Metadata{}, err
 		}
@@ -198,11 +198,11 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 			return Metadata{}, fmt.Errorf("bootstrap: %w", err)
 		}
 		runCtx, stop := context.WithCancel(ctx)
-		topics := learner.NewMetadataTopics(client, c.MetadataRefresh, learner.DefaultMinRefreshGap, r.log)
+		topics := metadata.NewTopics(client, c.MetadataRefresh, metadata.DefaultMinRefreshGap, r.log)
 		go topics.Run(runCtx)
 		md := Metadata{Topics: topics, Brokers: topics, Stop: func() { stop(); client.Close() }}
 		if c.KafkaQuotas == config.KafkaQuotasImport {
-			quotas := learner.NewClusterQuotas(client, c.MetadataRefresh, config.MaxEntityIDs, r.log)
+			quotas := metadata.NewClusterQuotas(client, c.MetadataRefresh, config.MaxEntityIDs, r.log)
 			go quotas.Run(runCtx)
 			md.Quotas = quotas
 		}

@@ -31,7 +31,7 @@ func (m Metadata) stop() func() {
 }
 
 // QuotaSource is the cluster's client quotas as last read
-// (learner.ClusterQuotas): the last good set, and the import counters.
+// (metadata.ClusterQuotas): the last good set, and the import counters.
 type QuotaSource interface {
 	Latest() (entity.KafkaQuotas, learner.QuotaImportStats)
 }

@@ -1,4 +1,4 @@
-package learner
+package metadata
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/learner"
 )
 
 // ClusterQuotas reads the cluster's client quotas (kafka_quotas: import)
@@ -27,24 +28,7 @@ type ClusterQuotas struct {
 
 	mu     sync.Mutex
 	latest entity.KafkaQuotas
-	stats  QuotaImportStats
-}
-
-// QuotaImportStats counts the imports, for status and metrics.
-type QuotaImportStats struct {
-	// Generation counts successful imports (0: none yet).
-	Generation uint64
-	// Failures counts reads that failed (the last good set stayed).
-	Failures uint64
-	// Applied: entries in the last good set (client-id and its default).
-	Applied int
-	// Skipped: entries in the last read that sluice cannot apply: user
-	// and <user, client-id> quotas (sluice has no user entities yet), ip
-	// quotas, clients beyond the bound, and values that are not a positive
-	// finite rate.
-	Skipped int
-	// LastImport is when the last good set was read.
-	LastImport time.Time
+	stats  learner.QuotaImportStats
 }
 
 // NewClusterQuotas reads quotas through client (which it does not close),
@@ -55,7 +39,7 @@ func NewClusterQuotas(client *kgo.Client, interval time.Duration, max int, log *
 }
 
 // Latest returns the last good set and the import counters.
-func (c *ClusterQuotas) Latest() (entity.KafkaQuotas, QuotaImportStats) {
+func (c *ClusterQuotas) Latest() (entity.KafkaQuotas, learner.QuotaImportStats) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.latest, c.stats

@@ -1,4 +1,4 @@
-package learner
+package metadata
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func TestLearnTopicIDsFromBrokerMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	topics := NewMetadataTopics(client, time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	topics := NewTopics(client, time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := topics.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestRefreshReadsTheClustersBrokers(t *testing.T) {
 	defer cluster.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	topics := NewMetadataTopics(metadataClient(t, cluster), time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	topics := NewTopics(metadataClient(t, cluster), time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := topics.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,9 @@
-package learner
+// Package metadata is the agent's Kafka client: it reads the local
+// broker's metadata (topic IDs to names, the cluster's brokers) and, with
+// kafka_quotas: import, the cluster's client quotas, each refreshed on its
+// own interval. The agent sees them through learner.TopicNames and the
+// agent's BrokerSource and QuotaSource.
+package metadata
 
 import (
 	"context"
@@ -19,12 +24,13 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/learner"
 )
 
-// MetadataTopics maps topic IDs to names from the local broker's metadata,
+// Topics maps topic IDs to names from the local broker's metadata,
 // refreshed every interval and, at most once per minGap, soon after a
 // lookup misses (a topic created since the last refresh).
-type MetadataTopics struct {
+type Topics struct {
 	adm      *kadm.Client
 	interval time.Duration
 	minGap   time.Duration
@@ -32,7 +38,7 @@ type MetadataTopics struct {
 
 	mu      sync.RWMutex
 	names   map[[16]byte]string
-	brokers []Broker
+	brokers []learner.Broker
 	// Refreshes and Failures count metadata reads, for metrics.
 	Refreshes, Failures uint64
 
@@ -43,9 +49,9 @@ type MetadataTopics struct {
 // client sending a deleted topic's ID must not hammer the broker.
 const DefaultMinRefreshGap = 5 * time.Second
 
-// NewMetadataTopics reads metadata through client (which it does not close).
-func NewMetadataTopics(client *kgo.Client, interval, minGap time.Duration, log *slog.Logger) *MetadataTopics {
-	return &MetadataTopics{
+// NewTopics reads metadata through client (which it does not close).
+func NewTopics(client *kgo.Client, interval, minGap time.Duration, log *slog.Logger) *Topics {
+	return &Topics{
 		adm:      kadm.NewClient(client),
 		interval: interval,
 		minGap:   minGap,
@@ -56,7 +62,7 @@ func NewMetadataTopics(client *kgo.Client, interval, minGap time.Duration, log *
 }
 
 // TopicName implements TopicNames. A miss asks for a refresh without waiting.
-func (m *MetadataTopics) TopicName(id [16]byte) (string, bool) {
+func (m *Topics) TopicName(id [16]byte) (string, bool) {
 	m.mu.RLock()
 	name, ok := m.names[id]
 	m.mu.RUnlock()
@@ -71,7 +77,7 @@ func (m *MetadataTopics) TopicName(id [16]byte) (string, bool) {
 
 // Refresh reads every topic's ID, internal topics included, and replaces
 // the table. On failure the old table stays.
-func (m *MetadataTopics) Refresh(ctx context.Context) error {
+func (m *Topics) Refresh(ctx context.Context) error {
 	details, err := m.adm.ListTopicsWithInternal(ctx)
 	if err != nil {
 		m.mu.Lock()
@@ -100,25 +106,14 @@ func (m *MetadataTopics) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Broker is one broker of the cluster as the metadata names it, with the
-// addresses its host resolves to and whether one of them is this host's
-// own (the local broker, not a replication peer).
-type Broker struct {
-	ID    int32
-	Host  string
-	Port  int32
-	Addrs []netip.Addr
-	Local bool
-}
-
 // Brokers is the cluster's brokers as of the last refresh.
-func (m *MetadataTopics) Brokers() []Broker {
+func (m *Topics) Brokers() []learner.Broker {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.brokers
 }
 
-func resolveBrokers(ctx context.Context, details kadm.BrokerDetails) []Broker {
+func resolveBrokers(ctx context.Context, details kadm.BrokerDetails) []learner.Broker {
 	local := map[netip.Addr]bool{}
 	if addrs, err := net.InterfaceAddrs(); err == nil {
 		for _, a := range addrs {
@@ -127,9 +122,9 @@ func resolveBrokers(ctx context.Context, details kadm.BrokerDetails) []Broker {
 			}
 		}
 	}
-	out := make([]Broker, 0, len(details))
+	out := make([]learner.Broker, 0, len(details))
 	for _, d := range details {
-		b := Broker{ID: d.NodeID, Host: d.Host, Port: d.Port}
+		b := learner.Broker{ID: d.NodeID, Host: d.Host, Port: d.Port}
 		if a, err := netip.ParseAddr(d.Host); err == nil {
 			b.Addrs = []netip.Addr{a.Unmap()}
 		} else if addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", d.Host); err == nil {
@@ -147,7 +142,7 @@ func resolveBrokers(ctx context.Context, details kadm.BrokerDetails) []Broker {
 
 // Run refreshes until ctx ends: at once, every interval, and after misses
 // (at most once per minGap).
-func (m *MetadataTopics) Run(ctx context.Context) {
+func (m *Topics) Run(ctx context.Context) {
 	ticker := time.NewTicker(m.interval)
 	defer ticker.Stop()
 	var last time.Time
@@ -187,7 +182,7 @@ func ClientOptions(cfg config.Config) ([]kgo.Opt, error) {
 		kgo.ClientID("sluice-agent"),
 		// kgo answers Metadata requests from a cache kept for MetadataMinAge
 		// (default 5 s), which would hide a new topic's ID that long after a
-		// miss; MetadataTopics rate-limits its refreshes itself.
+		// miss; Topics rate-limits its refreshes itself.
 		kgo.MetadataMinAge(250 * time.Millisecond),
 	}
 	switch cfg.SASL.Mechanism {
