@@ -53,11 +53,6 @@ var ReloadStepNames = []string{
 	stepCapacities, stepPeerEntities, stepExemptPeers, stepSwap,
 }
 
-// FaultFileEnv names the file whose content (a step of ReloadStepNames)
-// makes that step of every reload fail, in builds for fault-injection
-// tests only (-tags faultinject); other builds ignore it.
-const FaultFileEnv = "SLUICE_FAIL_RELOAD_STEP_FILE"
-
 const (
 	stepValidate     = "validate"
 	stepMetrics      = "metrics listener"

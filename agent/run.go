@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -271,64 +269,9 @@ func (a *Agent) ReloadFailures() uint64 {
 	return a.reloadFailures
 }
 
-// Run cycles every refresh interval and learns from samples until ctx
-// ends. ready is called after the first successful cycle.
-func (a *Agent) Run(ctx context.Context, samples Samples, ready func()) error {
-	learned := make(chan error, 1)
-	if samples != nil {
-		go func() { learned <- a.learnLoop(samples) }()
-		defer func() { samples.Close(); <-learned }()
-	}
-	if err := a.Cycle(); err != nil {
-		return err
-	}
-	if ready != nil {
-		ready()
-	}
-	a.mu.Lock()
-	interval := a.cfg.RefreshInterval
-	a.mu.Unlock()
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case d := <-a.intervalChanged:
-			ticker.Reset(d)
-		case err := <-learned:
-			if err != nil {
-				return err
-			}
-			learned = nil
-		case <-ticker.C:
-			if err := a.Cycle(); err != nil {
-				// A failed cycle is logged and retried; the data path fails
-				// open by itself if the heartbeat stops, and systemd's
-				// watchdog (WatchdogSec) restarts an agent that stays wedged.
-				a.log.Error("control cycle failed", "err", err)
-				continue
-			}
-			NotifyWatchdog()
-		}
-	}
-}
-
-func (a *Agent) learnLoop(samples Samples) error {
-	for {
-		s, err := samples.Read()
-		if errors.Is(err, maps.ErrClosed) {
-			return nil
-		}
-		if err != nil {
-			a.log.Warn("read sample", "err", err)
-			continue
-		}
-		if err := a.Learn(s); err != nil {
-			a.log.Debug("sample not learned; the connection keeps its entity", "conn", s.Conn.String(), "err", err)
-		}
-	}
-}
+// IntervalChanges carries each refresh_interval a reload applies, for
+// the loop that ticks the cycles.
+func (a *Agent) IntervalChanges() <-chan time.Duration { return a.intervalChanged }
 
 // copyCounts copies a map of counts for a snapshot.
 func copyCounts(m map[string]uint64) map[string]uint64 {

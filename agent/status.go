@@ -2,10 +2,8 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
-	"os"
 
 	"github.com/sluice-dev/sluice/agent/status"
 )
@@ -32,42 +30,6 @@ func (h statusHandler) Reload() (status.ReloadResult, error) {
 		return status.ReloadResult{}, errors.New("this agent reloads on SIGHUP only")
 	}
 	return f()
-}
-
-// NotifyReady tells systemd (Type=notify) the agent is ready, when run
-// under it ($NOTIFY_SOCKET), and writes readyFile when given.
-func NotifyReady(readyFile string) error {
-	if readyFile != "" {
-		if err := os.WriteFile(readyFile, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
-			return fmt.Errorf("ready file: %w", err)
-		}
-	}
-	return sdNotify("READY=1")
-}
-
-// NotifyWatchdog tells systemd's watchdog that a cycle succeeded (a no-op
-// outside systemd).
-func NotifyWatchdog() { sdNotify("WATCHDOG=1") }
-
-// NotifyStopping tells systemd the agent is stopping.
-func NotifyStopping() error { return sdNotify("STOPPING=1") }
-
-func sdNotify(state string) error {
-	socket := os.Getenv("NOTIFY_SOCKET")
-	if socket == "" {
-		return nil
-	}
-	addr := &net.UnixAddr{Name: socket, Net: "unixgram"}
-	if socket[0] == '@' {
-		addr.Name = "\x00" + socket[1:]
-	}
-	c, err := net.DialUnix("unixgram", nil, addr)
-	if err != nil {
-		return fmt.Errorf("sd_notify: %w", err)
-	}
-	defer c.Close()
-	_, err = c.Write([]byte(state))
-	return err
 }
 
 // SetReloader gives the agent what runs a reload asked for on the status

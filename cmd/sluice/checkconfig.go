@@ -13,8 +13,8 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -89,7 +89,7 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
-	spec, err := maps.Spec(agent.DataPathOptions(cfg))
+	spec, err := maps.Spec(daemon.DataPathOptions(cfg))
 	if err != nil {
 		return err
 	}

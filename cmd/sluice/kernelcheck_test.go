@@ -7,15 +7,15 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/maps"
 )
 
 // check-config names each kernel feature the data path needs that the
 // kernel lacks, and says how the programs will attach.
 func TestKernelChecksNameWhatIsMissing(t *testing.T) {
-	spec, err := maps.Spec(agent.DataPathOptions(config.Default()))
+	spec, err := maps.Spec(daemon.DataPathOptions(config.Default()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/daemon"
 )
 
 // usageError is a command-line or input error: exit status 2.
@@ -116,8 +116,8 @@ func main() {
 		if errors.As(err, &ue) {
 			os.Exit(2)
 		}
-		if errors.Is(err, agent.ErrRefused) {
-			os.Exit(agent.ExitRefused) // the unit does not restart it
+		if errors.Is(err, daemon.ErrRefused) {
+			os.Exit(daemon.ExitRefused) // the unit does not restart it
 		}
 		os.Exit(1)
 	}

@@ -5,12 +5,13 @@ import (
 	"io"
 
 	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/daemon"
 )
 
 const defaultConfigPath = "/etc/sluice/sluice.yaml"
 
 // runAgent: `sluice run --config FILE [--ready-file FILE]`. The lifecycle
-// (attach, adopt, reload, detach) is agent.RunDaemon's.
+// (attach, adopt, reload, detach) is daemon.RunDaemon's.
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
 	path := fs.String("config", defaultConfigPath, "configuration file")
@@ -19,5 +20,5 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{err}
 	}
 	version, revision, _ := buildVersion()
-	return agent.RunDaemon(ctx, *path, *readyFile, agent.BuildInfo{Version: version, Revision: revision}, stderr)
+	return daemon.RunDaemon(ctx, *path, *readyFile, agent.BuildInfo{Version: version, Revision: revision}, stderr)
 }

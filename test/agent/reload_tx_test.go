@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -48,7 +49,7 @@ func TestAgentIntegrationRefusedReloadLeavesTheHostAsItWas(t *testing.T) {
 		}
 	})
 	faultFile := filepath.Join(w.Dir, "fail-step")
-	t.Setenv(agent.FaultFileEnv, faultFile) // the agent inherits it
+	t.Setenv(daemon.FaultFileEnv, faultFile) // the agent inherits it
 	setFault := func(step string) {
 		if err := os.WriteFile(faultFile, []byte(step), 0o600); err != nil {
 			t.Fatal(err)

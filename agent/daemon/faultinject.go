@@ -1,6 +1,6 @@
 //go:build faultinject
 
-package agent
+package daemon
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package agent
+package daemon
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/vishvananda/netlink"
 
+	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/metadata"
@@ -36,7 +37,7 @@ import (
 // it attached, unless keep_attached_on_exit leaves it for the next agent.
 // readyFile, when set, is written once the first cycle has run (systemd's
 // READY=1 is sent either way).
-func RunDaemon(ctx context.Context, configPath, readyFile string, build BuildInfo, stderr io.Writer) error {
+func RunDaemon(ctx context.Context, configPath, readyFile string, build agent.BuildInfo, stderr io.Writer) error {
 	// SIGHUP is caught before anything else: its default action would kill
 	// an agent still loading or attaching, leaving half a setup behind. One
 	// that arrives before the agent runs is a reload once it does.
@@ -93,10 +94,10 @@ type daemon struct {
 	log     *slog.Logger
 	level   *slog.LevelVar
 	path    string
-	build   BuildInfo
+	build   agent.BuildInfo
 	dp      *maps.Datapath
 	atts    []*attach.Attachment
-	agent   *Agent // owns the shaper, metadata client and metrics listener once built
+	agent   *agent.Agent // owns the shaper, metadata client and metrics listener once built
 	samples *maps.SampleReader
 	closers []io.Closer
 	hup     chan os.Signal
@@ -181,26 +182,26 @@ func (r *daemon) detachDropped() error {
 func (r *daemon) run(ctx context.Context, readyFile string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	dp, err := NewLoadedDataPath(r.dp)
+	dp, err := agent.NewLoadedDataPath(r.dp)
 	if err != nil {
 		return err
 	}
 	// The metadata client (topic IDs → names, and the cluster's client
 	// quotas with kafka_quotas: import); the agent rebuilds it when a reload
 	// changes bootstrap, sasl, tls, metadata_refresh or kafka_quotas.
-	newMetadata := func(c config.Config) (Metadata, error) {
+	newMetadata := func(c config.Config) (agent.Metadata, error) {
 		opts, err := metadata.ClientOptions(c)
 		if err != nil {
-			return Metadata{}, err
+			return agent.Metadata{}, err
 		}
 		client, err := kgo.NewClient(opts...)
 		if err != nil {
-			return Metadata{}, fmt.Errorf("bootstrap: %w", err)
+			return agent.Metadata{}, fmt.Errorf("bootstrap: %w", err)
 		}
 		runCtx, stop := context.WithCancel(ctx)
 		topics := metadata.NewTopics(client, c.MetadataRefresh, metadata.DefaultMinRefreshGap, r.log)
 		go topics.Run(runCtx)
-		md := Metadata{Topics: topics, Brokers: topics, Stop: func() { stop(); client.Close() }}
+		md := agent.Metadata{Topics: topics, Brokers: topics, Stop: func() { stop(); client.Close() }}
 		if c.KafkaQuotas == config.KafkaQuotasImport {
 			quotas := metadata.NewClusterQuotas(client, c.MetadataRefresh, config.MaxEntityIDs, r.log)
 			go quotas.Run(runCtx)
@@ -212,15 +213,15 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	for i, att := range r.atts {
 		ifindexes[i] = att.Index
 	}
-	newShaper := func(cfg config.Config) (ShaperChoice, error) { return ChooseShaper(cfg, r.dp, ifindexes) }
-	a, err := New(r.cfg, Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log,
+	newShaper := func(cfg config.Config) (agent.ShaperChoice, error) { return ChooseShaper(cfg, r.dp, ifindexes) }
+	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log,
 		FailReloadStep: reloadFaultHook()})
 	if err != nil {
 		return err
 	}
 	r.agent = a
 	r.log.Info("shaper chosen", "shaper", a.ShaperKind(), "why", a.ShaperReason())
-	metrics := NewMetrics(a, dp, MetricsInfo{Build: r.build, Attach: r.attachModes()})
+	metrics := agent.NewMetrics(a, dp, agent.MetricsInfo{Build: r.build, Attach: r.attachModes()})
 	if err := a.ServeMetrics(metrics.Open); err != nil {
 		return err
 	}
@@ -265,7 +266,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		r.log.Info("sluice agent running", "interfaces", r.cfg.Interfaces, "listeners", r.cfg.Listeners, "mode", r.cfg.Mode,
 			"metrics", r.cfg.MetricsAddress, "socket", r.cfg.Socket)
 	}
-	err = a.Run(ctx, r.samples, ready)
+	err = runAgent(ctx, a, r.samples, ready, r.log)
 	r.samples = nil // closed by Run
 	NotifyStopping()
 	stopWatching() // a reload under way finishes first
@@ -275,7 +276,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 
 // watchConfig reloads on SIGHUP and when the file changes (editors and
 // configuration management replace files, so the directory is watched).
-func (r *daemon) watchConfig(ctx context.Context, a *Agent, asks <-chan chan status.ReloadResult) {
+func (r *daemon) watchConfig(ctx context.Context, a *agent.Agent, asks <-chan chan status.ReloadResult) {
 	var events chan fsnotify.Event
 	if w, err := fsnotify.NewWatcher(); err == nil {
 		defer w.Close()

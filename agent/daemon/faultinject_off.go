@@ -1,6 +1,6 @@
 //go:build !faultinject
 
-package agent
+package daemon
 
 // reloadFaultHook is nil in every real build: no reload step can be made
 // to fail from outside. Tests build with -tags faultinject (faultinject.go).

@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// runAgent cycles the agent every refresh interval and learns from samples until ctx
+// ends. ready is called after the first successful cycle.
+func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, ready func(), log *slog.Logger) error {
+	learned := make(chan error, 1)
+	if samples != nil {
+		go func() { learned <- learnLoop(a, samples, log) }()
+		defer func() { samples.Close(); <-learned }()
+	}
+	if err := a.Cycle(); err != nil {
+		return err
+	}
+	if ready != nil {
+		ready()
+	}
+	interval := a.Config().RefreshInterval
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d := <-a.IntervalChanges():
+			ticker.Reset(d)
+		case err := <-learned:
+			if err != nil {
+				return err
+			}
+			learned = nil
+		case <-ticker.C:
+			if err := a.Cycle(); err != nil {
+				// A failed cycle is logged and retried; the data path fails
+				// open by itself if the heartbeat stops, and systemd's
+				// watchdog (WatchdogSec) restarts an agent that stays wedged.
+				log.Error("control cycle failed", "err", err)
+				continue
+			}
+			NotifyWatchdog()
+		}
+	}
+}
+
+func learnLoop(a *agent.Agent, samples agent.Samples, log *slog.Logger) error {
+	for {
+		s, err := samples.Read()
+		if errors.Is(err, maps.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			log.Warn("read sample", "err", err)
+			continue
+		}
+		if err := a.Learn(s); err != nil {
+			log.Debug("sample not learned; the connection keeps its entity", "conn", s.Conn.String(), "err", err)
+		}
+	}
+}
