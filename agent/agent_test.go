@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 	"github.com/sluice-dev/sluice/agent/status"
@@ -58,7 +59,7 @@ func newRigFrom(t *testing.T, yaml string) *rig {
 // newRigWith builds a rig whose deps edit may change (nil: none).
 func newRigWith(t *testing.T, yaml string, edit func(*Deps)) *rig {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := configfile.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +327,7 @@ func TestAgentReload(t *testing.T) {
 	r.sh.throttled[maps.Fetch][id] = true
 	r.cycle()
 	// A valid file applies from the next cycle: the client gets a reservation.
-	cfg, err := config.Parse([]byte(baseConfig + "mode: shadow\nentities: {clients: {late-core: {consumer_byte_reservation: 700, consumer_byte_rate: 800}}}\n"))
+	cfg, err := configfile.Parse([]byte(baseConfig + "mode: shadow\nentities: {clients: {late-core: {consumer_byte_reservation: 700, consumer_byte_rate: 800}}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +343,7 @@ func TestAgentReload(t *testing.T) {
 		t.Errorf("shadow mode not applied: %+v", r.dp.settings)
 	}
 	// An invalid file is refused, counted, and the running configuration stays.
-	_, bad := config.Parse([]byte("interfaces: []"))
+	_, bad := configfile.Parse([]byte("interfaces: []"))
 	if err := r.a.Reload(config.Config{}, bad); err == nil || r.a.ReloadFailures() != 1 {
 		t.Errorf("invalid reload: %v, failures %d", err, r.a.ReloadFailures())
 	}
@@ -503,7 +504,7 @@ func TestAgentHostileClientIDsAreData(t *testing.T) {
 	// Restart: an agent that keeps its registry in the data path's pinned
 	// map, and a second agent that restores it, show the same safe names
 	// under the same ids.
-	cfg, err := config.Parse([]byte(baseConfig))
+	cfg, err := configfile.Parse([]byte(baseConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +596,7 @@ entities:
 
 func reloadWith(t *testing.T, r *rig, yaml string) error {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := configfile.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -714,7 +715,7 @@ func TestAgentFailedRateWritesAreRetriedWithoutHeartbeat(t *testing.T) {
 // An agent that fails to start closes the shaper and the metadata client
 // it built; a reload that changes the metadata client's keys rebuilds it.
 func TestAgentOwnsItsShaperAndMetadataClient(t *testing.T) {
-	cfg, err := config.Parse([]byte(baseConfig))
+	cfg, err := configfile.Parse([]byte(baseConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -865,7 +866,7 @@ entities:
 	}
 
 	// Restart: the pattern entity is restored under its id, as its kind.
-	cfg, err := config.Parse([]byte(baseConfig + "entities: {clients: {'consumer-orders-*': {consumer_byte_rate: 300}}}\n"))
+	cfg, err := configfile.Parse([]byte(baseConfig + "entities: {clients: {'consumer-orders-*': {consumer_byte_rate: 300}}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

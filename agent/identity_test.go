@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 	"github.com/sluice-dev/sluice/maps"
@@ -96,7 +97,7 @@ func idOf(t *testing.T, a *Agent, k entity.Key) uint32 {
 // consumer stays its topic-partition's. "Not known yet" never moves it;
 // only a new connection on the 4-tuple (its identity dropped) starts over.
 func TestIdentityOutlivesTheAgent(t *testing.T) {
-	cfg, err := config.Parse([]byte(identityConfig))
+	cfg, err := configfile.Parse([]byte(identityConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestIdentityOutlivesTheAgent(t *testing.T) {
 // A rebind says why: a rule change that moves a connection counts as
 // rule_change, a new fetch session's partitions as request.
 func TestRebindReasons(t *testing.T) {
-	cfg, err := config.Parse([]byte(identityConfig))
+	cfg, err := configfile.Parse([]byte(identityConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestRebindReasons(t *testing.T) {
 	if n := a.conns.Rebinds["request"]; n != 1 {
 		t.Errorf("request rebinds %d, want 1 (client -> orders-0)", n)
 	}
-	next, err := config.Parse([]byte(identityConfig + "    orders-1: {consumer_byte_rate: 1MiB}\n"))
+	next, err := configfile.Parse([]byte(identityConfig + "    orders-1: {consumer_byte_rate: 1MiB}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestRebindReasons(t *testing.T) {
 // explain on a connection says which entity holds it, by which rule, and
 // which request bound it, from the data path's table.
 func TestConnectionsExplainTheirBinding(t *testing.T) {
-	cfg, err := config.Parse([]byte(identityConfig))
+	cfg, err := configfile.Parse([]byte(identityConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

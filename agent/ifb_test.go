@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 )
 
 // The data path is told both IFBs of a shared tree, at start and after a
 // reload rebuilds the shaper; a shaper with one tree leaves the egress one 0.
 func TestAgentWritesBothIFBsOfASharedTree(t *testing.T) {
-	cfg, err := config.Parse([]byte(baseConfig))
+	cfg, err := configfile.Parse([]byte(baseConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 
 	sluicemaps "github.com/sluice-dev/sluice/maps"
 )
@@ -306,7 +306,7 @@ entities: {clients: {core: {consumer_byte_reservation: 100}}}
 	}
 
 	// metrics.entities: all, capped at 100 entities with series of their own.
-	cfg, err := config.Parse([]byte(baseConfig + `
+	cfg, err := configfile.Parse([]byte(baseConfig + `
 new_entities_per_peer: 100000
 metrics: {entities: all, max_entity_series: 100}
 entities: {clients: {core: {consumer_byte_reservation: 100}}}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/status"
 )
 
@@ -31,7 +31,7 @@ func TestReloadOverTheSocketReportsTheVerdict(t *testing.T) {
 	}
 	file := baseConfig
 	r.a.SetReloader(func() (status.ReloadResult, error) {
-		cfg, err := config.Parse([]byte(file))
+		cfg, err := configfile.Parse([]byte(file))
 		r.a.ReloadBecause("sluice reload", cfg, err)
 		return *r.a.LastReload(), nil
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
 	sluicemaps "github.com/sluice-dev/sluice/maps"
 )
@@ -202,7 +203,7 @@ func sortedPorts(p []uint16) []uint16 {
 
 func parseConfig(t *testing.T, yaml string) config.Config {
 	t.Helper()
-	cfg, err := config.Parse([]byte(yaml))
+	cfg, err := configfile.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

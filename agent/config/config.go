@@ -4,8 +4,10 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -273,9 +275,9 @@ type UserQuota struct {
 // each (minors 2..0xfffe) with two ids taken by unknown and overflow.
 const MaxEntityIDs = 0xfffe - 2 + 1 - 2
 
-// reservedConfigured is how many entity ids max_unconfigured_entities
+// ReservedConfigured is how many entity ids max_unconfigured_entities
 // leaves for configured entities by default.
-const reservedConfigured = 4096
+const ReservedConfigured = 4096
 
 // Configured counts the configured entities (templates excluded).
 func (e Entities) Configured() int {
@@ -339,7 +341,7 @@ func Default() Config {
 		MetadataRefresh:         30 * time.Second,
 		KafkaQuotas:             KafkaQuotasOff,
 		MaxEntities:             MaxEntityIDs,
-		MaxUnconfiguredEntities: MaxEntityIDs - reservedConfigured,
+		MaxUnconfiguredEntities: MaxEntityIDs - ReservedConfigured,
 		NewEntitiesPerPeer:      50,
 		EntityIdleTimeout:       time.Hour,
 		MaxConnections:          262144,
@@ -353,4 +355,17 @@ func Default() Config {
 		Entities: Entities{Clients: map[string]Quota{}, TopicPartitions: map[string]Quota{}, Users: map[string]UserQuota{},
 			Peers: map[string]Quota{}, Listeners: map[string]Quota{}},
 	}
+}
+
+// SplitTopicPartition splits "<topic>-<partition>" at the last dash.
+func SplitTopicPartition(name string) (topic string, partition int32, err error) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 || i == len(name)-1 {
+		return "", 0, fmt.Errorf("%q is not <topic>-<partition>", name)
+	}
+	p, perr := strconv.ParseInt(name[i+1:], 10, 32)
+	if perr != nil || p < 0 {
+		return "", 0, fmt.Errorf("%q is not <topic>-<partition>: %q is not a partition number", name, name[i+1:])
+	}
+	return name[:i], int32(p), nil
 }

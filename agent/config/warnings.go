@@ -41,9 +41,9 @@ func (c Config) Warnings() Problems {
 		out = append(out, Problem{Key: "exempt_peers",
 			Message: "is empty: replication from the other brokers and controllers is governed like any client; list their addresses"})
 	}
-	if _, ok := c.Entities.Clients[oldDefaultKey]; ok {
-		out = append(out, Problem{Key: "entities.clients." + oldDefaultKey,
-			Message: fmt.Sprintf("configures the client-id %q only; the template for every client is spelled %q, as Kafka spells it", oldDefaultKey, DefaultKey)})
+	if _, ok := c.Entities.Clients[OldDefaultKey]; ok {
+		out = append(out, Problem{Key: "entities.clients." + OldDefaultKey,
+			Message: fmt.Sprintf("configures the client-id %q only; the template for every client is spelled %q, as Kafka spells it", OldDefaultKey, DefaultKey)})
 	}
 	check := func(section string, quotas map[string]Quota) {
 		names := make([]string, 0, len(quotas))
@@ -83,6 +83,6 @@ func (c Config) Warnings() Problems {
 	return out
 }
 
-// oldDefaultKey is how sluice spelled the template before it took Kafka's
+// OldDefaultKey is how sluice spelled the template before it took Kafka's
 // spelling: now an ordinary name, which an old configuration may still use.
-const oldDefaultKey = "default"
+const OldDefaultKey = "default"

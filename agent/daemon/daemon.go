@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/metadata"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/agent/status"
@@ -44,7 +45,7 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, build agent.Bu
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	cfg, err := config.Load(configPath)
+	cfg, err := configfile.Load(configPath)
 	if err != nil {
 		return refusal(fmt.Errorf("%s: %w", configPath, err))
 	}
@@ -289,7 +290,7 @@ func (r *daemon) watchConfig(ctx context.Context, a *agent.Agent, asks <-chan ch
 			return false // select picks at random among ready cases: stopping wins
 		}
 		r.log.Info("reloading configuration", "why", why)
-		cfg, err := config.Load(r.path)
+		cfg, err := configfile.Load(r.path)
 		a.ReloadBecause(why, cfg, err)
 		return true
 	}

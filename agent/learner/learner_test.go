@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/kafka"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
@@ -20,7 +20,7 @@ import (
 
 func mustPolicy(t testing.TB, yaml string) *entity.Policy {
 	t.Helper()
-	cfg, err := config.Parse([]byte("interfaces: [eth0]\nlisteners: [9092]\nproduce: {capacity: 1GiB}\nfetch: {capacity: 1GiB}\n" + yaml))
+	cfg, err := configfile.Parse([]byte("interfaces: [eth0]\nlisteners: [9092]\nproduce: {capacity: 1GiB}\nfetch: {capacity: 1GiB}\n" + yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

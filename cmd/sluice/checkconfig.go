@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
@@ -50,7 +51,7 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	case path == "":
 		path = defaultConfigPath
 	}
-	cfg, err := config.Load(path)
+	cfg, err := configfile.Load(path)
 	if err != nil {
 		var problems config.Problems
 		if errors.As(err, &problems) {

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -31,7 +32,7 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{err}
 	}
 	pinPath, ifindexes := config.Default().PinPath, map[int]bool{}
-	if cfg, err := config.Load(*path); err != nil {
+	if cfg, err := configfile.Load(*path); err != nil {
 		fmt.Fprintf(stderr, "sluice unload: %s does not read (%v): removing what the pins and the kernel say sluice made\n", *path, err)
 	} else {
 		pinPath = cfg.PinPath

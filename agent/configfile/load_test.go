@@ -1,8 +1,9 @@
-package config
+package configfile
 
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/agent/config"
 	"maps"
 	"math"
 	"os"
@@ -32,12 +33,12 @@ func TestExampleFileIsValid(t *testing.T) {
 	if core.ConsumerByteReservation == nil || *core.ConsumerByteReservation != 100*(1<<20) || *core.ConsumerByteRate != 300*(1<<20) {
 		t.Errorf("core-group %+v", core)
 	}
-	if w := cfg.Entities.Clients[DefaultKey].QuotaWeight; w == nil || *w != 0.1 {
+	if w := cfg.Entities.Clients[config.DefaultKey].QuotaWeight; w == nil || *w != 0.1 {
 		t.Errorf("default template weight %v", w)
 	}
 	// Its interfaces, capacities and exempt peers are placeholders: an
 	// agent started on it unedited holds no one back.
-	if cfg.Mode != ModeShadow {
+	if cfg.Mode != config.ModeShadow {
 		t.Errorf("the shipped file's mode is %s, want shadow", cfg.Mode)
 	}
 	if len(cfg.ExemptPeers) != 1 || cfg.ExemptPeers[0].String() != "10.0.0.0/24" {
@@ -50,9 +51,9 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := Default()
-	if cfg.RefreshInterval != time.Second || cfg.StaleAfter != 10*time.Second || cfg.MaxEntities != MaxEntityIDs || cfg.MaxUnconfiguredEntities != MaxEntityIDs-4096 || cfg.NewEntitiesPerPeer != 50 ||
-		cfg.EntityIdleTimeout != time.Hour || cfg.MetricsAddress != "127.0.0.1:7359" || cfg.Mode != ModeEnforce ||
+	d := config.Default()
+	if cfg.RefreshInterval != time.Second || cfg.StaleAfter != 10*time.Second || cfg.MaxEntities != config.MaxEntityIDs || cfg.MaxUnconfiguredEntities != config.MaxEntityIDs-4096 || cfg.NewEntitiesPerPeer != 50 ||
+		cfg.EntityIdleTimeout != time.Hour || cfg.MetricsAddress != "127.0.0.1:7359" || cfg.Mode != config.ModeEnforce ||
 		cfg.UpdateThreshold != d.UpdateThreshold || cfg.RateWindow != 11 || cfg.MaxQueueDelay != 200*time.Millisecond ||
 		cfg.Bootstrap[0] != "127.0.0.1:9092" || !cfg.KeepAttachedOnExit || cfg.MaxConnections < 256*1024 || cfg.SampleBytes < 256 || cfg.SamplesPerSecond != 200 {
 		t.Errorf("defaults not applied: %+v", cfg)
@@ -89,7 +90,7 @@ func TestEnvironmentOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Mode != ModeShadow || cfg.Produce.Capacity != 2*(1<<30) || len(cfg.Listeners) != 2 || cfg.Listeners[1] != 9093 {
+	if cfg.Mode != config.ModeShadow || cfg.Produce.Capacity != 2*(1<<30) || len(cfg.Listeners) != 2 || cfg.Listeners[1] != 9093 {
 		t.Errorf("env overrides not applied: mode %v capacity %v listeners %v", cfg.Mode, cfg.Produce.Capacity, cfg.Listeners)
 	}
 	t.Setenv("SLUICE_MODE", "loud")
@@ -186,9 +187,9 @@ sample_bytes: 10.5`, []string{"max_entities: 0 must be a whole number in [2, 655
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc))
-		var problems Problems
-		if !errors.As(err, &problems) || !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: err %v, want Problems", c.name, err)
+		var problems config.Problems
+		if !errors.As(err, &problems) || !errors.Is(err, config.ErrInvalid) {
+			t.Errorf("%s: err %v, want config.Problems", c.name, err)
 			continue
 		}
 		for _, w := range c.want {
@@ -207,23 +208,23 @@ func TestLoadMissingFile(t *testing.T) {
 
 func TestParseRate(t *testing.T) {
 	for in, want := range map[string]float64{"50MiB": 50 << 20, "1.5GB": 1.5e9, "800KiB/s": 800 << 10, "1000": 1000, "7B": 7, "2 MB": 2e6} {
-		got, err := ParseRate(in)
+		got, err := config.ParseRate(in)
 		if err != nil || math.Abs(got-want) > 1e-6 {
 			t.Errorf("%q: %v %v, want %v", in, got, err, want)
 		}
 	}
-	for in, want := range map[string]float64{"10Gbit": 1.25e9, "100mbit": 12.5e6, "1Tbit": MaxRate, "125GB": MaxRate, "8bit": 1} {
-		if got, err := ParseRate(in); err != nil || got != want {
+	for in, want := range map[string]float64{"10Gbit": 1.25e9, "100mbit": 12.5e6, "1Tbit": config.MaxRate, "125GB": config.MaxRate, "8bit": 1} {
+		if got, err := config.ParseRate(in); err != nil || got != want {
 			t.Errorf("%q: %v %v, want %v", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "MiB", "-5MiB", "NaN", "Inf", "5 furlongs", "1e300TiB", "1e309", "125.1GB", "1.01Tbit", "10Gbps"} {
-		if _, err := ParseRate(in); err == nil {
+		if _, err := config.ParseRate(in); err == nil {
 			t.Errorf("%q accepted", in)
 		}
 	}
-	if FormatRate(400<<20) != "400MiB" || FormatRate(512) != "512B" || FormatRate(math.Inf(1)) != "unlimited" {
-		t.Errorf("FormatRate: %s %s", FormatRate(400<<20), FormatRate(512))
+	if config.FormatRate(400<<20) != "400MiB" || config.FormatRate(512) != "512B" || config.FormatRate(math.Inf(1)) != "unlimited" {
+		t.Errorf("FormatRate: %s %s", config.FormatRate(400<<20), config.FormatRate(512))
 	}
 }
 
@@ -238,10 +239,10 @@ func TestMinLimitDefaultsRefusalAndWarnings(t *testing.T) {
 	if cfg.Produce.MinLimit != 128<<10 || cfg.Fetch.MinLimit != 4<<20 {
 		t.Errorf("min_limit defaults produce %v fetch %v, want 128KiB and 4MiB", cfg.Produce.MinLimit, cfg.Fetch.MinLimit)
 	}
-	if took := float64(KafkaFetchMaxBytes) / DefaultFetchMinLimit; took > KafkaRequestTimeout.Seconds()/2 {
+	if took := float64(config.KafkaFetchMaxBytes) / config.DefaultFetchMinLimit; took > config.KafkaRequestTimeout.Seconds()/2 {
 		t.Errorf("fetch.max.bytes at the default floor takes %v s, more than half of request.timeout.ms", took)
 	}
-	if took := float64(KafkaMaxRequestSize) / DefaultProduceMinLimit; took > KafkaRequestTimeout.Seconds()/2 {
+	if took := float64(config.KafkaMaxRequestSize) / config.DefaultProduceMinLimit; took > config.KafkaRequestTimeout.Seconds()/2 {
 		t.Errorf("max.request.size at the default floor takes %v s, more than half of request.timeout.ms", took)
 	}
 	_, err = Parse([]byte(strings.Replace(minimal, "{capacity: 100MiB}", "{capacity: 100MiB, safety_ratio: 0.5, min_limit: 60MiB}", 1)))
@@ -305,10 +306,10 @@ func TestSASLPasswordFile(t *testing.T) {
 }
 
 func TestLogFormat(t *testing.T) {
-	if cfg, err := Parse([]byte(minimal)); err != nil || cfg.LogFormat != LogText {
+	if cfg, err := Parse([]byte(minimal)); err != nil || cfg.LogFormat != config.LogText {
 		t.Errorf("default log_format %q, %v; want text", cfg.LogFormat, err)
 	}
-	if cfg, err := Parse([]byte(minimal + "log_format: json\n")); err != nil || cfg.LogFormat != LogJSON {
+	if cfg, err := Parse([]byte(minimal + "log_format: json\n")); err != nil || cfg.LogFormat != config.LogJSON {
 		t.Errorf("log_format json: %q, %v", cfg.LogFormat, err)
 	}
 	if _, err := Parse([]byte(minimal + "log_format: xml\n")); err == nil || !strings.Contains(err.Error(), "log_format") {
@@ -320,14 +321,14 @@ func TestLogFormat(t *testing.T) {
 // refused naming the key.
 func TestMetricsSection(t *testing.T) {
 	cfg, err := Parse([]byte(minimal))
-	if err != nil || cfg.Metrics != (Metrics{Entities: MetricsConfigured, MaxEntitySeries: 1000}) {
+	if err != nil || cfg.Metrics != (config.Metrics{Entities: config.MetricsConfigured, MaxEntitySeries: 1000}) {
 		t.Errorf("default metrics %+v, %v", cfg.Metrics, err)
 	}
-	if !strings.HasSuffix(cfg.MetricsAddress, ":"+DefaultMetricsPort) || DefaultMetricsPort == "9464" {
+	if !strings.HasSuffix(cfg.MetricsAddress, ":"+config.DefaultMetricsPort) || config.DefaultMetricsPort == "9464" {
 		t.Errorf("default metrics_address %s", cfg.MetricsAddress)
 	}
 	cfg, err = Parse([]byte(minimal + "metrics: {entities: all, max_entity_series: 50}\n"))
-	if err != nil || cfg.Metrics != (Metrics{Entities: MetricsAll, MaxEntitySeries: 50}) {
+	if err != nil || cfg.Metrics != (config.Metrics{Entities: config.MetricsAll, MaxEntitySeries: 50}) {
 		t.Errorf("metrics all/50: %+v, %v", cfg.Metrics, err)
 	}
 	for bad, key := range map[string]string{
@@ -385,8 +386,8 @@ func TestClientPatternKeys(t *testing.T) {
 	if err != nil || cfg.Entities.Clients["consumer-orders-*"].ConsumerByteRate == nil {
 		t.Errorf("pattern entity: %+v, %v", cfg.Entities.Clients, err)
 	}
-	if !IsClientPattern("consumer-orders-*") || IsClientPattern("consumer-orders-1") {
-		t.Error("IsClientPattern")
+	if !config.IsClientPattern("consumer-orders-*") || config.IsClientPattern("consumer-orders-1") {
+		t.Error("config.IsClientPattern")
 	}
 	_, err = Parse([]byte(minimal + "entities: {clients: {'orders-[': {consumer_byte_rate: 1MiB}}}\n"))
 	if err == nil || !strings.Contains(err.Error(), "entities.clients.orders-[") || !strings.Contains(err.Error(), "pattern") {
@@ -421,7 +422,7 @@ entities:
 		t.Errorf("listeners %v", c.Listeners)
 	}
 	alice := c.Entities.Users["alice"]
-	if *alice.ConsumerByteRate != 10<<20 || *alice.Clients["reports"].ConsumerByteRate != 2<<20 || *alice.Clients[DefaultKey].QuotaWeight != 2 {
+	if *alice.ConsumerByteRate != 10<<20 || *alice.Clients["reports"].ConsumerByteRate != 2<<20 || *alice.Clients[config.DefaultKey].QuotaWeight != 2 {
 		t.Errorf("alice %+v", alice)
 	}
 	if n := c.Entities.Configured(); n != 3 {
@@ -473,20 +474,20 @@ entities:
 	if *c.Entities.Peers["198.18.1.0/24"].ConsumerByteRate != 4e6 || *c.Entities.Listeners["9093"].ConsumerByteRate != 2e6 {
 		t.Errorf("peers %+v listeners %+v", c.Entities.Peers, c.Entities.Listeners)
 	}
-	if q, ok := c.Entities.Listeners["9094"]; !ok || q != (Quota{}) {
+	if q, ok := c.Entities.Listeners["9094"]; !ok || q != (config.Quota{}) {
 		t.Errorf("the unconfigured SASL_SSL listener has no entity: %+v", c.Entities.Listeners)
 	}
 	if _, ok := c.Entities.Listeners["9092"]; ok {
 		t.Error("a PLAINTEXT listener got a listener entity")
 	}
 	if n := c.Entities.Configured(); n != 5 {
-		t.Errorf("configured %d, want 5 (three peers, two TLS listeners)", n)
+		t.Errorf("configured %d, want 5 (three peers, two config.TLS listeners)", n)
 	}
 	if fmt.Sprint(c.TLSListeners()) != "[9093 9094]" {
-		t.Errorf("TLS listeners %v", c.TLSListeners())
+		t.Errorf("config.TLS listeners %v", c.TLSListeners())
 	}
 	if w := fmt.Sprint(c.Warnings()); strings.Contains(w, "listeners[") {
-		t.Errorf("warnings %s: peers are configured, so no TLS listener warning", w)
+		t.Errorf("warnings %s: peers are configured, so no config.TLS listener warning", w)
 	}
 	for _, bad := range []struct{ yaml, want string }{
 		{"entities: {peers: {198.18.300.0/24: {}}}", `entities.peers.198.18.300.0/24: "198.18.300.0/24" is not a CIDR or an address`},
@@ -560,7 +561,7 @@ func TestEmptyExemptPeersIsWarned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := slices.ContainsFunc(cfg.Warnings(), func(p Problem) bool { return p.Key == "exempt_peers" })
+		got := slices.ContainsFunc(cfg.Warnings(), func(p config.Problem) bool { return p.Key == "exempt_peers" })
 		if got != want {
 			t.Errorf("mode %s: exempt_peers warned %v, want %v", mode, got, want)
 		}

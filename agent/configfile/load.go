@@ -1,11 +1,15 @@
-package config
+// Package configfile reads sluice's YAML configuration into a
+// config.Config: every key checked, each problem named by its dotted key
+// (and, for environment overrides, by the variable), through Viper so that
+// SLUICE_… variables override the file.
+package configfile
 
 import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/agent/config"
 	"maps"
 	"math"
 	"net/netip"
@@ -21,38 +25,16 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// ErrInvalid wraps every configuration error; errors.As to *Problems lists them.
-var ErrInvalid = errors.New("invalid configuration")
-
-// Problem is one invalid key.
-type Problem struct {
-	Key     string // dotted path, e.g. entities.clients.core-group
-	Message string
-}
-
-// Problems lists every problem found in a file, in key order.
-type Problems []Problem
-
-func (p Problems) Error() string {
-	lines := make([]string, len(p))
-	for i, pr := range p {
-		lines[i] = pr.Key + ": " + pr.Message
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (p Problems) Unwrap() error { return ErrInvalid }
-
 // EnvPrefix is the prefix of environment overrides: SLUICE_MODE,
 // SLUICE_PRODUCE_CAPACITY (dots become underscores).
 const EnvPrefix = "SLUICE"
 
 // Load reads and validates the file at path. On any problem it returns
 // Problems naming every bad key, and the caller keeps its last good Config.
-func Load(path string) (Config, error) {
+func Load(path string) (config.Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("read configuration: %w", err)
+		return config.Config{}, fmt.Errorf("read configuration: %w", err)
 	}
 	return Parse(data)
 }
@@ -81,15 +63,15 @@ var quotaKeys = []string{"producer_byte_rate", "consumer_byte_rate", "producer_b
 // section is decoded from the YAML directly: Viper lowercases keys and
 // splits them on dots, and client-ids and topic names are case-sensitive
 // and often dotted.
-func Parse(data []byte) (Config, error) {
+func Parse(data []byte) (config.Config, error) {
 	var raw map[string]any
 	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return Config{}, Problems{{Key: "(file)", Message: "not valid YAML: " + err.Error()}}
+		return config.Config{}, config.Problems{{Key: "(file)", Message: "not valid YAML: " + err.Error()}}
 	}
 	if raw == nil {
 		raw = map[string]any{}
 	}
-	l := &loader{cfg: Default()}
+	l := &loader{cfg: config.Default()}
 	l.checkKeys("", raw)
 
 	v := viper.New()
@@ -98,7 +80,7 @@ func Parse(data []byte) (Config, error) {
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
 	v.AutomaticEnv()
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-		return Config{}, Problems{{Key: "(file)", Message: err.Error()}}
+		return config.Config{}, config.Problems{{Key: "(file)", Message: err.Error()}}
 	}
 	l.v = v
 	l.globals()
@@ -109,15 +91,15 @@ func Parse(data []byte) (Config, error) {
 	}
 	if len(l.problems) > 0 {
 		sort.SliceStable(l.problems, func(i, j int) bool { return l.problems[i].Key < l.problems[j].Key })
-		return Config{}, l.problems
+		return config.Config{}, l.problems
 	}
 	return l.cfg, nil
 }
 
 type loader struct {
 	v        *viper.Viper
-	cfg      Config
-	problems Problems
+	cfg      config.Config
+	problems config.Problems
 }
 
 func (l *loader) fail(key, format string, args ...any) {
@@ -128,7 +110,7 @@ func (l *loader) fail(key, format string, args ...any) {
 			msg += " (from the environment: " + name + ")"
 		}
 	}
-	l.problems = append(l.problems, Problem{Key: key, Message: msg})
+	l.problems = append(l.problems, config.Problem{Key: key, Message: msg})
 }
 
 // EnvName is the environment variable that overrides a global key
@@ -164,7 +146,7 @@ func (l *loader) globals() {
 		c.Listeners, c.ListenerProtocols = nil, map[uint16]string{}
 		for i, entry := range entries {
 			key := fmt.Sprintf("listeners[%d]", i)
-			port, protocol := entry, any(ProtocolPlaintext)
+			port, protocol := entry, any(config.ProtocolPlaintext)
 			if m, isMap := entry.(map[string]any); isMap {
 				for k := range m {
 					if k != "port" && k != "protocol" {
@@ -182,8 +164,8 @@ func (l *loader) globals() {
 				continue
 			}
 			name := strings.TrimSpace(fmt.Sprint(protocol))
-			if !contains(Protocols, name) {
-				l.fail(key+".protocol", "%q is not a listener protocol (%s)%s", name, strings.Join(Protocols, ", "), suggest(name, Protocols))
+			if !contains(config.Protocols, name) {
+				l.fail(key+".protocol", "%q is not a listener protocol (%s)%s", name, strings.Join(config.Protocols, ", "), suggest(name, config.Protocols))
 				continue
 			}
 			if _, dup := c.ListenerProtocols[uint16(n)]; dup {
@@ -207,9 +189,9 @@ func (l *loader) globals() {
 		}
 	}
 	if s, ok := l.str("mode"); ok {
-		switch Mode(s) {
-		case ModeEnforce, ModeShadow:
-			c.Mode = Mode(s)
+		switch config.Mode(s) {
+		case config.ModeEnforce, config.ModeShadow:
+			c.Mode = config.Mode(s)
 		default:
 			l.fail("mode", "%q is not a mode (enforce or shadow)%s", s, suggest(s, []string{"enforce", "shadow"}))
 		}
@@ -227,7 +209,7 @@ func (l *loader) globals() {
 	l.duration("max_queue_delay", &c.MaxQueueDelay, time.Millisecond)
 	l.duration("metadata_refresh", &c.MetadataRefresh, time.Second)
 	if s, ok := l.str("kafka_quotas"); ok {
-		sources := []string{KafkaQuotasOff, KafkaQuotasImport}
+		sources := []string{config.KafkaQuotasOff, config.KafkaQuotasImport}
 		if contains(sources, s) {
 			c.KafkaQuotas = s
 		} else {
@@ -245,8 +227,8 @@ func (l *loader) globals() {
 		}
 	}
 	l.integer("rate_window", &c.RateWindow, 1, 3600)
-	l.integer("max_entities", &c.MaxEntities, 2, MaxEntityIDs)
-	c.MaxUnconfiguredEntities = c.MaxEntities - min(reservedConfigured, c.MaxEntities/2)
+	l.integer("max_entities", &c.MaxEntities, 2, config.MaxEntityIDs)
+	c.MaxUnconfiguredEntities = c.MaxEntities - min(config.ReservedConfigured, c.MaxEntities/2)
 	l.integer("max_unconfigured_entities", &c.MaxUnconfiguredEntities, 0, c.MaxEntities)
 	if l.has("new_entities_per_peer") {
 		if f, ok := l.float("new_entities_per_peer"); ok {
@@ -319,13 +301,13 @@ func (l *loader) globals() {
 	}
 	l.stringTo("metrics_address", &c.MetricsAddress)
 	if s, ok := l.str("metrics.entities"); ok {
-		if s == MetricsConfigured || s == MetricsAll {
+		if s == config.MetricsConfigured || s == config.MetricsAll {
 			c.Metrics.Entities = s
 		} else {
 			l.fail("metrics.entities", "%q is not configured or all", s)
 		}
 	}
-	l.integer("metrics.max_entity_series", &c.Metrics.MaxEntitySeries, 0, MaxEntityIDs)
+	l.integer("metrics.max_entity_series", &c.Metrics.MaxEntitySeries, 0, config.MaxEntityIDs)
 	l.stringTo("socket", &c.Socket)
 	l.stringTo("pin_path", &c.PinPath)
 	for _, p := range []struct {
@@ -343,7 +325,7 @@ func (l *loader) globals() {
 		}
 	}
 	if s, ok := l.str("log_format"); ok {
-		if s == LogText || s == LogJSON {
+		if s == config.LogText || s == config.LogJSON {
 			c.LogFormat = s
 		} else {
 			l.fail("log_format", "%q is not text or json", s)
@@ -360,7 +342,7 @@ func (l *loader) globals() {
 	}
 	for _, d := range []struct {
 		name string
-		dir  Direction
+		dir  config.Direction
 	}{{"produce", c.Produce}, {"fetch", c.Fetch}} {
 		if d.dir.Enabled() && d.dir.MinLimit > d.dir.Distributable() {
 			set := ""
@@ -368,7 +350,7 @@ func (l *loader) globals() {
 				set = " (the default; set it lower for so small a capacity)"
 			}
 			l.fail(d.name+".min_limit", "%s%s exceeds what the direction distributes (capacity × safety_ratio = %s): one entity's floor would take it all",
-				FormatRate(d.dir.MinLimit), set, FormatRate(d.dir.Distributable()))
+				config.FormatRate(d.dir.MinLimit), set, config.FormatRate(d.dir.Distributable()))
 		}
 	}
 	if c.StaleAfter <= c.RefreshInterval {
@@ -376,11 +358,11 @@ func (l *loader) globals() {
 	}
 }
 
-func (l *loader) direction(name string, d *Direction) {
+func (l *loader) direction(name string, d *config.Direction) {
 	key := name + ".capacity"
 	if l.has(key) {
 		if s, ok := l.str(key); ok && strings.TrimSpace(s) == "-1" {
-			d.Capacity = Disabled
+			d.Capacity = config.Disabled
 		} else if r, ok := l.rate(key); ok {
 			if r <= 0 {
 				l.fail(key, "must be -1 (disabled) or positive")
@@ -443,17 +425,17 @@ func (l *loader) entities(v any) {
 		}
 		for _, name := range slices.Sorted(maps.Keys(entries)) {
 			path := "entities." + section + "." + name
-			if section == "topic-partitions" && name != DefaultKey {
-				if _, _, err := SplitTopicPartition(name); err != nil {
-					if name == oldDefaultKey {
-						l.fail(path, "%v; the template is spelled %q, as Kafka spells it", err, DefaultKey)
+			if section == "topic-partitions" && name != config.DefaultKey {
+				if _, _, err := config.SplitTopicPartition(name); err != nil {
+					if name == config.OldDefaultKey {
+						l.fail(path, "%v; the template is spelled %q, as Kafka spells it", err, config.DefaultKey)
 					} else {
 						l.fail(path, "%v", err)
 					}
 					continue
 				}
 			}
-			if section == "clients" && IsClientPattern(name) {
+			if section == "clients" && config.IsClientPattern(name) {
 				if _, err := pathpkg.Match(name, ""); err != nil {
 					l.fail(path, "not a valid client-id pattern (* any run of characters but '/', ? one character, [a-z] a class, \\ escapes): %v", err)
 					continue
@@ -496,7 +478,7 @@ func (l *loader) peers(v any) {
 	for _, name := range slices.Sorted(maps.Keys(entries)) {
 		path := "entities.peers." + name
 		key := name
-		if name != DefaultKey {
+		if name != config.DefaultKey {
 			p, err := parsePrefix(name)
 			if err != nil {
 				l.fail(path, "%q is not a CIDR or an address", name)
@@ -523,15 +505,15 @@ func (l *loader) listenerEntities(v any) {
 	if entries, ok := l.quotaMap("listeners", v); ok {
 		for _, name := range slices.Sorted(maps.Keys(entries)) {
 			path := "entities.listeners." + name
-			if name != DefaultKey {
+			if name != config.DefaultKey {
 				port, err := strconv.Atoi(name)
 				if err != nil || port < 1 || port > 65535 || !slices.Contains(c.Listeners, uint16(port)) {
 					l.fail(path, "not a port in listeners")
 					continue
 				}
-				if protocol := c.Protocol(uint16(port)); !IsTLS(protocol) {
+				if protocol := c.Protocol(uint16(port)); !config.IsTLS(protocol) {
 					l.fail(path, "listener %d is %s: its connections are attributed by their requests (client-id, user, topic-partition); a listener entity is for %s and %s listeners",
-						port, protocol, ProtocolSSL, ProtocolSASLSSL)
+						port, protocol, config.ProtocolSSL, config.ProtocolSASLSSL)
 					continue
 				}
 			}
@@ -543,7 +525,7 @@ func (l *loader) listenerEntities(v any) {
 	for _, port := range c.TLSListeners() {
 		name := strconv.Itoa(int(port))
 		if _, ok := c.Entities.Listeners[name]; !ok {
-			c.Entities.Listeners[name] = Quota{}
+			c.Entities.Listeners[name] = config.Quota{}
 		}
 	}
 }
@@ -586,7 +568,7 @@ func (l *loader) users(v any) {
 			}
 		}
 		q, good := l.quota(path, own)
-		u := UserQuota{Quota: q, Clients: map[string]Quota{}}
+		u := config.UserQuota{Quota: q, Clients: map[string]config.Quota{}}
 		if clients, present := raw["clients"]; present && clients != nil {
 			m, ok := clients.(map[string]any)
 			if !ok {
@@ -605,8 +587,8 @@ func (l *loader) users(v any) {
 	}
 }
 
-func (l *loader) quota(path string, v any) (Quota, bool) {
-	var q Quota
+func (l *loader) quota(path string, v any) (config.Quota, bool) {
+	var q config.Quota
 	if v == nil {
 		return q, true // an entity listed with no parameters: all from templates
 	}
@@ -641,7 +623,7 @@ func (l *loader) quota(path string, v any) (Quota, bool) {
 			good = false
 			continue
 		}
-		r, err := ParseRate(fmt.Sprint(m[k]))
+		r, err := config.ParseRate(fmt.Sprint(m[k]))
 		if err != nil {
 			l.fail(path+"."+k, "%v", err)
 			good = false
@@ -657,24 +639,11 @@ func (l *loader) quota(path string, v any) (Quota, bool) {
 		{"consumer_byte_reservation", "consumer_byte_rate", q.ConsumerByteReservation, q.ConsumerByteRate},
 	} {
 		if pair.r != nil && pair.lim != nil && *pair.r > *pair.lim {
-			l.fail(path, "%s %s exceeds %s %s", pair.res, FormatRate(*pair.r), pair.limit, FormatRate(*pair.lim))
+			l.fail(path, "%s %s exceeds %s %s", pair.res, config.FormatRate(*pair.r), pair.limit, config.FormatRate(*pair.lim))
 			good = false
 		}
 	}
 	return q, good
-}
-
-// SplitTopicPartition splits "<topic>-<partition>" at the last dash.
-func SplitTopicPartition(name string) (topic string, partition int32, err error) {
-	i := strings.LastIndexByte(name, '-')
-	if i <= 0 || i == len(name)-1 {
-		return "", 0, fmt.Errorf("%q is not <topic>-<partition>", name)
-	}
-	p, perr := strconv.ParseInt(name[i+1:], 10, 32)
-	if perr != nil || p < 0 {
-		return "", 0, fmt.Errorf("%q is not <topic>-<partition>: %q is not a partition number", name, name[i+1:])
-	}
-	return name[:i], int32(p), nil
 }
 
 // Typed readers over Viper (file value, or SLUICE_… environment override).
@@ -751,7 +720,7 @@ func (l *loader) float(key string) (float64, bool) {
 }
 
 func (l *loader) rate(key string) (float64, bool) {
-	r, err := ParseRate(fmt.Sprint(l.v.Get(key)))
+	r, err := config.ParseRate(fmt.Sprint(l.v.Get(key)))
 	if err != nil {
 		l.fail(key, "%v", err)
 		return 0, false
