@@ -1,5 +1,8 @@
 package agent
 
+// Views: what the last cycle decided, for status, explain and metrics,
+// and the agent's accessors.
+
 import (
 	"fmt"
 	"math"

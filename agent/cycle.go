@@ -1,0 +1,365 @@
+package agent
+
+// The control loop's cycle: counters in, allocation, rates out, heartbeat,
+// reclaim.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/shaping"
+	"github.com/sluice-dev/sluice/allocator"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// Cycle runs one control-loop cycle: read counters, allocate each
+// direction, write changed rates, heartbeat, reclaim idle entities.
+func (a *Agent) Cycle() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	err := a.runCycle()
+	if err != nil {
+		a.cycleFailures++
+	}
+	return err
+}
+
+func (a *Agent) runCycle() error {
+	start := a.deps.Clock.Now()
+	a.cycle++
+	a.forgetPending()
+	a.pullKafkaQuotas()
+	a.checkReplication()
+	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {
+		return fmt.Errorf("read counters: %w", err)
+	}
+	// The time this cycle's deltas cover: a late tick (a busy host, a
+	// paused VM) must not read as a burst of traffic.
+	since := a.cfg.RefreshInterval.Seconds()
+	if !a.lastRead.IsZero() {
+		if d := start.Sub(a.lastRead).Seconds(); d > 0 {
+			since = d
+		}
+	}
+	a.lastRead = start
+	copy(a.elapsed[1:], a.elapsed[:len(a.elapsed)-1])
+	a.elapsed[0] = since
+	for f, e := range a.elapsed {
+		a.elapsedSum[f+1] = a.elapsedSum[f] + e
+	}
+	if !a.primed {
+		// Counters may hold history (pinned maps from an earlier agent):
+		// the first reading is the baseline, not one interval's use.
+		for _, dc := range a.dirs {
+			for i, c := range a.counters[dc.dir] {
+				dc.lastBytes[i], dc.lastHeld[i] = c.Bytes, c.HeldBytes
+			}
+		}
+		a.primed = true
+	}
+	a.assignSeries()
+	var errs []error
+	for _, dc := range a.dirs {
+		if err := a.cycleDirection(dc); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dc.dir, err))
+		}
+	}
+	// The heartbeat says "the data path holds the rates this loop decided":
+	// after a failed cycle it is not written, so an agent that cannot write
+	// its rates lets the data path fail open after stale_after instead of
+	// enforcing stale rates for ever.
+	if len(errs) == 0 {
+		if err := a.deps.DataPath.Heartbeat(a.deps.Clock.Monotonic()); err != nil {
+			errs = append(errs, fmt.Errorf("heartbeat: %w", err))
+		}
+	}
+	if err := a.reclaim(start); err != nil {
+		errs = append(errs, err)
+	}
+	a.logOverflow(start)
+	a.publish(start)
+	elapsed := a.deps.Clock.Now().Sub(start)
+	a.observeCycle(elapsed)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	a.lastOK = a.deps.Clock.Now()
+	return nil
+}
+
+func (a *Agent) cycleDirection(dc *direction) error {
+	if !dc.cfg.Enabled() {
+		return nil
+	}
+	dir := maps.Direction(dc.dir)
+	held, err := a.deps.Shaper.Held(dir)
+	if err != nil {
+		return err
+	}
+	clear(dc.held)
+	for _, h := range held {
+		dc.held[h.Entity] = h
+	}
+	counters := a.counters[dc.dir]
+	w := a.cfg.RateWindow
+	interval := a.elapsed[0]
+	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldOf[:0]
+	now := a.deps.Clock.Now()
+	dc.others.entities, dc.others.rate = 0, 0
+	a.registry.Each(func(id entity.ID, key entity.Key) {
+		i := int(id)
+		cur := counters[i].Bytes
+		delta := cur - dc.lastBytes[i]
+		if cur < dc.lastBytes[i] {
+			delta = cur // counters were reset
+		}
+		dc.lastBytes[i] = cur
+		slot := dc.window[i*w : (i+1)*w]
+		copy(slot[1:], slot[:w-1])
+		slot[0] = float64(delta)
+		if int(dc.filled[i]) < w {
+			dc.filled[i]++
+		}
+		usage := a.windowRate(slot, int(dc.filled[i]))
+		if delta > 0 {
+			a.registry.Touch(id, now)
+		}
+		if id == entity.UnknownID {
+			return // held to H, outside the allocation
+		}
+		if dc.paramsGen[i] != a.policyGen {
+			dc.paramsOf[i], dc.sourcesOf[i] = a.policy.Explain(key, dc.dir)
+			dc.paramsGen[i] = a.policyGen
+		}
+		p := dc.paramsOf[i]
+		h := dc.held[uint32(id)]
+		dc.dropped[i] += h.Dropped
+		// BPF shapers count what they hold back in the entity's counters.
+		heldDelta := uint64(0)
+		if held := counters[i].HeldBytes; held != dc.lastHeld[i] {
+			h.Throttled = true
+			if held > dc.lastHeld[i] {
+				heldDelta = held - dc.lastHeld[i]
+			}
+			dc.lastHeld[i] = held
+		}
+		if !a.ownSeries[i] {
+			dc.others.entities++
+			dc.others.rate += usage
+			dc.others.bytes += delta
+			dc.others.heldBytes += heldDelta
+			dc.others.droppedPackets += h.Dropped
+		}
+		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, dc.applied[i])
+		dc.inputs = append(dc.inputs, allocator.Entity{
+			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
+			Usage: usage, Throttled: h.Throttled,
+		})
+		dc.keys = append(dc.keys, key)
+		dc.params = append(dc.params, p)
+		dc.sources = append(dc.sources, dc.sourcesOf[i])
+		dc.heldOf = append(dc.heldOf, h)
+	})
+	if cap(dc.outputs) < len(dc.inputs) {
+		dc.outputs = make([]allocator.Allocation, len(dc.inputs), 2*len(dc.inputs))
+	}
+	dc.outputs = dc.outputs[:len(dc.inputs)]
+	before := dc.summary.Overcommit
+	summary, err := dc.alloc.Cycle(dc.inputs, dc.outputs)
+	if err != nil {
+		return err
+	}
+	dc.summary = summary
+	if summary.OvercommitChanged {
+		if summary.Overcommit {
+			a.log.Info("overcommit entered: reservations exceed the distributable capacity",
+				"direction", dc.dir.String(), "scale", summary.Scale, "entities", summary.Active, "promised_ratio", summary.PromisedRatio)
+		} else if before {
+			a.log.Info("overcommit left", "direction", dc.dir.String(), "entities", summary.Active, "promised_ratio", summary.PromisedRatio)
+		}
+	}
+	// Apply: changed rates and guarantees only, in one batch. The unknown
+	// entity is held to the headroom H (or the floor if that is higher) and
+	// guaranteed H: the capacity's share no reservation is taken from.
+	var changes []shaping.Rate
+	moved := func(old, now float64) bool {
+		return math.IsNaN(old) || math.Abs(now-old) > a.cfg.UpdateThreshold*old || math.IsInf(now, 1) != math.IsInf(old, 1)
+	}
+	consider := func(id uint32, rate, guaranteed float64) {
+		if moved(dc.applied[id], rate) || moved(dc.guaranteed[id], guaranteed) {
+			changes = append(changes, shaping.Rate{Entity: id, BytesPerSecond: rate, Guaranteed: guaranteed})
+			dc.applied[id], dc.guaranteed[id] = rate, guaranteed
+		}
+	}
+	consider(uint32(entity.UnknownID), dc.alloc.Config().UnknownLimit(), dc.alloc.Config().Headroom())
+	for i, in := range dc.inputs {
+		consider(in.Slot, dc.outputs[i].DynamicLimit, dc.outputs[i].EffectiveReservation)
+	}
+	if len(changes) > 0 {
+		if err := a.deps.Shaper.SetRates(dir, changes); err != nil {
+			// Not written: try every one of them again next cycle.
+			for _, c := range changes {
+				dc.applied[c.Entity] = math.NaN()
+			}
+			a.rateWriteFailures++
+			return fmt.Errorf("write rates: %w", err)
+		}
+	}
+	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.cycle, "active", summary.Active, "standby", summary.Standby,
+		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", len(changes))
+	return nil
+}
+
+// windowRate is an entity's rate over the newest filled slots of its
+// window: their bytes over the time they covered.
+func (a *Agent) windowRate(slot []float64, filled int) float64 {
+	if filled == 0 {
+		return 0
+	}
+	var sum float64
+	for _, v := range slot[:filled] {
+		sum += v
+	}
+	return sum / a.elapsedSum[filled]
+}
+
+// atLimitFraction: an entity the shaper held back counts as throttled only
+// if its last interval ran at this fraction of its rate or more. Kafka
+// responses come in bursts far larger than a shaper's bucket, so a shaper
+// briefly queues bursts of entities well under their rate; calling those
+// throttled would make them claim bandwidth they do not want (as Kafka
+// itself only throttles when the windowed rate exceeds the quota).
+const atLimitFraction = 0.9
+
+func ranAtLimit(lastRate, applied float64) bool {
+	return math.IsNaN(applied) || lastRate >= atLimitFraction*applied
+}
+
+// logOverflow says, at most once a minute, that new entities went to the
+// overflow entity (registry or unconfigured budget full, or a peer over
+// new_entities_per_peer).
+func (a *Agent) logOverflow(now time.Time) {
+	count := a.registry.Overflowed + a.newPerPeer.Refused
+	if count == a.overflowLogged.count || now.Sub(a.overflowLogged.at) < time.Minute {
+		return
+	}
+	a.log.Warn("new entities share the overflow entity", "since_last_log", count-a.overflowLogged.count,
+		"unconfigured", a.registry.Unconfigured(), "max_unconfigured_entities", a.cfg.MaxUnconfiguredEntities,
+		"refused_by_peer_rate", a.newPerPeer.Refused)
+	a.overflowLogged.at, a.overflowLogged.count = now, count
+}
+
+// scanConnections walks the connection table: live connections keep their
+// entities from being reclaimed; closed ones (FIN or RST seen) leave the
+// table; learner state of every connection no longer live is freed.
+func (a *Agent) scanConnections(now time.Time) error {
+	live := make(map[maps.ConnKey]struct{}, a.learner.Connections())
+	var closed []maps.ConnKey
+	tracked := 0
+	err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
+		tracked++
+		if b.Closing {
+			closed = append(closed, b.Conn)
+			return
+		}
+		live[b.Conn] = struct{}{}
+		for _, id := range []uint32{b.Produce, b.Fetch} {
+			if id != maps.NotGoverned {
+				a.registry.Touch(entity.ID(id), now)
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("scan connections: %w", err)
+	}
+	if err := a.deps.DataPath.ForgetConns(closed); err != nil {
+		return fmt.Errorf("remove closed connections: %w", err)
+	}
+	if a.idents != nil {
+		if err := a.idents.ForgetIdentities(closed); err != nil {
+			a.conns.IdentityErrors++
+			a.log.Warn("forget identities of closed connections", "err", err)
+		}
+	}
+	a.conns.Reaped += uint64(len(closed))
+	a.conns.Tracked = tracked - len(closed)
+	a.learner.Retain(func(c maps.ConnKey) bool { _, ok := live[c]; return ok })
+	for c := range a.bindLog {
+		if _, ok := live[c]; !ok {
+			delete(a.bindLog, c)
+		}
+	}
+	a.newPerPeer.Prune(now)
+	return nil
+}
+
+// reclaim takes idle entities out: live connections keep theirs (a scan
+// of the connection table now and then), the rest idle for
+// entity_idle_timeout are removed from the shaper, their counters and
+// allocator memory cleared, and only then their ids released for reuse.
+// An id whose cleanup fails stays taken out (the registry never hands it
+// or any id past its arrays out again) and is retried next cycle: a shaper
+// that keeps failing costs ids, never the agent.
+func (a *Agent) reclaim(now time.Time) error {
+	if now.Sub(a.lastScan) >= min(bindingsScanEvery, a.cfg.EntityIdleTimeout/2) {
+		a.lastScan = now
+		if err := a.scanConnections(now); err != nil {
+			return err
+		}
+	}
+	a.registry.Reclaim(now, a.cfg.EntityIdleTimeout)
+	ids := a.registry.Reclaiming()
+	if len(ids) == 0 {
+		return nil
+	}
+	var errs []error
+	cleared := make([]uint32, 0, len(ids))
+	for _, id := range ids {
+		if err := a.clearEntity(uint32(id)); err != nil {
+			errs = append(errs, fmt.Errorf("reclaim entity %d: %w", id, err))
+			continue
+		}
+		cleared = append(cleared, uint32(id))
+	}
+	if len(cleared) > 0 {
+		if err := a.deps.DataPath.ResetCounters(cleared); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("reclaim: %w", err))...)
+		}
+	}
+	released := make([]entity.ID, 0, len(cleared))
+	for _, id := range cleared {
+		if a.store != nil {
+			if err := a.store.DeleteEntity(id); err != nil {
+				errs = append(errs, fmt.Errorf("reclaim entity %d: %w", id, err))
+				continue
+			}
+		}
+		released = append(released, entity.ID(id))
+	}
+	a.registry.Release(released)
+	a.seriesStale = true
+	a.log.Debug("reclaimed idle entities", "count", len(released), "retrying", len(ids)-len(released))
+	return errors.Join(errs...)
+}
+
+// clearEntity removes an entity taken out of the registry from the shaper
+// and forgets what the agent kept for it.
+func (a *Agent) clearEntity(id uint32) error {
+	for _, dc := range a.dirs {
+		if err := a.deps.Shaper.Remove(maps.Direction(dc.dir), id); err != nil {
+			return err
+		}
+	}
+	for _, dc := range a.dirs {
+		dc.alloc.Forget(id)
+		w := a.cfg.RateWindow
+		clear(dc.window[int(id)*w : (int(id)+1)*w])
+		dc.filled[id], dc.lastBytes[id], dc.lastHeld[id], dc.applied[id], dc.paramsGen[id] = 0, 0, 0, math.NaN(), 0
+		dc.dropped[id] = 0
+	}
+	a.ownSeries[id] = false
+	return nil
+}
