@@ -112,15 +112,24 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		if errors.Is(err, daemon.ErrRefused) {
-			os.Exit(daemon.ExitRefused) // the unit does not restart it
-		}
-		os.Exit(1)
 	}
+	os.Exit(exitStatus(err))
+}
+
+// exitStatus is the process's exit status for run's result: 0 success, 2
+// invalid input (usage, a file refused), 78 a start the configuration or
+// host refuses (the unit does not restart it), 1 any other failure.
+func exitStatus(err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	case errors.Is(err, daemon.ErrRefused):
+		return daemon.ExitRefused
+	}
+	return 1
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -51,6 +51,11 @@ func TestReloadCommandReportsTheVerdict(t *testing.T) {
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "reload refused, the running configuration stays: produce.capacity") {
 		t.Errorf("refused: %v, want a usage error (exit 2) with the reason", err)
 	}
+	partly := fakeAgent(t, `{"at":"2026-12-04T01:00:00Z","why":"sluice reload","applied":false,"partly_applied":true,"error":"exempt peers: x; undo failed"}`)
+	err = run(context.Background(), []string{"reload", "--socket", partly}, &stdout, &stderr)
+	if exitStatus(err) != 1 || !strings.Contains(err.Error(), "not all of it could be undone") {
+		t.Errorf("partly applied: %v (exit %d), want exit 1 saying it could not be undone", err, exitStatus(err))
+	}
 	stopping := fakeAgent(t, `{"error":"the agent is stopping"}`)
 	err = run(context.Background(), []string{"reload", "--socket", stopping}, &stdout, &stderr)
 	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "the agent is stopping") {

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/daemon"
+	"github.com/sluice-dev/sluice/agent/status"
+)
+
+type statusAgent struct{ snap *status.Snapshot }
+
+func (s statusAgent) Snapshot() *status.Snapshot { return s.snap }
+func (statusAgent) Connections(netip.Addr) ([]status.ConnectionView, error) {
+	return nil, nil
+}
+func (statusAgent) Reload() (status.ReloadResult, error) {
+	return status.ReloadResult{}, errors.New("no")
+}
+
+// serveStatus runs a status socket answering with snap.
+func serveStatus(t *testing.T, snap *status.Snapshot) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "status.sock")
+	l, err := status.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go status.Serve(l, statusAgent{snap})
+	t.Cleanup(func() { l.Close() })
+	return sock
+}
+
+// `sluice status` prints the agent's snapshot as text or as the socket's
+// JSON, says a refused reload and one that could not be undone apart, and
+// exits 1 with no agent to ask and 2 on a bad flag.
+func TestStatusCommand(t *testing.T) {
+	at := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
+	snap := &status.Snapshot{Cycle: 42, Time: at, Mode: "enforce", Shaper: "htb", ShaperReason: "auto",
+		Directions: [2]status.DirectionView{{Direction: "produce", Enabled: true, Capacity: 40e6}, {Direction: "fetch"}},
+		LastReload: &status.ReloadResult{At: at, Why: "sluice reload", Error: "exempt peers: no memory", PartlyApplied: true}}
+	sock := serveStatus(t, snap)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"status", "--socket", sock}, &out, &errOut); err != nil {
+		t.Fatalf("status: %v %s", err, errOut.String())
+	}
+	for _, want := range []string{"cycle 42", "mode enforce", "shaper htb (auto)", "REFUSED and NOT fully undone, the running state differs from before: exempt peers: no memory"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("text status lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"status", "--socket", sock, "-o", "json"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	var got status.Snapshot
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || got.Cycle != 42 || got.LastReload == nil || !got.LastReload.PartlyApplied {
+		t.Errorf("json status: %+v %v\n%s", got, err, out.String())
+	}
+	snap.LastReload = &status.ReloadResult{At: at, Why: "SIGHUP", Error: "produce.capacity: bad"}
+	out.Reset()
+	run(context.Background(), []string{"status", "--socket", sock}, &out, &errOut)
+	if !strings.Contains(out.String(), "REFUSED, the running configuration stays: produce.capacity: bad") {
+		t.Errorf("a refused reload:\n%s", out.String())
+	}
+	err := run(context.Background(), []string{"status", "--socket", filepath.Join(t.TempDir(), "none.sock")}, &out, &errOut)
+	if exitStatus(err) != 1 || !strings.Contains(err.Error(), "is the agent running") {
+		t.Errorf("no agent: %v (exit %d), want exit 1 asking whether the agent runs", err, exitStatus(err))
+	}
+	if err := run(context.Background(), []string{"status", "--bogus"}, &out, &errOut); exitStatus(err) != 2 {
+		t.Errorf("a bad flag: %v (exit %d), want 2", err, exitStatus(err))
+	}
+}
+
+// `sluice run` with a file it refuses exits 78 (the unit's
+// RestartPreventExitStatus), before it touches the host; an unreadable
+// path is an ordinary failure (1); a bad flag is 2.
+func TestRunCommandExitStatus(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("interfaces: [eth0]\nproduce: {capacity: .nan}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"run", "--config", bad}, &out, &errOut)
+	if !errors.Is(err, daemon.ErrRefused) || exitStatus(err) != daemon.ExitRefused || !strings.Contains(err.Error(), "produce.capacity") {
+		t.Errorf("an invalid file: %v (exit %d), want %d naming produce.capacity", err, exitStatus(err), daemon.ExitRefused)
+	}
+	err = run(context.Background(), []string{"run", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, &out, &errOut)
+	if err == nil || exitStatus(err) == 0 {
+		t.Errorf("a missing file: %v (exit %d), want a failure", err, exitStatus(err))
+	}
+	if err := run(context.Background(), []string{"run", "--bogus"}, &out, &errOut); exitStatus(err) != 2 {
+		t.Errorf("a bad flag: %v (exit %d), want 2", err, exitStatus(err))
+	}
+}
