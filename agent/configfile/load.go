@@ -85,9 +85,11 @@ func Parse(data []byte) (config.Config, error) {
 	l.v = v
 	l.globals()
 	l.entities(raw["entities"])
-	if n, room := l.cfg.Entities.Configured(), l.cfg.MaxEntities-l.cfg.MaxUnconfiguredEntities; n > room {
-		l.fail("entities", "%d configured entities, but max_entities %d less max_unconfigured_entities %d leaves room for %d",
-			n, l.cfg.MaxEntities, l.cfg.MaxUnconfiguredEntities, room)
+	for _, p := range l.cfg.Validate() {
+		if strings.HasSuffix(p.Key, ".min_limit") && !l.has(p.Key) {
+			p.Message += " (the default; set it lower for so small a capacity)"
+		}
+		l.fail(p.Key, "%s", p.Message)
 	}
 	if len(l.problems) > 0 {
 		sort.SliceStable(l.problems, func(i, j int) bool { return l.problems[i].Key < l.problems[j].Key })
@@ -139,9 +141,29 @@ func (l *loader) checkKeys(section string, m map[string]any) {
 	}
 }
 
+// globals reads the top-level keys, one section at a time; the rules
+// that join keys of several sections are config.Config.Validate's.
 func (l *loader) globals() {
 	c := &l.cfg
 	l.strings("interfaces", &c.Interfaces)
+	l.listeners()
+	l.exemptPeers()
+	l.modes()
+	l.timing()
+	l.sizes()
+	l.direction("produce", &c.Produce)
+	l.direction("fetch", &c.Fetch)
+	l.strings("bootstrap", &c.Bootstrap)
+	l.sasl()
+	l.tls()
+	l.metrics()
+	l.paths()
+	l.logging()
+}
+
+// listeners reads listeners: ports and their security protocols.
+func (l *loader) listeners() {
+	c := &l.cfg
 	if entries, ok := l.list("listeners"); ok {
 		c.Listeners, c.ListenerProtocols = nil, map[uint16]string{}
 		for i, entry := range entries {
@@ -176,6 +198,11 @@ func (l *loader) globals() {
 			c.ListenerProtocols[uint16(n)] = name
 		}
 	}
+}
+
+// exemptPeers reads exempt_peers.
+func (l *loader) exemptPeers() {
+	c := &l.cfg
 	if cidrs, ok := l.list("exempt_peers"); ok {
 		c.ExemptPeers = nil
 		for i, s := range cidrs {
@@ -188,6 +215,11 @@ func (l *loader) globals() {
 			c.ExemptPeers = append(c.ExemptPeers, p)
 		}
 	}
+}
+
+// modes reads mode and shaper.
+func (l *loader) modes() {
+	c := &l.cfg
 	if s, ok := l.str("mode"); ok {
 		switch config.Mode(s) {
 		case config.ModeEnforce, config.ModeShadow:
@@ -204,6 +236,11 @@ func (l *loader) globals() {
 			l.fail("shaper", "%q is not a shaper (%s)%s", s, strings.Join(shapers, ", "), suggest(s, shapers))
 		}
 	}
+}
+
+// timing reads the intervals and timeouts.
+func (l *loader) timing() {
+	c := &l.cfg
 	l.duration("refresh_interval", &c.RefreshInterval, 10*time.Millisecond)
 	l.duration("stale_after", &c.StaleAfter, time.Second)
 	l.duration("max_queue_delay", &c.MaxQueueDelay, time.Millisecond)
@@ -226,6 +263,11 @@ func (l *loader) globals() {
 			}
 		}
 	}
+}
+
+// sizes reads the tables' sizes and budgets.
+func (l *loader) sizes() {
+	c := &l.cfg
 	l.integer("rate_window", &c.RateWindow, 1, 3600)
 	l.integer("max_entities", &c.MaxEntities, 2, config.MaxEntityIDs)
 	c.MaxUnconfiguredEntities = c.MaxEntities - min(config.ReservedConfigured, c.MaxEntities/2)
@@ -242,9 +284,11 @@ func (l *loader) globals() {
 	l.integer("max_connections", &c.MaxConnections, 1024, 1<<24)
 	l.integer("sample_bytes", &c.SampleBytes, 64, 4096)
 	l.integer("samples_per_second", &c.SamplesPerSecond, 1, 100000)
-	l.direction("produce", &c.Produce)
-	l.direction("fetch", &c.Fetch)
-	l.strings("bootstrap", &c.Bootstrap)
+}
+
+// sasl reads the metadata client's SASL login.
+func (l *loader) sasl() {
+	c := &l.cfg
 	if s, ok := l.str("sasl.mechanism"); ok {
 		mechanisms := []string{"", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 		if contains(mechanisms, s) {
@@ -274,18 +318,18 @@ func (l *loader) globals() {
 			c.SASL.Password = strings.TrimRight(string(data), "\r\n")
 		}
 	}
-	if c.SASL.Mechanism != "" && c.SASL.Username == "" {
-		l.fail("sasl.username", "required with sasl.mechanism %s", c.SASL.Mechanism)
-	}
+}
+
+// tls reads the metadata client's TLS settings, reading its files as the client will.
+func (l *loader) tls() {
+	c := &l.cfg
 	l.boolean("tls.enabled", &c.TLS.Enabled)
 	l.stringTo("tls.ca_file", &c.TLS.CAFile)
 	l.stringTo("tls.cert_file", &c.TLS.CertFile)
 	l.stringTo("tls.key_file", &c.TLS.KeyFile)
 	l.stringTo("tls.server_name", &c.TLS.ServerName)
 	l.boolean("tls.insecure_skip_verify", &c.TLS.InsecureSkipVerify)
-	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		l.fail("tls.cert_file", "tls.cert_file and tls.key_file go together")
-	} else if c.TLS.CertFile != "" {
+	if c.TLS.CertFile != "" && c.TLS.KeyFile != "" {
 		if _, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile); err != nil {
 			l.fail("tls.cert_file", "%v", err)
 		}
@@ -299,6 +343,11 @@ func (l *loader) globals() {
 			l.fail("tls.ca_file", "%s holds no PEM certificate", c.TLS.CAFile)
 		}
 	}
+}
+
+// metrics reads metrics_address and the metrics section.
+func (l *loader) metrics() {
+	c := &l.cfg
 	l.stringTo("metrics_address", &c.MetricsAddress)
 	if s, ok := l.str("metrics.entities"); ok {
 		if s == config.MetricsConfigured || s == config.MetricsAll {
@@ -308,6 +357,11 @@ func (l *loader) globals() {
 		}
 	}
 	l.integer("metrics.max_entity_series", &c.Metrics.MaxEntitySeries, 0, config.MaxEntityIDs)
+}
+
+// paths reads socket and pin_path.
+func (l *loader) paths() {
+	c := &l.cfg
 	l.stringTo("socket", &c.Socket)
 	l.stringTo("pin_path", &c.PinPath)
 	for _, p := range []struct {
@@ -318,6 +372,11 @@ func (l *loader) globals() {
 			l.fail(p.key, "%q must be a clean absolute path, not /", p.path)
 		}
 	}
+}
+
+// logging reads keep_attached_on_exit, log_level and log_format.
+func (l *loader) logging() {
+	c := &l.cfg
 	l.boolean("keep_attached_on_exit", &c.KeepAttachedOnExit)
 	if s, ok := l.str("log_level"); ok {
 		if err := c.LogLevel.UnmarshalText([]byte(s)); err != nil {
@@ -330,31 +389,6 @@ func (l *loader) globals() {
 		} else {
 			l.fail("log_format", "%q is not text or json", s)
 		}
-	}
-	if len(c.Interfaces) == 0 {
-		l.fail("interfaces", "at least one interface is required")
-	}
-	if len(c.Listeners) == 0 {
-		l.fail("listeners", "at least one broker listener port is required")
-	}
-	if !c.Produce.Enabled() && !c.Fetch.Enabled() {
-		l.fail("produce.capacity", "both directions are disabled (capacity -1): set produce.capacity or fetch.capacity")
-	}
-	for _, d := range []struct {
-		name string
-		dir  config.Direction
-	}{{"produce", c.Produce}, {"fetch", c.Fetch}} {
-		if d.dir.Enabled() && d.dir.MinLimit > d.dir.Distributable() {
-			set := ""
-			if !l.has(d.name + ".min_limit") {
-				set = " (the default; set it lower for so small a capacity)"
-			}
-			l.fail(d.name+".min_limit", "%s%s exceeds what the direction distributes (capacity × safety_ratio = %s): one entity's floor would take it all",
-				config.FormatRate(d.dir.MinLimit), set, config.FormatRate(d.dir.Distributable()))
-		}
-	}
-	if c.StaleAfter <= c.RefreshInterval {
-		l.fail("stale_after", "%v must exceed refresh_interval %v, or a healthy agent would look dead", c.StaleAfter, c.RefreshInterval)
 	}
 }
 

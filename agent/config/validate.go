@@ -1,0 +1,47 @@
+package config
+
+import "fmt"
+
+// Validate checks the rules that join keys of several sections (each key's
+// own range and form are checked where it is read): something to govern,
+// floors the capacity can carry, a heartbeat that outlives a cycle, a
+// complete SASL login and TLS key pair, and room for every configured
+// entity. It returns every broken rule, keyed by the key to change.
+func (c Config) Validate() Problems {
+	var out Problems
+	fail := func(key, format string, args ...any) {
+		out = append(out, Problem{Key: key, Message: fmt.Sprintf(format, args...)})
+	}
+	if len(c.Interfaces) == 0 {
+		fail("interfaces", "at least one interface is required")
+	}
+	if len(c.Listeners) == 0 {
+		fail("listeners", "at least one broker listener port is required")
+	}
+	if !c.Produce.Enabled() && !c.Fetch.Enabled() {
+		fail("produce.capacity", "both directions are disabled (capacity -1): set produce.capacity or fetch.capacity")
+	}
+	for _, d := range []struct {
+		name string
+		dir  Direction
+	}{{"produce", c.Produce}, {"fetch", c.Fetch}} {
+		if d.dir.Enabled() && d.dir.MinLimit > d.dir.Distributable() {
+			fail(d.name+".min_limit", "%s exceeds what the direction distributes (capacity × safety_ratio = %s): one entity's floor would take it all",
+				FormatRate(d.dir.MinLimit), FormatRate(d.dir.Distributable()))
+		}
+	}
+	if c.StaleAfter <= c.RefreshInterval {
+		fail("stale_after", "%v must exceed refresh_interval %v, or a healthy agent would look dead", c.StaleAfter, c.RefreshInterval)
+	}
+	if c.SASL.Mechanism != "" && c.SASL.Username == "" {
+		fail("sasl.username", "required with sasl.mechanism %s", c.SASL.Mechanism)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		fail("tls.cert_file", "tls.cert_file and tls.key_file go together")
+	}
+	if n, room := c.Entities.Configured(), c.MaxEntities-c.MaxUnconfiguredEntities; n > room {
+		fail("entities", "%d configured entities, but max_entities %d less max_unconfigured_entities %d leaves room for %d",
+			n, c.MaxEntities, c.MaxUnconfiguredEntities, room)
+	}
+	return out
+}
