@@ -38,7 +38,7 @@ func (a *Agent) applyDataPathSettings() error {
 // dataPathMode is what the data path does under cfg with the shaper in use.
 func (a *Agent) dataPathMode(cfg config.Config) maps.Shaper {
 	if cfg.Mode == config.ModeEnforce {
-		return dataPathShaper[a.deps.Shaper.Kind()]
+		return a.deps.Shaper.Kind().DataPathMode()
 	}
 	return maps.ShaperNone
 }
@@ -135,6 +135,3 @@ func (a *Agent) configuredID(key entity.Key) uint32 {
 	}
 	return maps.EntityUnknown
 }
-
-// dataPathShaper is what the data path does for each backend.
-var dataPathShaper = map[string]maps.Shaper{"htb": maps.ShaperHTB, "edt": maps.ShaperEDT, "police": maps.ShaperPolice}

@@ -115,7 +115,7 @@ func (f *fakeDataPath) SetPeerEntities(e []maps.PeerEntity) error {
 }
 
 type fakeShaper struct {
-	kind       string // "" reads as htb
+	kind       shaping.Kind // "" reads as htb
 	closed     bool
 	failWrite  bool
 	failRemove bool
@@ -131,9 +131,9 @@ func newFakeShaper() *fakeShaper {
 	return &fakeShaper{rates: [2]map[uint32]float64{{}, {}}, guaranteed: [2]map[uint32]float64{{}, {}}, throttled: [2]map[uint32]bool{{}, {}}}
 }
 
-func (s *fakeShaper) Kind() string {
+func (s *fakeShaper) Kind() shaping.Kind {
 	if s.kind == "" {
-		return "htb"
+		return shaping.KindHTB
 	}
 	return s.kind
 }

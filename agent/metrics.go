@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -230,7 +231,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if s != nil {
 		gauge(c.agentInfo, 1, c.info.Build.Version, c.info.Build.Revision, s.Mode, s.Shaper, c.info.Attach)
 		// BPF shapers count held-back bytes; htb reports delay and drops.
-		heldCounted := dataPathShaper[s.Shaper] == maps.ShaperEDT || dataPathShaper[s.Shaper] == maps.ShaperPolice
+		mode := shaping.Kind(s.Shaper).DataPathMode()
+		heldCounted := mode == maps.ShaperEDT || mode == maps.ShaperPolice
 		for _, d := range s.Directions {
 			if !d.Enabled {
 				continue

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -64,7 +65,7 @@ func (a *Agent) view() *status.Snapshot {
 		Time:         a.pubTime,
 		Cycle:        a.cycle,
 		Mode:         a.runningMode(),
-		Shaper:       a.deps.Shaper.Kind(),
+		Shaper:       string(a.deps.Shaper.Kind()),
 		ShaperReason: a.deps.ShaperReason,
 		Entities:     a.registry.Len(),
 		MaxEntities:  a.cfg.MaxEntities,
@@ -246,7 +247,7 @@ func (a *Agent) CloseShaper() error {
 }
 
 // ShaperKind and ShaperReason name the backend in use and why.
-func (a *Agent) ShaperKind() string {
+func (a *Agent) ShaperKind() shaping.Kind {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.deps.Shaper.Kind()

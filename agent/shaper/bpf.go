@@ -26,7 +26,7 @@ var _ RateWriter = (*maps.Datapath)(nil)
 // qdisc. What they held back is in the data path's counters (held bytes),
 // which the agent reads; Held reports nothing of its own.
 type BPF struct {
-	kind  string
+	kind  shaping.Kind
 	rates RateWriter
 	set   [2]map[uint32]bool
 	// edt's qdiscs
@@ -38,7 +38,7 @@ var _ shaping.Shaper = (*BPF)(nil)
 
 // NewPolice returns the police backend.
 func NewPolice(rates RateWriter) *BPF {
-	return &BPF{kind: "police", rates: rates, set: [2]map[uint32]bool{{}, {}}, in: InCurrentNamespace}
+	return &BPF{kind: shaping.KindPolice, rates: rates, set: [2]map[uint32]bool{{}, {}}, in: InCurrentNamespace}
 }
 
 // ErrNoFQ: the kernel has no fq qdisc, which edt needs.
@@ -51,7 +51,7 @@ func NewEDT(ifindex int, rates RateWriter, in func(func() error) error) (*BPF, e
 	if in == nil {
 		in = InCurrentNamespace
 	}
-	b := &BPF{kind: "edt", rates: rates, set: [2]map[uint32]bool{{}, {}}, in: in}
+	b := &BPF{kind: shaping.KindEDT, rates: rates, set: [2]map[uint32]bool{{}, {}}, in: in}
 	err := in(func() error {
 		dev, err := netlink.LinkByIndex(ifindex)
 		if err != nil {
@@ -121,7 +121,7 @@ func (b *BPF) IFBIndex() int {
 }
 
 // Kind implements Shaper.
-func (b *BPF) Kind() string { return b.kind }
+func (b *BPF) Kind() shaping.Kind { return b.kind }
 
 // SetRates implements Shaper: one batch write of the rate map.
 func (b *BPF) SetRates(dir maps.Direction, rates []shaping.Rate) error {

@@ -341,7 +341,7 @@ func (h *HTB) adopt(dev, ifb netlink.Link) error {
 func (h *HTB) IFBIndex() int { return h.ifb.Attrs().Index }
 
 // Kind implements Shaper.
-func (h *HTB) Kind() string { return "htb" }
+func (h *HTB) Kind() shaping.Kind { return shaping.KindHTB }
 
 // CheckRoot says whether the htb backend would accept the interface's
 // root qdisc (nil) or refuse it, and why (check-config's prediction).

@@ -8,7 +8,7 @@ type Shadow struct{}
 
 var _ Shaper = Shadow{}
 
-func (Shadow) Kind() string                              { return "shadow" }
+func (Shadow) Kind() Kind                                { return KindShadow }
 func (Shadow) SetRates(maps.Direction, []Rate) error     { return nil }
 func (Shadow) Remove(maps.Direction, uint32) error       { return nil }
 func (Shadow) SetCapacity(maps.Direction, float64) error { return nil }

@@ -42,8 +42,8 @@ type Held struct {
 
 // Shaper is what the agent drives every cycle.
 type Shaper interface {
-	// Kind names the backend ("htb", "shadow").
-	Kind() string
+	// Kind names the backend, and so what the data path does for it.
+	Kind() Kind
 	// SetRates sets many entities' rates in one direction at once,
 	// creating what an entity needs on first use.
 	SetRates(dir maps.Direction, rates []Rate) error
@@ -69,3 +69,29 @@ const DefaultPoliceBurst = 4 << 20
 // marked: a tenth of the delay bound, so senders that negotiated ECN back
 // off long before the horizon drops anything.
 func ECNThreshold(delayBound time.Duration) time.Duration { return delayBound / 10 }
+
+// Kind names a shaper backend.
+type Kind string
+
+// The backends.
+const (
+	KindShadow Kind = "shadow" // counts only
+	KindHTB    Kind = "htb"    // an HTB class per entity, ingress through an IFB
+	KindEDT    Kind = "edt"    // departure times for fq
+	KindPolice Kind = "police" // a token bucket per entity in the data path
+)
+
+// DataPathMode is what the data path does with a governed segment while
+// this backend holds traffic: nothing for shadow (it counts), else steer
+// to a class, stamp a departure time, or police.
+func (k Kind) DataPathMode() maps.Shaper {
+	switch k {
+	case KindHTB:
+		return maps.ShaperHTB
+	case KindEDT:
+		return maps.ShaperEDT
+	case KindPolice:
+		return maps.ShaperPolice
+	}
+	return maps.ShaperNone
+}
