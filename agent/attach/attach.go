@@ -130,25 +130,94 @@ func (a *Attachment) attachLegacy(iface netlink.Link) error {
 		parent uint32
 		name   string
 	}{{a.ingress, netlink.HANDLE_MIN_INGRESS, ingressFilterName}, {a.egress, netlink.HANDLE_MIN_EGRESS, egressFilterName}} {
+		pref, own, err := legacySlot(iface, f.parent, f.name)
+		if err != nil {
+			a.detachLegacy()
+			return err
+		}
 		filter := &netlink.BpfFilter{
 			FilterAttrs: netlink.FilterAttrs{
 				LinkIndex: a.Index,
 				Parent:    f.parent,
 				Handle:    netlink.MakeHandle(0, 1),
 				Protocol:  unix.ETH_P_ALL,
-				Priority:  filterPriority,
+				Priority:  pref,
 			},
 			Fd:           f.prog.FD(),
 			Name:         f.name,
 			DirectAction: true,
 		}
-		if err := netlink.FilterReplace(filter); err != nil {
+		// An earlier agent's filter is replaced in place; anywhere else
+		// sluice creates exclusively, so it never takes another's slot.
+		add := netlink.FilterAdd
+		if own {
+			add = netlink.FilterReplace
+		}
+		if err := add(filter); err != nil {
 			a.detachLegacy()
+			if errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("add %s filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", f.name, a.Interface, pref, err)
+			}
 			return fmt.Errorf("add %s filter on %s: %w", f.name, a.Interface, err)
 		}
 		a.filters = append(a.filters, filter)
 	}
 	return nil
+}
+
+// legacySlot is the pref sluice's filter named name takes under parent:
+// where an earlier agent's filter of that name is (own: replace it), else
+// filterPriority if no filter uses it, else the lowest pref no filter
+// uses. Filters another tool put there are never moved; those at lower
+// prefs run first, and what they end (accept, redirect, drop) sluice does
+// not see, which the log says.
+func legacySlot(iface netlink.Link, parent uint32, name string) (pref uint16, own bool, err error) {
+	filters, err := netlink.FilterList(iface, parent)
+	if err != nil {
+		return 0, false, fmt.Errorf("list filters of %s: %w", iface.Attrs().Name, err)
+	}
+	used := map[uint16]string{}
+	for _, f := range filters {
+		a := f.Attrs()
+		if b, ok := f.(*netlink.BpfFilter); ok && b.Name == name {
+			return a.Priority, true, nil
+		}
+		used[a.Priority] = describeFilter(f)
+	}
+	pref = filterPriority
+	for used[pref] != "" {
+		pref++
+	}
+	return pref, false, nil
+}
+
+func describeFilter(f netlink.Filter) string {
+	a := f.Attrs()
+	if b, ok := f.(*netlink.BpfFilter); ok {
+		return fmt.Sprintf("bpf filter %q (pref %d handle %x)", b.Name, a.Priority, a.Handle)
+	}
+	return fmt.Sprintf("%s filter (pref %d handle %x)", f.Type(), a.Priority, a.Handle)
+}
+
+// FirstForeign names the filter that runs before sluice's on the
+// attachment's ingress or egress hook ("" when sluice's runs first).
+func (a *Attachment) FirstForeign() string {
+	iface, err := netlink.LinkByIndex(a.Index)
+	if err != nil {
+		return ""
+	}
+	for _, own := range a.filters {
+		filters, err := netlink.FilterList(iface, own.Parent)
+		if err != nil {
+			continue
+		}
+		for _, f := range filters {
+			if f.Attrs().Priority < own.Priority {
+				return describeFilter(f)
+			}
+		}
+	}
+	return ""
 }
 
 // Detach takes the programs off, restoring the device: TCX links are
@@ -172,6 +241,13 @@ func (a *Attachment) Detach() error {
 func (a *Attachment) detachLegacy() error {
 	var errs []error
 	for _, f := range a.filters {
+		// Delete the filter at sluice's slot only if it is still sluice's:
+		// one another tool put there since is left.
+		if iface, err := netlink.LinkByIndex(a.Index); err == nil {
+			if pref, own, err := legacySlot(iface, f.Parent, f.Name); err != nil || !own || pref != f.Priority {
+				continue
+			}
+		}
 		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("delete %s filter on %s: %w", f.Name, a.Interface, err))
 		}

@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -107,5 +108,76 @@ func TestDetachKeepsForeignQdiscsAndFilters(t *testing.T) {
 	after := tcState(t, pair.Broker, pair.BrokerDev)
 	if after != before || !strings.Contains(after, "someone_elses") {
 		t.Errorf("foreign state changed.\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// A Cilium-style filter at pref 1 handle 1 on both hooks keeps its slot and
+// program: sluice's legacy filters take the next free pref (created
+// exclusively), say who runs before them, are found again by name when a
+// restarted agent attaches (replaced in place, not doubled), and detaching
+// leaves the device as it was with the foreign filters in place.
+func TestLegacyAttachNeverTakesAnotherFiltersSlot(t *testing.T) {
+	netns.RequireRoot(t, "attaches TC programs")
+	pair := netns.NewPair(t)
+	foreignProg, prog := passProgram(t), passProgram(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	err := pair.Broker.Do(func() error {
+		if err := netlink.QdiscAdd(&netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}); err != nil {
+			return err
+		}
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			if err := netlink.FilterAdd(&netlink.BpfFilter{
+				FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: parent, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 1},
+				Fd:          foreignProg.FD(), Name: "cil_from_netdev", DirectAction: true,
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	foreignID := func() string {
+		info, err := foreignProg.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		return fmt.Sprintf("id %d", id)
+	}()
+	var a *Attachment
+	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, Legacy); return err }); err != nil {
+		t.Fatal(err)
+	}
+	during := tcState(t, pair.Broker, pair.BrokerDev)
+	for _, hook := range []string{"ingress", "egress"} {
+		section := during[strings.Index(during, "filter show dev "+pair.BrokerDev+" "+hook):]
+		if !strings.Contains(section, "pref 1 bpf chain 0 handle 0x1 cil_from_netdev") || !strings.Contains(section, foreignID) {
+			t.Errorf("%s: the foreign filter left pref 1 handle 1 or changed program:\n%s", hook, section)
+		}
+		if !strings.Contains(section, "pref 2 bpf chain 0 handle 0x1 sluice_"+hook) {
+			t.Errorf("%s: sluice's filter is not at the next free pref:\n%s", hook, section)
+		}
+	}
+	var first string
+	pair.Broker.Do(func() error { first = a.FirstForeign(); return nil })
+	if !strings.Contains(first, "cil_from_netdev") {
+		t.Errorf("FirstForeign %q, want the foreign filter named", first)
+	}
+	// A restarted agent finds its filters by name and replaces them.
+	a.Release()
+	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, Legacy); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if again := tcState(t, pair.Broker, pair.BrokerDev); strings.Count(again, "sluice_ingress") != 1 || strings.Count(again, "sluice_egress") != 1 {
+		t.Errorf("a second attach doubled sluice's filters:\n%s", again)
+	}
+	if err := pair.Broker.Do(a.Detach); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+		t.Errorf("detach did not leave the device as it was.\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }

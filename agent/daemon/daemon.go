@@ -144,6 +144,9 @@ func (r *daemon) setup() error {
 		r.atts = append(r.atts, a)
 		r.adopted = append(r.adopted, adopted)
 		r.log.Info("attached", "interface", name, "mode", a.Mode.String())
+		if first := a.FirstForeign(); first != "" {
+			r.log.Warn("another filter runs before sluice's on this interface: segments it accepts, redirects or drops are not counted or shaped", "interface", name, "filter", first)
+		}
 	}
 	if r.samples, err = d.NewSampleReader(); err != nil {
 		return err

@@ -438,3 +438,56 @@ func TestHTBFieldsNeverOverflow(t *testing.T) {
 		t.Errorf("burst(1e300) = %d", b)
 	}
 }
+
+// A multi-queue device's default root (mq 0: with the kernel's children,
+// which no one can retune in place) is replaced by htb and comes back as
+// it was when the shaper closes; an mq an operator installed (a handle of
+// its own, tuned children) is refused, naming it, and left untouched.
+func TestHTBOnMultiQueueDevices(t *testing.T) {
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	const dev = "slmq0"
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+	}
+	ip("ip", "link", "add", dev, "numtxqueues", "4", "numrxqueues", "4", "type", "ifb")
+	ip("ip", "link", "set", dev, "up")
+	idx, err := pair.Broker.Index(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tcState(t, pair.Broker, dev)
+	if !strings.Contains(before, "mq 0: root") || strings.Count(before, "parent :") != 4 {
+		t.Fatalf("not the kernel's default multi-queue root:\n%s", before)
+	}
+	h, err := NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatalf("htb over the default mq: %v", err)
+	}
+	if during := tcState(t, pair.Broker, dev); !strings.Contains(during, "htb 1: root") {
+		t.Errorf("htb did not take the root:\n%s", during)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, dev); after != before {
+		t.Errorf("the default mq did not come back as it was.\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+
+	ip("tc", "qdisc", "replace", "dev", dev, "root", "handle", "5:", "mq")
+	ip("tc", "qdisc", "replace", "dev", dev, "parent", "5:2", "pfifo", "limit", "50")
+	tuned := tcState(t, pair.Broker, dev)
+	_, err = NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do)
+	if !errors.Is(err, ErrForeignRootQdisc) || !strings.Contains(err.Error(), "mq 5:") {
+		t.Fatalf("htb over an operator's mq: %v, want ErrForeignRootQdisc naming mq 5:", err)
+	}
+	if err := pair.Broker.Do(func() error { return CheckRoot(dev) }); !errors.Is(err, ErrForeignRootQdisc) {
+		t.Errorf("check-config's prediction: %v, want ErrForeignRootQdisc", err)
+	}
+	if after := tcState(t, pair.Broker, dev); after != tuned {
+		t.Errorf("a refused shaper changed the operator's mq.\nbefore:\n%s\nafter:\n%s", tuned, after)
+	}
+}
