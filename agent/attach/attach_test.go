@@ -181,3 +181,51 @@ func TestLegacyAttachNeverTakesAnotherFiltersSlot(t *testing.T) {
 		t.Errorf("detach did not leave the device as it was.\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+// An operator's egress filter at the pref a plain `tc filter add … egress`
+// gets (49152) keeps its slot: the steering filter takes the next free one,
+// is found again by name (replaced in place), and Unsteer leaves the
+// operator's filter and the clsact it needs.
+func TestSteerNeverTakesAnotherFiltersSlot(t *testing.T) {
+	netns.RequireRoot(t, "attaches TC programs")
+	pair := netns.NewPair(t)
+	prog := passProgram(t)
+	classic, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "MIT",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer classic.Close()
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	err = pair.Broker.Do(func() error {
+		if err := netlink.QdiscAdd(clsactOf(idx)); err != nil {
+			return err
+		}
+		return netlink.FilterAdd(&netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_EGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: steerFilterPriority},
+			Fd:          prog.FD(), Name: "operators_egress", DirectAction: true,
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	for i := 0; i < 2; i++ { // the second time as a restarted agent
+		if err := pair.Broker.Do(func() error { return Steer(idx, classic, idx) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	during := tcState(t, pair.Broker, pair.BrokerDev)
+	if !strings.Contains(during, "pref 49152 bpf chain 0 handle 0x1 operators_egress") {
+		t.Errorf("the operator's filter lost its slot:\n%s", during)
+	}
+	if strings.Count(during, "sluice_egress_select") != 1 || !strings.Contains(during, "pref 49153 bpf chain 0 handle 0x1 sluice_egress_select") {
+		t.Errorf("the steering filter is not once at the next free pref:\n%s", during)
+	}
+	if err := pair.Broker.Do(func() error { return Unsteer(idx) }); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+		t.Errorf("Unsteer did not leave the device as it was.\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}

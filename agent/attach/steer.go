@@ -39,24 +39,56 @@ func Steer(ifindex int, selectProg *ebpf.Program, target int) error {
 			return fmt.Errorf("add clsact qdisc on %s: %w", link.Attrs().Name, err)
 		}
 	}
-	if err := addSteerFilter(ifindex, selectProg.FD(), target); err != nil {
+	pref, own, err := steerSlot(link)
+	if err != nil {
+		return err
+	}
+	if err := addSteerFilter(ifindex, selectProg.FD(), target, pref, own); err != nil {
 		Unsteer(ifindex)
+		if errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("add the egress steering filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", link.Attrs().Name, pref, err)
+		}
 		return fmt.Errorf("add the egress steering filter on %s: %w", link.Attrs().Name, err)
 	}
 	return nil
 }
 
-// addSteerFilter sends what `tc filter replace dev X egress pref P handle 1
-// bpf fd F action mirred egress redirect dev T` sends: the netlink package
-// encodes no actions on bpf filters.
-func addSteerFilter(ifindex, progFD, target int) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_REPLACE|unix.NLM_F_ACK)
+// steerSlot is the pref of the steering filter: where an earlier agent's
+// is (own: replaced in place), else steerFilterPriority if no filter uses
+// it (what a plain `tc filter add … egress` gets, so an operator's filter
+// may well be there), else the next pref no filter uses.
+func steerSlot(link netlink.Link) (pref uint16, own bool, err error) {
+	filters, err := netlink.FilterList(link, netlink.HANDLE_MIN_EGRESS)
+	if err != nil {
+		return 0, false, fmt.Errorf("list egress filters of %s: %w", link.Attrs().Name, err)
+	}
+	used := map[uint16]bool{}
+	for _, f := range filters {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == steerFilterName {
+			return f.Attrs().Priority, true, nil
+		}
+		used[f.Attrs().Priority] = true
+	}
+	for pref = steerFilterPriority; used[pref]; pref++ {
+	}
+	return pref, false, nil
+}
+
+// addSteerFilter sends what `tc filter add (or, for its own, replace) dev X
+// egress pref P handle 1 bpf fd F action mirred egress redirect dev T`
+// sends: the netlink package encodes no actions on bpf filters.
+func addSteerFilter(ifindex, progFD, target int, pref uint16, own bool) error {
+	flags := unix.NLM_F_CREATE | unix.NLM_F_EXCL | unix.NLM_F_ACK // never another's slot
+	if own {
+		flags = unix.NLM_F_CREATE | unix.NLM_F_REPLACE | unix.NLM_F_ACK // an earlier agent's, in place
+	}
+	req := nl.NewNetlinkRequest(unix.RTM_NEWTFILTER, flags)
 	req.AddData(&nl.TcMsg{
 		Family:  nl.FAMILY_ALL,
 		Ifindex: int32(ifindex),
 		Handle:  netlink.MakeHandle(0, 1),
 		Parent:  netlink.HANDLE_MIN_EGRESS,
-		Info:    netlink.MakeHandle(steerFilterPriority, nl.Swap16(unix.ETH_P_ALL)),
+		Info:    netlink.MakeHandle(pref, nl.Swap16(unix.ETH_P_ALL)),
 	})
 	req.AddData(nl.NewRtAttr(nl.TCA_KIND, nl.ZeroTerminated("bpf")))
 	options := nl.NewRtAttr(nl.TCA_OPTIONS, nil)
