@@ -49,6 +49,9 @@ type Options struct {
 	SampleSlotsPerCPU int
 	// PinDir, when set, pins the maps by name there (a bpffs directory).
 	PinDir string
+	// Migrate carries pinned maps of other sizes over into new ones
+	// (migrate.go) instead of refusing them with ErrIncompatiblePins.
+	Migrate bool
 
 	// benchRewind makes the program undo its request tracking after each
 	// run, so a benchmark can replay one packet (BPF_PROG_TEST_RUN).
@@ -87,6 +90,8 @@ type Datapath struct {
 	lock   *os.File // flock on the pin directory while loaded
 	// adopted: the pins were there before Load (an earlier agent's).
 	adopted bool
+	// migrated: the maps carried over from pins of other sizes (Migrated).
+	migrated []string
 	// listenerPorts remembers what SetListeners set, to clear it next time.
 	listenerPorts map[uint16]bool
 	exemptSet     map[sluiceExemptKey]bool
@@ -236,6 +241,13 @@ func Load(opts Options) (*Datapath, error) {
 			os.RemoveAll(tmp)
 		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			if opts.Migrate && tmp == "" {
+				lock, lerr := lockDir(opts.PinDir)
+				if lerr != nil {
+					return nil, lerr
+				}
+				return migrate(opts, spec, lock, err)
+			}
 			return nil, fmt.Errorf("%w (%s): %v", ErrIncompatiblePins, opts.PinDir, err)
 		}
 		var verr *ebpf.VerifierError

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -170,5 +171,83 @@ func TestPinnedRetiredMapsRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(opts.PinDir, "link_3_ingress")); err != nil {
 		t.Errorf("a pin that is not retired was removed: %v", err)
+	}
+}
+
+// Pins of another size (max_connections or max_entities changed across a
+// restart) are carried over with Migrate: bindings, identities, counters
+// (moved to the new entity layout), entity names and listeners are all in
+// the new maps, nothing is left beside the pin directory, and without
+// Migrate the same pins are refused. An entity past a smaller max_entities
+// that still has state refuses the migration and leaves the pins as they
+// were.
+func TestPinnedStateMigratesToOtherSizes(t *testing.T) {
+	netns.RequireRoot(t, "loads BPF programs")
+	opts := testOptions()
+	opts.PinDir = filepath.Join(bpffs(t), "sluice")
+	h := newHarness(t, opts)
+	key := connKey(client4, broker4, 40100)
+	if err := h.d.BindConns([]Binding{{Conn: key, Produce: 9, Fetch: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	h.run(Produce, toBroker(client4, broker4, 40100, 1, flagACK, make([]byte, 321)))
+	if _, err := h.d.SaveEntity(9, 3, "alpha"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.SaveIdentity(key, Identity{Mechanism: "PLAIN", User: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	h.d.Close()
+
+	bigger := opts
+	bigger.MaxConnections *= 2
+	bigger.MaxEntities += 30
+	if _, err := Load(bigger); !errors.Is(err, ErrIncompatiblePins) {
+		t.Fatalf("other sizes without Migrate: %v, want ErrIncompatiblePins", err)
+	}
+	smaller := opts
+	smaller.MaxEntities = 8 // entity 9 has counters
+	smaller.Migrate = true
+	if _, err := Load(smaller); !errors.Is(err, ErrIncompatiblePins) || !strings.Contains(err.Error(), "cannot shrink") {
+		t.Fatalf("shrinking below an entity in use: %v, want a refusal saying so", err)
+	}
+	if left, err := PinnedBindings(opts.PinDir); err != nil || len(left) != 1 || left[0].Produce != 9 {
+		t.Fatalf("a refused migration changed the pins: %+v %v", left, err)
+	}
+
+	bigger.Migrate = true
+	d, err := Load(bigger)
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	defer d.Close()
+	if !d.Adopted() || len(d.Migrated()) == 0 {
+		t.Errorf("adopted %v, migrated %v", d.Adopted(), d.Migrated())
+	}
+	t.Logf("migrated: %v", d.Migrated())
+	if b, ok, err := d.Binding(key); err != nil || !ok || b.Produce != 9 || b.Fetch != 10 {
+		t.Errorf("binding after migration: %+v %v %v", b, ok, err)
+	}
+	if c, err := d.EntityCounters(Produce, 9); err != nil || c.Bytes != 321 {
+		t.Errorf("produce counters of entity 9 after migration: %+v %v", c, err)
+	}
+	if c, err := d.EntityCounters(Fetch, 9); err != nil || c.Bytes != 0 {
+		t.Errorf("fetch counters of entity 9 after migration: %+v %v (produce's must not land in fetch)", c, err)
+	}
+	names := map[uint32]string{}
+	d.EachEntity(func(id uint32, _ uint8, name string) { names[id] = name })
+	if names[9] != "alpha" {
+		t.Errorf("entity names after migration: %v", names)
+	}
+	if id, ok, err := d.Identity(key); err != nil || !ok || id.User != "alice" {
+		t.Errorf("identity after migration: %+v %v %v", id, ok, err)
+	}
+	if !d.listenerPorts[brokerPort] {
+		t.Errorf("listeners after migration: %v", d.listenerPorts)
+	}
+	for _, pattern := range []string{"-tmp-*", "-old-*"} {
+		if m, _ := filepath.Glob(opts.PinDir + pattern); len(m) != 0 {
+			t.Errorf("left beside the pins: %v", m)
+		}
 	}
 }

@@ -40,7 +40,7 @@ func InterfaceOfLinkPin(name string) (int, bool) {
 
 var (
 	linkPin       = regexp.MustCompile(`^link_([0-9]+)_(ingress|egress)$`)
-	halfBuiltName = regexp.MustCompile(`-tmp-[0-9]+$`)
+	halfBuiltName = regexp.MustCompile(`-(tmp|old)-[0-9]+$`)
 )
 
 // ownPin reports whether name is a pin sluice makes in its directory.
@@ -174,7 +174,9 @@ func Unpin(dir string) (UnpinReport, error) {
 // halfBuilt lists the temporary directories a load pins into before
 // renaming (Load), left by a load that died.
 func halfBuilt(dir string) []string {
-	matches, _ := filepath.Glob(dir + "-tmp-*")
+	tmp, _ := filepath.Glob(dir + "-tmp-*")
+	old, _ := filepath.Glob(dir + "-old-*") // a migration's (migrate.go)
+	matches := append(tmp, old...)
 	var out []string
 	for _, m := range matches {
 		if st, err := os.Lstat(m); err == nil && st.IsDir() && halfBuiltName.MatchString(m) {

@@ -75,6 +75,9 @@ func DataPathOptions(cfg config.Config) maps.Options {
 	opts.MaxConnections = cfg.MaxConnections
 	opts.SampleBytes = min(cfg.SampleBytes, maps.SampleMax)
 	opts.PinDir = cfg.PinPath
+	// Pins of other sizes (max_connections or max_entities changed, or a
+	// release sized them otherwise) are carried over, not refused.
+	opts.Migrate = true
 	return opts
 }
 
@@ -120,6 +123,9 @@ func (r *daemon) setup() error {
 	}
 	r.dp = d
 	r.log.Info("data path loaded", "sample_publication", d.SamplePublication())
+	if m := d.Migrated(); m != nil {
+		r.log.Info("carried the pinned state over into maps of the new sizes", "maps_and_entries", m)
+	}
 	if err := r.detachDropped(); err != nil {
 		return err
 	}

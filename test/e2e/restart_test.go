@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"testing"
@@ -16,7 +18,9 @@ import (
 // whose fetch session is held by a configured topic-partition keep their
 // rates across a restart that keeps the data path attached (SIGTERM with
 // keep_attached_on_exit, what `systemctl restart` does) and across kill -9
-// and start: each judged by the broker sockets' tcp_info over 5 s before the
+// and start, and across a restart that changes max_connections and
+// max_entities (the pinned state is carried into maps of the new sizes):
+// each judged by the broker sockets' tcp_info over 5 s before the
 // restart, the restart and 10 s after it, ±3 % (the producer of its limit;
 // the consumer, which reads a little under its limit, of its own rate
 // before, and never above the limit), and over the 10 s after alone, ±5 %.
@@ -52,7 +56,11 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 			"  topic-partitions:\n    events-0: {consumer_byte_rate: " + itoa(sessionLimit) + "}\n"}
 	exempt := base
 	exempt.Extra = "exempt_peers: [" + w.Pair.ClientIP.String() + "/32]\n" + base.Extra
-	governed, exempted := w.WriteConfig("governed", base), w.WriteConfig("exempted", exempt)
+	// Other table sizes: the new agent carries the pinned state over into
+	// maps of these sizes (and the next restart back into the defaults').
+	resized := base
+	resized.Extra = "max_connections: 131072\nmax_entities: 32768\n" + base.Extra
+	governed, exempted, resizedConfig := w.WriteConfig("governed", base), w.WriteConfig("exempted", exempt), w.WriteConfig("resized", resized)
 
 	a, err := w.StartAgent(governed)
 	if err != nil {
@@ -163,6 +171,10 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 	}
 	restart("systemctl-restart", governed, false)
 	restart("kill-9-and-start", governed, true)
+	restart("tables-resized", resizedConfig, false)
+	if log, _ := os.ReadFile(a.Log); !strings.Contains(string(log), "carried the pinned state over") {
+		t.Errorf("tables-resized: the new agent did not say it carried the pinned state over:\n%s", log)
+	}
 	restart("exempt-added", exempted, false)
 	restart("exempt-removed", governed, false)
 	producePoints, fetchPoints := stopTraces()
@@ -198,9 +210,13 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 				// partitions until the client opens one again, so it is
 				// its client's (docs/design.md §5) — held within the fetch
 				// capacity, not at events-0's limit.
+				// The 10 s after a restart read up to ~2-3 % under (the new
+				// agent's first cycles), so they are held to ±5 % here as
+				// in the other phases: unknown (H, shared) or ungoverned
+				// would miss by far more.
 				if c.name == "alice_produce" {
-					ok = within(after, c.limit, 0.03)
-					e[c.name+"_bps"] = map[string]any{"10s_after": c.limit, "tolerance": 0.03}
+					ok = within(after, c.limit, 0.05)
+					e[c.name+"_bps"] = map[string]any{"10s_after": c.limit, "tolerance": 0.05}
 				} else {
 					ok = after <= fetchCapacity*1.03
 					e[c.name+"_bps"] = map[string]any{"10s_after_at_most": fetchCapacity * 1.03}
