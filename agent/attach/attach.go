@@ -395,3 +395,38 @@ func linkPinName(ifindex, i int) string {
 	}
 	return maps.LinkPinName(ifindex, hook)
 }
+
+// RemoveLeftoverFilters deletes, on every device of this namespace, the
+// legacy filters an agent that is gone left attached (sluice_ingress and
+// sluice_egress, found by name: legacy filters have no pins to find them
+// by), and returns the devices it touched. The clsact qdiscs they sat under
+// stay: nothing records who added them, and an empty one changes nothing.
+func RemoveLeftoverFilters() (touched []string, err error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
+	}
+	var errs []error
+	for _, link := range links {
+		removed := false
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			filters, err := netlink.FilterList(link, parent)
+			if err != nil {
+				continue // no clsact
+			}
+			for _, f := range filters {
+				if b, ok := f.(*netlink.BpfFilter); ok && (b.Name == ingressFilterName || b.Name == egressFilterName) {
+					if err := netlink.FilterDel(b); err != nil && !errors.Is(err, unix.ENOENT) {
+						errs = append(errs, fmt.Errorf("delete %s on %s: %w", b.Name, link.Attrs().Name, err))
+						continue
+					}
+					removed = true
+				}
+			}
+		}
+		if removed {
+			touched = append(touched, link.Attrs().Name)
+		}
+	}
+	return touched, errors.Join(errs...)
+}

@@ -229,3 +229,38 @@ func TestSteerNeverTakesAnotherFiltersSlot(t *testing.T) {
 		t.Errorf("Unsteer did not leave the device as it was.\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+// The legacy filters of an agent that is gone (no pins name them) are
+// found by name and removed; another tool's filter stays.
+func TestRemoveLeftoverFilters(t *testing.T) {
+	netns.RequireRoot(t, "attaches TC programs")
+	pair := netns.NewPair(t)
+	prog := passProgram(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	var a *Attachment
+	err := pair.Broker.Do(func() (err error) {
+		if err := netlink.QdiscAdd(clsactOf(idx)); err != nil {
+			return err
+		}
+		if err := netlink.FilterAdd(&netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 1},
+			Fd:          prog.FD(), Name: "someone_elses", DirectAction: true,
+		}); err != nil {
+			return err
+		}
+		a, err = Attach(idx, prog, prog, Legacy)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Release() // the agent is gone; its filters stay
+	var touched []string
+	if err := pair.Broker.Do(func() (err error) { touched, err = RemoveLeftoverFilters(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	state := tcState(t, pair.Broker, pair.BrokerDev)
+	if len(touched) != 1 || touched[0] != pair.BrokerDev || strings.Contains(state, "sluice_") || !strings.Contains(state, "someone_elses") {
+		t.Errorf("touched %v; state:\n%s", touched, state)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/shaper"
@@ -61,6 +62,15 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	// IFB devices under sluice's names carry the index of the interface
 	// they shape in their name.
+	// Legacy filters (kernels without TCX) have no pins: they are found by
+	// name on every device.
+	touched, ferr := attach.RemoveLeftoverFilters()
+	for _, name := range touched {
+		fmt.Fprintf(stdout, "interface %s: sluice's legacy filters removed\n", name)
+	}
+	if ferr != nil {
+		return ferr
+	}
 	links, err := netlink.LinkList()
 	if err != nil {
 		return fmt.Errorf("list devices: %w", err)
