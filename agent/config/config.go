@@ -1,6 +1,7 @@
-// Package config is the one place that knows sluice's configuration keys:
-// one typed Config, its defaults, and a loader that validates a YAML file
-// (with SLUICE_… environment overrides) into it, naming every bad key.
+// Package config is sluice's configuration as the running code sees it:
+// one typed Config, its defaults and units, the rules that join keys
+// (Validate) and the warnings. Reading the YAML file (keys, ranges,
+// environment overrides) is agent/configfile's.
 package config
 
 import (

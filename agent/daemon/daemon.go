@@ -1,3 +1,10 @@
+// Package daemon is `sluice run`'s process around the agent's decision
+// core: it loads the configuration and the data path (carrying pinned
+// state over), attaches to the interfaces or adopts what an earlier agent
+// left, chooses and builds the shaper and the metadata client, serves the
+// status socket and metrics, runs the cycle and learn loops, reloads on
+// SIGHUP, file changes and `sluice reload`, notifies systemd, and on exit
+// detaches or leaves everything for the next agent. Refusals exit 78.
 package daemon
 
 import (
