@@ -371,7 +371,13 @@ func (r *daemon) cleanup(failed bool) {
 	if r.dp != nil {
 		errs = append(errs, r.dp.Close())
 		if !keep {
-			errs = append(errs, r.dp.Unpin())
+			// What `sluice unload` does, with the same code: pins, and on
+			// the interfaces this agent drove anything still left.
+			ifindexes := map[int]bool{}
+			for _, a := range r.atts {
+				ifindexes[a.Index] = true
+			}
+			errs = append(errs, RemoveLeftovers(r.cfg.PinPath, ifindexes, func(line string) { r.log.Debug("cleanup: " + line) }))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

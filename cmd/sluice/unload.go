@@ -2,19 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
-	"github.com/sluice-dev/sluice/agent/shaper"
-	"github.com/sluice-dev/sluice/maps"
+	"github.com/sluice-dev/sluice/agent/daemon"
 )
 
 // runUnload: `sluice unload [--config FILE] [--pin-path DIR]` removes what
@@ -47,55 +42,5 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 		pinPath = *pinFlag
 	}
 	// The pins first: a running agent holds them, and then nothing is touched.
-	rep, err := maps.Unpin(pinPath)
-	for _, p := range rep.Removed {
-		fmt.Fprintf(stdout, "removed %s\n", p)
-		if idx, ok := maps.InterfaceOfLinkPin(p); ok {
-			ifindexes[idx] = true
-		}
-	}
-	for _, p := range rep.Foreign {
-		fmt.Fprintf(stdout, "left %s: not a pin sluice makes\n", p)
-	}
-	if err != nil {
-		return err
-	}
-	// IFB devices under sluice's names carry the index of the interface
-	// they shape in their name.
-	// Legacy filters (kernels without TCX) have no pins: they are found by
-	// name on every device.
-	touched, ferr := attach.RemoveLeftoverFilters()
-	for _, name := range touched {
-		fmt.Fprintf(stdout, "interface %s: sluice's legacy filters removed\n", name)
-	}
-	if ferr != nil {
-		return ferr
-	}
-	links, err := netlink.LinkList()
-	if err != nil {
-		return fmt.Errorf("list devices: %w", err)
-	}
-	for _, l := range links {
-		if idx, ok := shaper.InterfaceOfIFB(l.Attrs().Name); ok && l.Type() == "ifb" {
-			ifindexes[idx] = true
-		}
-	}
-	var errs []error
-	order := make([]int, 0, len(ifindexes))
-	for idx := range ifindexes {
-		order = append(order, idx)
-	}
-	slices.Sort(order)
-	for _, idx := range order {
-		name := strconv.Itoa(idx)
-		if link, err := netlink.LinkByIndex(idx); err == nil {
-			name = link.Attrs().Name
-		}
-		if err := shaper.RemoveLeftoverTrees(idx, nil); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			continue
-		}
-		fmt.Fprintf(stdout, "interface %s: sluice's trees, IFB devices and filters removed\n", name)
-	}
-	return errors.Join(errs...)
+	return daemon.RemoveLeftovers(pinPath, ifindexes, func(line string) { fmt.Fprintln(stdout, line) })
 }

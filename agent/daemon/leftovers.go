@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sluice-dev/sluice/agent/attach"
+	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// RemoveLeftovers removes everything of sluice's that is left in this
+// network namespace once no agent holds it: the pins under pinPath (link
+// pins detach their programs), legacy filters (found by name), and on the
+// interfaces in ifindexes, those the link pins name and those an IFB of
+// sluice's names, the htb trees, IFB devices and steering filters. It is
+// `sluice unload`, and the last step of an agent's own stop when it does
+// not leave the data path for the next one, so both remove the same
+// things the same way. say reports each thing removed or left.
+func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) error {
+	rep, err := maps.Unpin(pinPath)
+	for _, p := range rep.Removed {
+		say("removed " + p)
+		if idx, ok := maps.InterfaceOfLinkPin(p); ok {
+			ifindexes[idx] = true
+		}
+	}
+	for _, p := range rep.Foreign {
+		say("left " + p + ": not a pin sluice makes")
+	}
+	if err != nil {
+		return err
+	}
+	touched, err := attach.RemoveLeftoverFilters()
+	for _, name := range touched {
+		say("interface " + name + ": sluice's legacy filters removed")
+	}
+	if err != nil {
+		return err
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list devices: %w", err)
+	}
+	for _, l := range links {
+		if idx, ok := shaper.InterfaceOfIFB(l.Attrs().Name); ok && l.Type() == "ifb" {
+			ifindexes[idx] = true
+		}
+	}
+	var errs []error
+	order := make([]int, 0, len(ifindexes))
+	for idx := range ifindexes {
+		order = append(order, idx)
+	}
+	slices.Sort(order)
+	for _, idx := range order {
+		name := strconv.Itoa(idx)
+		if link, err := netlink.LinkByIndex(idx); err == nil {
+			name = link.Attrs().Name
+		}
+		if err := shaper.RemoveLeftoverTrees(idx, nil); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		say("interface " + name + ": sluice's trees, IFB devices and filters removed")
+	}
+	return errors.Join(errs...)
+}
