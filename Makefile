@@ -24,7 +24,7 @@ help: ## list the targets
 VERSION := $(shell ./deploy/version.sh)
 
 .PHONY: build
-build: ## build bin/sluice, stamped with its version (deploy/version.sh) and the revision (sluice version)
+build: $(BPF_OBJ) ## build bin/sluice, stamped with its version (deploy/version.sh) and the revision (sluice version)
 	$(GO) build -ldflags "-X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
 
 .PHONY: deb
@@ -38,7 +38,7 @@ deb-check: ## dpkg -i, -r and -P the package in overlays (the host is untouched)
 	./test/deb/check.sh dist/sluice_*_amd64.deb $(VERSION)
 
 .PHONY: demo
-demo: deps ## the main job: a one-minute story with real Kafka clients, live status, demo.png (root)
+demo: deps $(BPF_OBJ) ## the main job: a one-minute story with real Kafka clients, live status, demo.png (root)
 	$(GO) run ./test/demo -out demo.png
 
 .PHONY: demo-simulate
@@ -56,14 +56,22 @@ deps: ## install the Debian packages and Go modules the tests need (root)
 	$(GO) mod download
 
 BPF_CFLAGS := -O2 -g -Wall -Werror
-GENERATED  := maps/sluice_bpfel.go maps/sluice_bpfel.o
+# The compiled programs are a build output (not committed): every target
+# that compiles Go needs them first. The Go bindings are committed, and
+# check-generated fails when they are stale.
+BPF_OBJ    := maps/sluice_bpfel.o
+BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h)
+GENERATED  := maps/sluice_bpfel.go
+
+$(BPF_OBJ): $(BPF_SRC) maps/gen.go
+	$(MAKE) --no-print-directory generate
 
 .PHONY: generate
-generate: ## compile bpf/ with clang-19 and regenerate the Go bindings (committed)
+generate: ## compile bpf/ with clang-19 into maps/sluice_bpfel.o and regenerate the Go bindings (committed)
 	cd maps && BPF_CLANG=$(CLANG) BPF_CFLAGS="$(BPF_CFLAGS)" $(GO) generate ./
 
 .PHONY: check-generated
-check-generated: ## fail when the committed BPF objects or bindings are stale
+check-generated: ## fail when the committed Go bindings are stale
 	@tmp=$$(mktemp -d); cp $(GENERATED) $$tmp/; \
 	$(MAKE) --no-print-directory generate >/dev/null || { cp $$tmp/* maps/; rm -rf $$tmp; exit 1; }; \
 	stale=""; for f in $(GENERATED); do cmp -s $$f $$tmp/$$(basename $$f) || stale="$$stale $$f"; done; \
@@ -82,23 +90,23 @@ test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespa
 	$(MAKE) --no-print-directory deb-check
 
 .PHONY: e2e
-e2e: ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
+e2e: $(BPF_OBJ) ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
 	$(GO) test -count=1 -v -timeout 20m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
 
 .PHONY: adversarial
-adversarial: ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)
+adversarial: $(BPF_OBJ) ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)
 	$(GO) test -count=1 -v -timeout 30m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json
 
 .PHONY: systemd-check
-systemd-check: ## the unit under this machine's own systemd, booted in a PID+mount+net namespace: install, start, reload, restart, kill -9, stop (root)
+systemd-check: $(BPF_OBJ) ## the unit under this machine's own systemd, booted in a PID+mount+net namespace: install, start, reload, restart, kill -9, stop (root)
 	./test/systemd/check.sh
 
 .PHONY: shaping-check
-shaping-check: ## measure the shapers with iperf3 in namespaces (the gated cases); writes shaping-results.json (root)
+shaping-check: $(BPF_OBJ) ## measure the shapers with iperf3 in namespaces (the gated cases); writes shaping-results.json (root)
 	$(GO) run ./test/shapingcheck -out shaping-results.json
 
 .PHONY: shaping-report
-shaping-report: ## shaping-check plus the figures recorded but not gated (police, offloads off, multi-queue) (root)
+shaping-report: $(BPF_OBJ) ## shaping-check plus the figures recorded but not gated (police, offloads off, multi-queue) (root)
 	$(GO) run ./test/shapingcheck -recorded -out shaping-results.json
 
 PREFIX  ?= /usr/local
@@ -129,25 +137,25 @@ dashboard: ## regenerate deploy/grafana/sluice-dashboard.json from deploy/grafan
 	$(GO) run ./deploy/grafana/gen -out deploy/grafana/sluice-dashboard.json
 
 .PHONY: vet
-vet: ## go vet and gofmt
+vet: $(BPF_OBJ) ## go vet and gofmt
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
 BENCH_PKGS := ./allocator/ ./agent/learner/ ./agent/ ./agent/shaper/ ./maps/
 
 .PHONY: bench
-bench: ## benchmarks, -count 5 (read medians)
+bench: $(BPF_OBJ) ## benchmarks, -count 5 (read medians)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(BENCH_PKGS)
 
 # Fuzz targets as package:target; corpora live in each package's testdata/fuzz.
 FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody ./agent/learner/:FuzzLearn ./agent/entity/:FuzzSafeName
 
 .PHONY: fuzz
-fuzz: ## run each fuzz target for FUZZTIME (default 60s)
+fuzz: $(BPF_OBJ) ## run each fuzz target for FUZZTIME (default 60s)
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "== $$name ($$pkg) for $${FUZZTIME:-60s}"; \
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $${FUZZTIME:-60s} $$pkg || exit 1; done
 
 .PHONY: clean
 clean: ## remove build output
-	rm -rf bin dist
+	rm -rf bin dist $(BPF_OBJ)
