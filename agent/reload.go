@@ -482,7 +482,7 @@ func (tx *reloadTx) swap() {
 // metadataChanges says which of the metadata client's keys differ.
 func metadataChanges(old, next config.Config) map[string]bool {
 	return map[string]bool{
-		"bootstrap": !equalStrings(old.Bootstrap, next.Bootstrap), "sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS,
+		"bootstrap": !slices.Equal(old.Bootstrap, next.Bootstrap), "sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS,
 		"metadata_refresh": old.MetadataRefresh != next.MetadataRefresh, "kafka_quotas": old.KafkaQuotas != next.KafkaQuotas,
 	}
 }
@@ -501,7 +501,7 @@ func anyChanged(keys map[string]bool) bool {
 // metadataLive: the agent rebuilds it; metrics_address when metricsLive).
 func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []string {
 	var keys []string
-	if !equalStrings(old.Interfaces, next.Interfaces) {
+	if !slices.Equal(old.Interfaces, next.Interfaces) {
 		keys = append(keys, "interfaces")
 	}
 	if !metadataLive {
@@ -524,10 +524,6 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-func equalStrings(a, b []string) bool {
-	return slices.Equal(a, b)
 }
 
 // forgetPending forgets the connections an applied reload left to forget;

@@ -52,6 +52,10 @@ func migrate(opts Options, spec *ebpf.CollectionSpec, old *os.File, why error) (
 	}()
 	// Maps whose pins fit the new data path as they are move over whole
 	// (the load re-adopts them): only the others are copied entry by entry.
+	// moved lists every pin taken from the old directory (maps and links):
+	// a failure puts each back before the new directory is removed, so a
+	// refused migration leaves the earlier agent's pins, and its attached
+	// programs, as they were.
 	var moved []string
 	defer func() {
 		if err != nil { // put them back where the earlier agent left them
@@ -111,6 +115,15 @@ func migrate(opts Options, spec *ebpf.CollectionSpec, old *os.File, why error) (
 		if err := os.Rename(filepath.Join(opts.PinDir, e.Name()), filepath.Join(tmp, e.Name())); err != nil {
 			return nil, fmt.Errorf("move pin %s: %w", e.Name(), err)
 		}
+		moved = append(moved, e.Name())
+	}
+	// What the new maps hold is read before the swap: after it, nothing
+	// may fail.
+	if err := d.readListeners(); err != nil {
+		return nil, err
+	}
+	if err := d.readPeerEntities(); err != nil {
+		return nil, err
 	}
 	retired := fmt.Sprintf("%s-old-%d", opts.PinDir, os.Getpid())
 	if err := os.Rename(opts.PinDir, retired); err != nil {
@@ -124,12 +137,6 @@ func migrate(opts Options, spec *ebpf.CollectionSpec, old *os.File, why error) (
 	// links are updated); their pins go now.
 	os.RemoveAll(retired)
 	d.migrated = carried
-	if err := d.readListeners(); err != nil {
-		return nil, err
-	}
-	if err := d.readPeerEntities(); err != nil {
-		return nil, err
-	}
 	return d, nil
 }
 

@@ -198,6 +198,17 @@ func TestPinnedStateMigratesToOtherSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.d.Close()
+	// A pin standing where an agent pins its links: it must move with the
+	// maps, and stay where it was when a migration is refused.
+	linkPin := filepath.Join(opts.PinDir, "link_7_ingress")
+	stand, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stand.Pin(linkPin); err != nil {
+		t.Fatal(err)
+	}
+	stand.Close()
 
 	bigger := opts
 	bigger.MaxConnections *= 2
@@ -213,6 +224,9 @@ func TestPinnedStateMigratesToOtherSizes(t *testing.T) {
 	}
 	if left, err := PinnedBindings(opts.PinDir); err != nil || len(left) != 1 || left[0].Produce != 9 {
 		t.Fatalf("a refused migration changed the pins: %+v %v", left, err)
+	}
+	if _, err := os.Stat(linkPin); err != nil {
+		t.Fatalf("a refused migration lost the link pin: %v", err)
 	}
 
 	bigger.Migrate = true
@@ -244,6 +258,9 @@ func TestPinnedStateMigratesToOtherSizes(t *testing.T) {
 	}
 	if !d.listenerPorts[brokerPort] {
 		t.Errorf("listeners after migration: %v", d.listenerPorts)
+	}
+	if _, err := os.Stat(linkPin); err != nil {
+		t.Errorf("the link pin did not move with the maps: %v", err)
 	}
 	for _, pattern := range []string{"-tmp-*", "-old-*"} {
 		if m, _ := filepath.Glob(opts.PinDir + pattern); len(m) != 0 {

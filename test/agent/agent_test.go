@@ -22,11 +22,18 @@ import (
 
 func newWorld(t *testing.T) *harness.World {
 	t.Helper()
+	return newWorldBuiltWith(t, "")
+}
+
+// newWorldBuiltWith is newWorld with sluice built with build tags
+// (faultinject for the fault-injection test).
+func newWorldBuiltWith(t *testing.T, tags string) *harness.World {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs the agent in network namespaces with BPF and qdiscs: it needs root (CI runs make test as root)")
 	}
 	root, _ := filepath.Abs("../..")
-	sluice, loadgen, err := harness.Build(root, t.TempDir())
+	sluice, loadgen, err := harness.BuildTagged(root, t.TempDir(), tags)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,23 +31,7 @@ import (
 // exits 2 naming the step and saying every change was undone. The same
 // reload applied whole changes the dumps, so they can see a change.
 func TestAgentIntegrationRefusedReloadLeavesTheHostAsItWas(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test runs the agent in network namespaces with BPF and qdiscs: it needs root (CI runs make test as root)")
-	}
-	root, _ := filepath.Abs("../..")
-	sluice, loadgen, err := harness.BuildTagged(root, t.TempDir(), "faultinject")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := harness.New(t.TempDir(), sluice, loadgen, harness.Options{Topics: []string{"orders"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	w := newWorldBuiltWith(t, "faultinject")
 	faultFile := filepath.Join(w.Dir, "fail-step")
 	t.Setenv(daemon.FaultFileEnv, faultFile) // the agent inherits it
 	setFault := func(step string) {

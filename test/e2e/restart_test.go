@@ -3,10 +3,12 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
-	"testing"
+	"github.com/cilium/ebpf"
 
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
@@ -174,6 +176,15 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 	restart("tables-resized", resizedConfig, false)
 	if log, _ := os.ReadFile(a.Log); !strings.Contains(string(log), "carried the pinned state over") {
 		t.Errorf("tables-resized: the new agent did not say it carried the pinned state over:\n%s", log)
+	}
+	// The kernel's word on it: the pinned connection table is the new size.
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(w.Pins, "conns4"), &ebpf.LoadPinOptions{ReadOnly: true}); err != nil || m.MaxEntries() != 131072 {
+		t.Errorf("tables-resized: pinned conns4 %v, want max_entries 131072", err)
+		if m != nil {
+			t.Errorf("max_entries %d", m.MaxEntries())
+		}
+	} else {
+		m.Close()
 	}
 	restart("exempt-added", exempted, false)
 	restart("exempt-removed", governed, false)
