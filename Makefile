@@ -9,8 +9,9 @@ PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
 # prometheus: promtool checks deploy/prometheus' rules, and a real server
 # scrapes the agent in the overcommit scenario. kcat: librdkafka clients log
-# in with SASL PLAIN and SCRAM in the SASL scenario.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat
+# in with SASL PLAIN and SCRAM in the SASL scenario. nftables, bpftool: the
+# busy-host scenario's foreign netdev counter and its dumps.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool
 
 export PATH := $(PATH):/usr/local/go/bin
 

@@ -654,8 +654,8 @@ func TestAgentReloadSwitchesTheShaper(t *testing.T) {
 // Keys bound at start refuse the reload, naming each key; nothing changes.
 func TestAgentReloadRefusesRestartOnlyKeys(t *testing.T) {
 	r := newRig(t, "")
-	err := reloadWith(t, r, baseConfig+"max_entities: 100\nsocket: /run/other.sock\nmode: shadow\nlog_format: json\n")
-	if err == nil || !strings.Contains(err.Error(), "log_format, max_entities, socket: cannot change while the agent runs") {
+	err := reloadWith(t, r, baseConfig+"max_entities: 100\nsocket: /run/other.sock\nmode: shadow\nlog_format: json\nattach: clsact\n")
+	if err == nil || !strings.Contains(err.Error(), "attach, log_format, max_entities, socket: cannot change while the agent runs") {
 		t.Errorf("restart-only keys: %v", err)
 	}
 	if r.a.ReloadFailures() != 1 || r.cycle().Mode != "enforce" || len(r.built) != 1 {

@@ -512,7 +512,7 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 		}
 	}
 	for name, changed := range map[string]bool{
-		"pin_path":     old.PinPath != next.PinPath,
+		"pin_path": old.PinPath != next.PinPath, "attach": old.Attach != next.Attach,
 		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
 		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,

@@ -98,7 +98,10 @@ func (a *Attachment) attachTCX() error {
 		typ  ebpf.AttachType
 		name string
 	}{{a.ingress, ebpf.AttachTCXIngress, "ingress"}, {a.egress, ebpf.AttachTCXEgress, "egress"}} {
-		l, err := link.AttachTCX(link.TCXOptions{Interface: a.Index, Program: p.prog, Attach: p.typ})
+		// At the tail of the hook's chain: programs already attached (a
+		// CNI's, an operator's policer) run first and see every segment
+		// before sluice counts, delays or redirects it (docs/design.md §6).
+		l, err := link.AttachTCX(link.TCXOptions{Interface: a.Index, Program: p.prog, Attach: p.typ, Anchor: link.Tail()})
 		if err != nil {
 			a.closeLinks()
 			return fmt.Errorf("attach tcx %s on %s: %w", p.name, a.Interface, err)
@@ -408,25 +411,42 @@ func RemoveLeftoverFilters() (touched []string, err error) {
 	}
 	var errs []error
 	for _, link := range links {
-		removed := false
-		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-			filters, err := netlink.FilterList(link, parent)
-			if err != nil {
-				continue // no clsact
-			}
-			for _, f := range filters {
-				if b, ok := f.(*netlink.BpfFilter); ok && (b.Name == ingressFilterName || b.Name == egressFilterName) {
-					if err := netlink.FilterDel(b); err != nil && !errors.Is(err, unix.ENOENT) {
-						errs = append(errs, fmt.Errorf("delete %s on %s: %w", b.Name, link.Attrs().Name, err))
-						continue
-					}
-					removed = true
-				}
-			}
-		}
+		removed, err := removeLeftoverFiltersOn(link)
+		errs = append(errs, err)
 		if removed {
 			touched = append(touched, link.Attrs().Name)
 		}
 	}
 	return touched, errors.Join(errs...)
+}
+
+// RemoveLeftoverFiltersOn is RemoveLeftoverFilters on one device: an agent
+// that attaches with TCX where an earlier one (attach: clsact) left its
+// filters removes them, else both would run.
+func RemoveLeftoverFiltersOn(ifindex int) (removed bool, err error) {
+	link, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return false, fmt.Errorf("find interface %d: %w", ifindex, err)
+	}
+	return removeLeftoverFiltersOn(link)
+}
+
+func removeLeftoverFiltersOn(link netlink.Link) (removed bool, err error) {
+	var errs []error
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		filters, err := netlink.FilterList(link, parent)
+		if err != nil {
+			continue // no clsact
+		}
+		for _, f := range filters {
+			if b, ok := f.(*netlink.BpfFilter); ok && (b.Name == ingressFilterName || b.Name == egressFilterName) {
+				if err := netlink.FilterDel(b); err != nil && !errors.Is(err, unix.ENOENT) {
+					errs = append(errs, fmt.Errorf("delete %s on %s: %w", b.Name, link.Attrs().Name, err))
+					continue
+				}
+				removed = true
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
 }

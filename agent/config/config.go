@@ -62,6 +62,13 @@ const (
 	ModeShadow Mode = "shadow"
 )
 
+// Attach mechanisms (Config.Attach).
+const (
+	AttachAuto   = "auto"
+	AttachTCX    = "tcx"
+	AttachClsact = "clsact"
+)
+
 // Config is the whole agent configuration. Rates are bytes per second of
 // TCP payload (what Kafka's BytesIn/BytesOut count).
 type Config struct {
@@ -78,6 +85,11 @@ type Config struct {
 	Mode Mode
 	// Shaper backend: auto, htb, edt, police or shadow.
 	Shaper string
+	// Attach chooses how the programs hook the interfaces: auto (TCX where
+	// the kernel has it, else clsact filters), tcx, or clsact (legacy
+	// cls_bpf filters, for hosts whose other tools order themselves by
+	// filter priority).
+	Attach string
 	// RefreshInterval is the control-loop period.
 	RefreshInterval time.Duration
 	// UpdateThreshold: a rate is rewritten only when it moved by more than
@@ -329,6 +341,7 @@ func Default() Config {
 	return Config{
 		Mode:                    ModeEnforce,
 		Shaper:                  "auto",
+		Attach:                  AttachAuto,
 		RefreshInterval:         time.Second,
 		UpdateThreshold:         0.05,
 		StaleAfter:              10 * time.Second,

@@ -163,6 +163,8 @@ kafka_quotas: imports`, []string{`kafka_quotas: "imports" is not off or import (
 mode: enforcing`, []string{`mode: "enforcing" is not a mode (enforce or shadow) (did you mean enforce?)`}},
 		{"shaper", minimal + `
 shaper: tbf`, []string{`shaper: "tbf" is not a shaper`}},
+		{"attach", minimal + `
+attach: tc`, []string{`attach: "tc" is not an attach mechanism (auto, tcx, clsact)`}},
 		{"durations", minimal + `
 refresh_interval: soon
 stale_after: 5ms`, []string{`refresh_interval: "soon" is not a duration`, "stale_after: 5ms is below the minimum 1s"}},

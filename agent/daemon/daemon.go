@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/fsnotify/fsnotify"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -142,17 +143,36 @@ func (r *daemon) setup() error {
 			return fmt.Errorf("%w: interfaces: %s: %w", ErrRefused, name, err)
 		}
 		idx := link.Attrs().Index
+		mode := attachMode(r.cfg.Attach)
 		a, err := attach.Adopt(r.cfg.PinPath, idx, d.IngressProgram(), d.EgressProgram())
 		adopted := err == nil
+		if adopted && mode == attach.Legacy {
+			// The previous agent used TCX; this one is told to use clsact.
+			a.Detach()
+			adopted = false
+		}
 		if adopted {
 			r.log.Info("re-adopted programs left attached by the previous agent", "interface", name)
-		} else if a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), attach.Auto); err != nil {
+		} else if a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), mode); err != nil {
+			if mode == attach.TCX && errors.Is(err, ebpf.ErrNotSupported) {
+				return fmt.Errorf("%w: attach: tcx: this kernel has no TCX links (Linux 6.6 and later): use auto or clsact: %w", ErrRefused, err)
+			}
 			return err
 		} else if err := a.Pin(r.cfg.PinPath); err != nil {
 			// Pinned links outlive a killed agent: the data path keeps the
 			// last rates until stale_after, then fails open.
 			a.Detach()
 			return err
+		}
+		if a.Mode == attach.TCX {
+			// An earlier agent with attach: clsact left its filters here;
+			// they would run after these links and count twice.
+			if removed, err := attach.RemoveLeftoverFiltersOn(idx); err != nil {
+				a.Detach()
+				return err
+			} else if removed {
+				r.log.Info("removed the clsact filters an earlier agent left (this one attaches with TCX)", "interface", name)
+			}
 		}
 		r.atts = append(r.atts, a)
 		r.adopted = append(r.adopted, adopted)
@@ -386,5 +406,17 @@ func (r *daemon) cleanup(failed bool) {
 		r.log.Info("left attached for the next agent (keep_attached_on_exit)", "pins", r.cfg.PinPath)
 	} else {
 		r.log.Info("detached; devices restored")
+	}
+}
+
+// attachMode maps the attach key to the attach package's mechanism.
+func attachMode(key string) attach.Mode {
+	switch key {
+	case config.AttachTCX:
+		return attach.TCX
+	case config.AttachClsact:
+		return attach.Legacy
+	default:
+		return attach.Auto
 	}
 }

@@ -94,7 +94,7 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	problems, kernel := kernelChecks(spec, hostKernel)
+	problems, kernel := kernelChecks(spec, cfg.Attach, hostKernel)
 	fmt.Fprintln(stdout, kernel)
 	if len(problems) > 0 {
 		fmt.Fprintf(stderr, "this host: %d problem(s) that `sluice run` would refuse to start with:\n", len(problems))

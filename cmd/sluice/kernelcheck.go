@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluice-dev/sluice/agent/config"
 )
 
 // kernelProbes are the feature probes kernelChecks asks; tests replace them.
@@ -26,7 +28,7 @@ var hostKernel = kernelProbes{programType: features.HaveProgramType, mapType: fe
 // (a missing one is a problem `sluice run` would fail on, named by its
 // feature, where the verifier's error would not say it), and how the
 // programs will attach (TCX from Linux 6.6, else a clsact qdisc).
-func kernelChecks(spec *ebpf.CollectionSpec, k kernelProbes) (problems []string, info string) {
+func kernelChecks(spec *ebpf.CollectionSpec, attachKey string, k kernelProbes) (problems []string, info string) {
 	var have []string
 	missing := func(what string, err error) {
 		if errors.Is(err, ebpf.ErrNotSupported) {
@@ -54,8 +56,15 @@ func kernelChecks(spec *ebpf.CollectionSpec, k kernelProbes) (problems []string,
 			have = append(have, strings.ToLower(t.String()))
 		}
 	}
+	major, minor, known := parseRelease(k.release())
+	hasTCX := known && (major > 6 || major == 6 && minor >= 6)
 	attach := "a clsact qdisc (no TCX before Linux 6.6)"
-	if major, minor, ok := parseRelease(k.release()); ok && (major > 6 || major == 6 && minor >= 6) {
+	switch {
+	case attachKey == config.AttachClsact:
+		attach = "clsact filters (attach: clsact)"
+	case attachKey == config.AttachTCX && !hasTCX:
+		problems = append(problems, fmt.Sprintf("attach: tcx needs TCX links (Linux 6.6 and later); this kernel is %s: use auto or clsact", k.release()))
+	case hasTCX:
 		attach = "TCX links"
 	}
 	return problems, fmt.Sprintf("kernel %s: %s; programs attach with %s", k.release(), strings.Join(have, ", "), attach)

@@ -152,6 +152,10 @@ entities:
 // behind outlives it by more than a scan, and RSS after the first minute
 // (the Go heap's warm-up) stays within 20 % of its level then.
 func TestAdversarialConnectionChurn(t *testing.T) {
+	// Beside the consumer at the floor, after the other scenarios: this one
+	// judges no rate, only table sizes and RSS, and its five minutes are
+	// mostly waiting.
+	t.Parallel()
 	w := world(t, harness.Options{Topics: []string{"orders"}})
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
 	defer a.Stop()
@@ -358,6 +362,7 @@ entities:
 // the shipped min_limit (4 MiB) it reads for two minutes at the floor with
 // zero timeouts, counted by the client.
 func TestAdversarialConsumerAtTheFloor(t *testing.T) {
+	t.Parallel() // beside the connection churn, which judges no rate
 	w := world(t, harness.Options{Topics: []string{"history", "bulk"}, Partitions: 64})
 	entities := `entities:
   clients:

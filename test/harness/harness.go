@@ -61,6 +61,8 @@ type Options struct {
 	// TLS makes kfake's listener SSL, with a self-signed certificate for
 	// the broker's address in World.CAFile.
 	TLS bool
+	// Queues gives the veth pair this many TX and RX queues (default 1).
+	Queues int
 }
 
 // SASLUser is a login kfake accepts.
@@ -100,7 +102,7 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, err
 	}
-	pair, err := netns.CreatePair()
+	pair, err := netns.CreatePairQueues(o.Queues)
 	if err != nil {
 		return nil, err
 	}

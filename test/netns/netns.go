@@ -189,7 +189,11 @@ func NewPair(t testing.TB) *Pair {
 }
 
 // CreatePair builds a Pair; the caller must Delete it.
-func CreatePair() (*Pair, error) {
+func CreatePair() (*Pair, error) { return CreatePairQueues(1) }
+
+// CreatePairQueues is CreatePair with a multi-queue veth (queues TX and RX
+// queues at each end), as a NIC with a queue per CPU.
+func CreatePairQueues(queues int) (*Pair, error) {
 	sfx := Suffix()
 	p := &Pair{
 		BrokerDev: "slb" + sfx,
@@ -205,7 +209,7 @@ func CreatePair() (*Pair, error) {
 		p.Broker.Delete()
 		return nil, err
 	}
-	if err := Veth(p.Broker, p.BrokerDev, netip.PrefixFrom(p.BrokerIP, 24), p.Client, p.ClientDev, netip.PrefixFrom(p.ClientIP, 24)); err != nil {
+	if err := VethQueues(p.Broker, p.BrokerDev, netip.PrefixFrom(p.BrokerIP, 24), p.Client, p.ClientDev, netip.PrefixFrom(p.ClientIP, 24), max(queues, 1)); err != nil {
 		p.Delete()
 		return nil, err
 	}
