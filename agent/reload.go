@@ -513,7 +513,8 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 	}
 	for name, changed := range map[string]bool{
 		"pin_path": old.PinPath != next.PinPath, "attach": old.Attach != next.Attach,
-		"max_entities": old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
+		"replace_root_qdisc": old.ReplaceRootQdisc != next.ReplaceRootQdisc,
+		"max_entities":       old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
 		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
 		"log_format": old.LogFormat != next.LogFormat,

@@ -100,7 +100,7 @@ func (a *Attachment) attachTCX() error {
 	}{{a.ingress, ebpf.AttachTCXIngress, "ingress"}, {a.egress, ebpf.AttachTCXEgress, "egress"}} {
 		// At the tail of the hook's chain: programs already attached (a
 		// CNI's, an operator's policer) run first and see every segment
-		// before sluice counts, delays or redirects it (docs/design.md §6).
+		// before sluice counts, delays or redirects it (docs/design.md §3).
 		l, err := link.AttachTCX(link.TCXOptions{Interface: a.Index, Program: p.prog, Attach: p.typ, Anchor: link.Tail()})
 		if err != nil {
 			a.closeLinks()

@@ -90,6 +90,11 @@ type Config struct {
 	// cls_bpf filters, for hosts whose other tools order themselves by
 	// filter priority).
 	Attach string
+	// ReplaceRootQdisc lets the htb and edt backends replace a root qdisc
+	// sluice did not create (an operator's mq, fq, tbf…) instead of
+	// refusing it; the kernel's default, not the operator's, comes back
+	// when sluice's tree goes.
+	ReplaceRootQdisc bool
 	// RefreshInterval is the control-loop period.
 	RefreshInterval time.Duration
 	// UpdateThreshold: a rate is rewritten only when it moved by more than

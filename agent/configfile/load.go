@@ -42,7 +42,7 @@ func Load(path string) (config.Config, error) {
 // schema lists every key a section may hold; "*" marks a section whose keys
 // are names (client-ids, topic-partitions) with entity quotas below them.
 var schema = map[string][]string{
-	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "attach", "refresh_interval", "update_threshold",
+	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "attach", "replace_root_qdisc", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
 		"metadata_refresh", "kafka_quotas", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
 		"samples_per_second", "metrics_address", "metrics", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities"},
@@ -236,6 +236,7 @@ func (l *loader) modes() {
 			l.fail("shaper", "%q is not a shaper (%s)%s", s, strings.Join(shapers, ", "), suggest(s, shapers))
 		}
 	}
+	l.boolean("replace_root_qdisc", &c.ReplaceRootQdisc)
 	if s, ok := l.str("attach"); ok {
 		kinds := []string{config.AttachAuto, config.AttachTCX, config.AttachClsact}
 		if contains(kinds, s) {

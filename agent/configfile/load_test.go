@@ -165,6 +165,8 @@ mode: enforcing`, []string{`mode: "enforcing" is not a mode (enforce or shadow) 
 shaper: tbf`, []string{`shaper: "tbf" is not a shaper`}},
 		{"attach", minimal + `
 attach: tc`, []string{`attach: "tc" is not an attach mechanism (auto, tcx, clsact)`}},
+		{"replace_root_qdisc", minimal + `
+replace_root_qdisc: sometimes`, []string{`replace_root_qdisc`}},
 		{"durations", minimal + `
 refresh_interval: soon
 stale_after: 5ms`, []string{`refresh_interval: "soon" is not a duration`, "stale_after: 5ms is below the minimum 1s"}},

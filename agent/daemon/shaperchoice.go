@@ -45,6 +45,17 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (agent.
 	if cfg.Shaper == "auto" {
 		reason = autoReason
 	}
+	if cfg.ReplaceRootQdisc {
+		for _, idx := range ifindexes {
+			replaced, err := shaper.ReplaceForeignRoot(idx, nil)
+			if err != nil {
+				return agent.ShaperChoice{}, err
+			}
+			if replaced != "" {
+				reason += "; replaced the operator's root " + replaced + " (replace_root_qdisc: the kernel's default comes back when sluice's tree goes)"
+			}
+		}
+	}
 	if len(ifindexes) > 1 {
 		if cfg.Shaper == "edt" {
 			return agent.ShaperChoice{}, fmt.Errorf("interfaces: the edt shaper drives one interface, %d are configured; use htb or auto", len(ifindexes))

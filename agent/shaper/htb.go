@@ -368,9 +368,45 @@ func checkRootQdisc(dev netlink.Link, ifindex int) error {
 		if _, err := netlink.LinkByName(IFBName(ifindex)); err == nil && q.Type() == "htb" && a.Handle == netlink.MakeHandle(rootMajor, 0) {
 			return nil // ours, from an earlier agent
 		}
-		return fmt.Errorf("%w: %s root is %s %x:; remove it or run with shaper: shadow", ErrForeignRootQdisc, dev.Attrs().Name, q.Type(), a.Handle>>16)
+		return fmt.Errorf("%w: %s root is %s %x:; remove it, run with shaper: police or shadow, or let sluice replace it with replace_root_qdisc: true",
+			ErrForeignRootQdisc, dev.Attrs().Name, q.Type(), a.Handle>>16)
 	}
 	return nil
+}
+
+// ReplaceForeignRoot deletes a root qdisc sluice did not create on the
+// interface, so that the kernel's default takes its place and the htb or
+// edt backend accepts the device: what replace_root_qdisc: true asks for.
+// It returns what it deleted ("" when the root was the kernel's default or
+// sluice's own). The operator's root is not put back when sluice's tree
+// goes: the kernel's default is.
+func ReplaceForeignRoot(ifindex int, in func(func() error) error) (replaced string, err error) {
+	if in == nil {
+		in = InCurrentNamespace
+	}
+	err = in(func() error {
+		dev, err := netlink.LinkByIndex(ifindex)
+		if err != nil {
+			return fmt.Errorf("find interface %d: %w", ifindex, err)
+		}
+		if checkRootQdisc(dev, ifindex) == nil {
+			return nil
+		}
+		qdiscs, err := netlink.QdiscList(dev)
+		if err != nil {
+			return fmt.Errorf("list qdiscs of %s: %w", dev.Attrs().Name, err)
+		}
+		for _, q := range qdiscs {
+			if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && a.Handle != 0 {
+				if err := netlink.QdiscDel(q); err != nil {
+					return fmt.Errorf("replace_root_qdisc: delete %s's root %s %x:: %w", dev.Attrs().Name, q.Type(), a.Handle>>16, err)
+				}
+				replaced = fmt.Sprintf("%s %x: on %s", q.Type(), a.Handle>>16, dev.Attrs().Name)
+			}
+		}
+		return nil
+	})
+	return replaced, err
 }
 
 func newTree(link netlink.Link) (*htbTree, error) {

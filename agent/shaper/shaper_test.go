@@ -490,4 +490,24 @@ func TestHTBOnMultiQueueDevices(t *testing.T) {
 	if after := tcState(t, pair.Broker, dev); after != tuned {
 		t.Errorf("a refused shaper changed the operator's mq.\nbefore:\n%s\nafter:\n%s", tuned, after)
 	}
+
+	// replace_root_qdisc: the operator's mq is deleted, named, and htb
+	// takes the root; when it goes, the kernel's default mq comes back.
+	replaced, err := ReplaceForeignRoot(idx, pair.Broker.Do)
+	if err != nil || replaced != "mq 5: on "+dev {
+		t.Fatalf("ReplaceForeignRoot: %q, %v; want mq 5: on %s", replaced, err, dev)
+	}
+	if again, err := ReplaceForeignRoot(idx, pair.Broker.Do); err != nil || again != "" {
+		t.Errorf("ReplaceForeignRoot over the kernel's default: %q, %v; want nothing replaced", again, err)
+	}
+	h, err = NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatalf("htb after the operator's root was replaced: %v", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, dev); after != before {
+		t.Errorf("after replace_root_qdisc and close, want the kernel's default mq.\nwant:\n%s\ngot:\n%s", before, after)
+	}
 }

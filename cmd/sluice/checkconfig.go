@@ -126,7 +126,9 @@ func hostChecks(cfg config.Config) (problems, warnings []string) {
 			continue
 		}
 		if cfg.Mode == config.ModeEnforce && (cfg.Shaper == "auto" || cfg.Shaper == "htb") {
-			if err := shaper.CheckRoot(name); err != nil {
+			if err := shaper.CheckRoot(name); err != nil && cfg.ReplaceRootQdisc {
+				warnings = append(warnings, fmt.Sprintf("interfaces: %s: replace_root_qdisc: sluice will delete this root and put its own tree there; the kernel's default comes back when it goes, not this root (%v)", name, err))
+			} else if err != nil {
 				problems = append(problems, fmt.Sprintf("interfaces: %s: %v", name, err))
 			}
 		}

@@ -60,6 +60,17 @@ func TestCheckConfigPredictsHostRefusals(t *testing.T) {
 		}
 	}
 
+	// With replace_root_qdisc the tbf is no refusal, only a warning that
+	// names what will be deleted.
+	optIn := write("opt-in.yaml", base+"interfaces: ["+pair.BrokerDev+"]\nreplace_root_qdisc: true\npin_path: "+filepath.Join(fs, "sluice")+"\n")
+	stdout.Reset()
+	stderr.Reset()
+	if err := pair.Broker.Do(func() error {
+		return run(context.Background(), []string{"check-config", "--config", optIn}, &stdout, &stderr)
+	}); err != nil || !strings.Contains(stdout.String()+stderr.String(), "replace_root_qdisc: sluice will delete this root") {
+		t.Errorf("replace_root_qdisc: true over the tbf: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+
 	exec.Command("ip", "netns", "exec", pair.Broker.Name, "tc", "qdisc", "del", "dev", pair.BrokerDev, "root").Run()
 	good := write("good.yaml", base+"interfaces: ["+pair.BrokerDev+"]\npin_path: "+filepath.Join(fs, "sluice")+"\n")
 	stdout.Reset()
