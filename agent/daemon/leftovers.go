@@ -47,8 +47,10 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 		return fmt.Errorf("list devices: %w", err)
 	}
 	for _, l := range links {
-		if idx, ok := shaper.InterfaceOfIFB(l.Attrs().Name); ok && l.Type() == "ifb" {
+		if idx, ok := shaper.InterfaceOfIFB(l.Attrs().Name); ok && shaper.IsSluiceIFB(l) {
 			ifindexes[idx] = true
+		} else if ok {
+			say("left " + l.Attrs().Name + ": a " + l.Type() + " device sluice did not make (no sluice alias or tree), under one of its names")
 		}
 	}
 	var errs []error

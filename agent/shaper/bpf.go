@@ -64,7 +64,7 @@ func NewEDT(ifindex int, rates RateWriter, in func(func() error) error) (*BPF, e
 			return err
 		}
 		b.dev = dev
-		ifb := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: IFBName(ifindex), TxQLen: 1000}}
+		ifb := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: IFBName(ifindex), TxQLen: 1000, Alias: ifbAlias}}
 		if err := netlink.LinkAdd(ifb); err != nil {
 			return err
 		}

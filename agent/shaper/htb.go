@@ -439,12 +439,29 @@ func LeftIFB(name string) (netlink.Link, error) {
 	if link.Type() != "ifb" {
 		return nil, fmt.Errorf("%w: a %s device named %s exists: sluice names its IFB devices so, and touches no device it did not make; rename or remove it", ErrForeignDevice, link.Type(), name)
 	}
+	if !IsSluiceIFB(link) {
+		return nil, fmt.Errorf("%w: an IFB device named %s exists without sluice's alias (%q) or tree: sluice touches no device it did not make; rename or remove it",
+			ErrForeignDevice, name, ifbAlias)
+	}
 	return link, nil
+}
+
+// ifbAlias marks the IFB devices sluice makes: set in the same netlink
+// message that creates the device, so no IFB of sluice's is ever without
+// it, and kept by the kernel with the device (ip link shows it), so a later
+// agent or `sluice unload` knows the device by more than its name.
+const ifbAlias = "sluice: ifb"
+
+// IsSluiceIFB says whether an IFB device under one of sluice's names is
+// sluice's: it carries an alias sluice wrote ("sluice: …"), or, made by a
+// release before the alias, sluice's htb tree (root 1:) on it.
+func IsSluiceIFB(link netlink.Link) bool {
+	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || ownTree(link))
 }
 
 // newIFBTree creates an IFB device, brings it up and puts a tree on it.
 func newIFBTree(name string) (netlink.Link, *htbTree, error) {
-	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000}}); err != nil {
+	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000, Alias: ifbAlias}}); err != nil {
 		return nil, nil, fmt.Errorf("htb: create %s: %w", name, err)
 	}
 	link, err := netlink.LinkByName(name)

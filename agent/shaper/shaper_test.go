@@ -286,6 +286,39 @@ func TestHTBLeavesAForeignDeviceWithItsIFBName(t *testing.T) {
 	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before || !strings.Contains(after, name+"@op-peer0") {
 		t.Errorf("the foreign device or the interface changed.\nbefore: %s\nafter:  %s", before, after)
 	}
+
+	// An IFB under that name that sluice did not make (no alias of
+	// sluice's, no tree of its own) is foreign too: refused and left.
+	ip := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+		return string(out)
+	}
+	ip("ip", "link", "del", name)
+	ip("ip", "link", "add", name, "type", "ifb")
+	before = tcState(t, pair.Broker, pair.BrokerDev)
+	if _, err := NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do); !errors.Is(err, ErrForeignDevice) || !strings.Contains(err.Error(), "without sluice's alias") {
+		t.Fatalf("NewHTB with a foreign IFB named %s: %v", name, err)
+	}
+	if err := RemoveLeftoverTrees(idx, pair.Broker.Do); !errors.Is(err, ErrForeignDevice) {
+		t.Errorf("removal beside a foreign IFB: %v, want ErrForeignDevice", err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
+		t.Errorf("the foreign IFB or the interface changed.\nbefore: %s\nafter:  %s", before, after)
+	}
+	// sluice's own IFB carries the alias from its creation on.
+	ip("ip", "link", "del", name)
+	h, err := NewHTB(idx, &classes{}, 200*time.Millisecond, pair.Broker.Do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shown := ip("ip", "link", "show", name); !strings.Contains(shown, "alias sluice:") {
+		t.Errorf("sluice's IFB without its alias: %s", shown)
+	}
+	h.Close()
 }
 
 type nopRates struct{}
