@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -182,7 +183,7 @@ func legacySlot(iface netlink.Link, parent uint32, name string) (pref uint16, ow
 	used := map[uint16]string{}
 	for _, f := range filters {
 		a := f.Attrs()
-		if b, ok := f.(*netlink.BpfFilter); ok && b.Name == name {
+		if b, ok := f.(*netlink.BpfFilter); ok && isSluiceFilter(b, name) {
 			return a.Priority, true, nil
 		}
 		used[a.Priority] = describeFilter(f)
@@ -192,6 +193,26 @@ func legacySlot(iface netlink.Link, parent uint32, name string) (pref uint16, ow
 		pref++
 	}
 	return pref, false, nil
+}
+
+// isSluiceFilter says whether a bpf filter is sluice's filter of that name:
+// the name it was attached under and the name of the program it runs (the
+// kernel keeps a program's own name, cut to 15 bytes) both say so. A
+// filter another tool named alike runs another program and is not taken.
+func isSluiceFilter(b *netlink.BpfFilter, name string) bool {
+	if b.Name != name || b.Id == 0 {
+		return false
+	}
+	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(b.Id))
+	if err != nil {
+		return false
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil || info.Name == "" {
+		return false
+	}
+	return strings.HasPrefix(name, info.Name)
 }
 
 func describeFilter(f netlink.Filter) string {
@@ -271,6 +292,38 @@ func clsactOf(ifindex int) *netlink.GenericQdisc {
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
 		QdiscType:  "clsact",
 	}
+}
+
+// ClsactOn lists the interfaces of this namespace that have a clsact
+// qdisc, by index: the daemon compares before and after it attaches or
+// builds a shaper, to record the ones sluice added (maps.RecordAddedClsact).
+func ClsactOn() (map[int]string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list devices: %w", err)
+	}
+	out := map[int]string{}
+	for _, l := range links {
+		if hasClsact(l) {
+			out[l.Attrs().Index] = l.Attrs().Name
+		}
+	}
+	return out, nil
+}
+
+// RemoveAddedClsact deletes the clsact qdisc sluice added on the interface
+// (index and name as recorded) once no filter is left under it; it says
+// whether it did. A device that is gone, renamed (the index reused), or
+// whose clsact still holds a filter, is left.
+func RemoveAddedClsact(ifindex int, name string) (bool, error) {
+	link, err := netlink.LinkByIndex(ifindex)
+	if err != nil || link.Attrs().Name != name || !hasClsact(link) || hasFilters(link) {
+		return false, nil
+	}
+	if err := deleteClsact(link); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func hasClsact(iface netlink.Link) bool {
@@ -439,7 +492,7 @@ func removeLeftoverFiltersOn(link netlink.Link) (removed bool, err error) {
 			continue // no clsact
 		}
 		for _, f := range filters {
-			if b, ok := f.(*netlink.BpfFilter); ok && (b.Name == ingressFilterName || b.Name == egressFilterName) {
+			if b, ok := f.(*netlink.BpfFilter); ok && (isSluiceFilter(b, ingressFilterName) || isSluiceFilter(b, egressFilterName)) {
 				if err := netlink.FilterDel(b); err != nil && !errors.Is(err, unix.ENOENT) {
 					errs = append(errs, fmt.Errorf("delete %s on %s: %w", b.Name, link.Attrs().Name, err))
 					continue

@@ -14,6 +14,24 @@ import (
 	"github.com/sluice-dev/sluice/test/netns"
 )
 
+// sluicePrograms are pass programs under the names of sluice's own, which
+// (with the filters' names) are how sluice knows its legacy filters.
+func sluicePrograms(t *testing.T) (ingress, egress *ebpf.Program) {
+	t.Helper()
+	return namedPass(t, "sluice_ingress"), namedPass(t, "sluice_egress")
+}
+
+func namedPass(t *testing.T, name string) *ebpf.Program {
+	t.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.SchedCLS, License: "MIT",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 func passProgram(t *testing.T) *ebpf.Program {
 	t.Helper()
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -48,14 +66,14 @@ func TestDetachRestoresDevice(t *testing.T) {
 	for _, mode := range []Mode{TCX, Legacy} {
 		t.Run(mode.String(), func(t *testing.T) {
 			pair := netns.NewPair(t)
-			prog := passProgram(t)
+			sin, seg := sluicePrograms(t)
 			idx, err := pair.Broker.Index(pair.BrokerDev)
 			if err != nil {
 				t.Fatal(err)
 			}
 			before := tcState(t, pair.Broker, pair.BrokerDev)
 			var a *Attachment
-			if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, mode); return err }); err != nil {
+			if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, sin, seg, mode); return err }); err != nil {
 				t.Fatal(err)
 			}
 			if a.Mode != mode {
@@ -81,6 +99,7 @@ func TestDetachKeepsForeignQdiscsAndFilters(t *testing.T) {
 	netns.RequireRoot(t, "attaches TC programs")
 	pair := netns.NewPair(t)
 	prog := passProgram(t)
+	sin, seg := sluicePrograms(t)
 	idx, _ := pair.Broker.Index(pair.BrokerDev)
 	foreign := &netlink.BpfFilter{
 		FilterAttrs:  netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 7},
@@ -99,7 +118,7 @@ func TestDetachKeepsForeignQdiscsAndFilters(t *testing.T) {
 	}
 	before := tcState(t, pair.Broker, pair.BrokerDev)
 	var a *Attachment
-	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, Legacy); return err }); err != nil {
+	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, sin, seg, Legacy); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if err := pair.Broker.Do(a.Detach); err != nil {
@@ -119,7 +138,8 @@ func TestDetachKeepsForeignQdiscsAndFilters(t *testing.T) {
 func TestLegacyAttachNeverTakesAnotherFiltersSlot(t *testing.T) {
 	netns.RequireRoot(t, "attaches TC programs")
 	pair := netns.NewPair(t)
-	foreignProg, prog := passProgram(t), passProgram(t)
+	foreignProg := passProgram(t)
+	sin, seg := sluicePrograms(t)
 	idx, _ := pair.Broker.Index(pair.BrokerDev)
 	err := pair.Broker.Do(func() error {
 		if err := netlink.QdiscAdd(&netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}); err != nil {
@@ -148,7 +168,7 @@ func TestLegacyAttachNeverTakesAnotherFiltersSlot(t *testing.T) {
 		return fmt.Sprintf("id %d", id)
 	}()
 	var a *Attachment
-	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, Legacy); return err }); err != nil {
+	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, sin, seg, Legacy); return err }); err != nil {
 		t.Fatal(err)
 	}
 	during := tcState(t, pair.Broker, pair.BrokerDev)
@@ -168,10 +188,10 @@ func TestLegacyAttachNeverTakesAnotherFiltersSlot(t *testing.T) {
 	}
 	// A restarted agent finds its filters by name and replaces them.
 	a.Release()
-	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, prog, prog, Legacy); return err }); err != nil {
+	if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, sin, seg, Legacy); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if again := tcState(t, pair.Broker, pair.BrokerDev); strings.Count(again, "sluice_ingress") != 1 || strings.Count(again, "sluice_egress") != 1 {
+	if again := tcState(t, pair.Broker, pair.BrokerDev); strings.Count(again, "handle 0x1 sluice_ingress") != 1 || strings.Count(again, "handle 0x1 sluice_egress") != 1 {
 		t.Errorf("a second attach doubled sluice's filters:\n%s", again)
 	}
 	if err := pair.Broker.Do(a.Detach); err != nil {
@@ -190,7 +210,7 @@ func TestSteerNeverTakesAnotherFiltersSlot(t *testing.T) {
 	netns.RequireRoot(t, "attaches TC programs")
 	pair := netns.NewPair(t)
 	prog := passProgram(t)
-	classic, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "MIT",
+	classic, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sluice_egress_select", Type: ebpf.SchedCLS, License: "MIT",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 	if err != nil {
 		t.Fatal(err)
@@ -211,8 +231,9 @@ func TestSteerNeverTakesAnotherFiltersSlot(t *testing.T) {
 	}
 	before := tcState(t, pair.Broker, pair.BrokerDev)
 	for i := 0; i < 2; i++ { // the second time as a restarted agent
-		if err := pair.Broker.Do(func() error { return Steer(idx, classic, idx) }); err != nil {
-			t.Fatal(err)
+		var added bool
+		if err := pair.Broker.Do(func() (err error) { added, err = Steer(idx, classic, idx); return err }); err != nil || added {
+			t.Fatalf("Steer beside the operator's clsact: added %v, %v; want the clsact it found", added, err)
 		}
 	}
 	during := tcState(t, pair.Broker, pair.BrokerDev)
@@ -228,6 +249,53 @@ func TestSteerNeverTakesAnotherFiltersSlot(t *testing.T) {
 	if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
 		t.Errorf("Unsteer did not leave the device as it was.\nbefore:\n%s\nafter:\n%s", before, after)
 	}
+
+	// The operator's clsact, emptied, is still theirs: it stays. On a
+	// device with none, Steer says it added one, and only
+	// RemoveAddedClsact (from that record) takes it away again.
+	if err := pair.Broker.Do(func() error {
+		fs, err := netlink.FilterList(mustLink(idx), netlink.HANDLE_MIN_EGRESS)
+		for _, f := range fs {
+			netlink.FilterDel(f)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	emptied := tcState(t, pair.Broker, pair.BrokerDev)
+	if err := pair.Broker.Do(func() error { return Unsteer(idx) }); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != emptied || !strings.Contains(after, "clsact") {
+		t.Errorf("Unsteer took the operator's empty clsact:\nbefore:\n%s\nafter:\n%s", emptied, after)
+	}
+	pair.Broker.Do(func() error { return deleteClsact(mustLink(idx)) })
+	bare := tcState(t, pair.Broker, pair.BrokerDev)
+	var added, removed bool
+	err = pair.Broker.Do(func() (err error) {
+		if added, err = Steer(idx, classic, idx); err != nil {
+			return err
+		}
+		if err := Unsteer(idx); err != nil {
+			return err
+		}
+		removed, err = RemoveAddedClsact(idx, pair.BrokerDev)
+		return err
+	})
+	if err != nil || !added || !removed {
+		t.Fatalf("Steer on a bare device: added %v, then removed %v: %v", added, removed, err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); after != bare {
+		t.Errorf("the clsact sluice added was not removed.\nbefore:\n%s\nafter:\n%s", bare, after)
+	}
+}
+
+func mustLink(idx int) netlink.Link {
+	l, err := netlink.LinkByIndex(idx)
+	if err != nil {
+		panic(err)
+	}
+	return l
 }
 
 // The legacy filters of an agent that is gone (no pins name them) are
@@ -236,6 +304,7 @@ func TestRemoveLeftoverFilters(t *testing.T) {
 	netns.RequireRoot(t, "attaches TC programs")
 	pair := netns.NewPair(t)
 	prog := passProgram(t)
+	sin, seg := sluicePrograms(t)
 	idx, _ := pair.Broker.Index(pair.BrokerDev)
 	var a *Attachment
 	err := pair.Broker.Do(func() (err error) {
@@ -248,7 +317,15 @@ func TestRemoveLeftoverFilters(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		a, err = Attach(idx, prog, prog, Legacy)
+		// Another tool's filter under sluice's filter name, running another
+		// program: not sluice's by identity, so kept.
+		if err := netlink.FilterAdd(&netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: netlink.HANDLE_MIN_INGRESS, Handle: netlink.MakeHandle(0, 1), Protocol: unix.ETH_P_ALL, Priority: 9},
+			Fd:          prog.FD(), Name: "sluice_ingress", DirectAction: true,
+		}); err != nil {
+			return err
+		}
+		a, err = Attach(idx, sin, seg, Legacy)
 		return err
 	})
 	if err != nil {
@@ -260,7 +337,8 @@ func TestRemoveLeftoverFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := tcState(t, pair.Broker, pair.BrokerDev)
-	if len(touched) != 1 || touched[0] != pair.BrokerDev || strings.Contains(state, "sluice_") || !strings.Contains(state, "someone_elses") {
+	if len(touched) != 1 || touched[0] != pair.BrokerDev || strings.Contains(state, "name sluice_") || !strings.Contains(state, "someone_elses") ||
+		!strings.Contains(state, "pref 9 bpf chain 0 handle 0x1 sluice_ingress") || strings.Contains(state, "pref 2 ") {
 		t.Errorf("touched %v; state:\n%s", touched, state)
 	}
 }

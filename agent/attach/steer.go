@@ -26,31 +26,40 @@ const (
 
 // Steer puts the egress filter on an interface: selectProg (classic mode:
 // a nonzero return is a match) and a mirred egress redirect to target,
-// under the interface's clsact qdisc (added if it has none). An earlier
-// agent's filter is replaced in place, so no segment passes unsteered
-// meanwhile. On failure nothing is left behind.
-func Steer(ifindex int, selectProg *ebpf.Program, target int) error {
+// under the interface's clsact qdisc (added if it has none: addedClsact
+// says so, and the caller removes it with RemoveAddedClsact when done). An
+// earlier agent's filter is replaced in place, so no segment passes
+// unsteered meanwhile. On failure nothing is left behind.
+func Steer(ifindex int, selectProg *ebpf.Program, target int) (addedClsact bool, err error) {
 	link, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
-		return fmt.Errorf("find interface %d: %w", ifindex, err)
+		return false, fmt.Errorf("find interface %d: %w", ifindex, err)
 	}
 	if !hasClsact(link) {
 		if err := netlink.QdiscAdd(clsactOf(ifindex)); err != nil {
-			return fmt.Errorf("add clsact qdisc on %s: %w", link.Attrs().Name, err)
+			return false, fmt.Errorf("add clsact qdisc on %s: %w", link.Attrs().Name, err)
+		}
+		addedClsact = true
+	}
+	undo := func() {
+		Unsteer(ifindex)
+		if addedClsact {
+			RemoveAddedClsact(ifindex, link.Attrs().Name)
 		}
 	}
 	pref, own, err := steerSlot(link)
 	if err != nil {
-		return err
+		undo()
+		return false, err
 	}
 	if err := addSteerFilter(ifindex, selectProg.FD(), target, pref, own); err != nil {
-		Unsteer(ifindex)
+		undo()
 		if errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("add the egress steering filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", link.Attrs().Name, pref, err)
+			return false, fmt.Errorf("add the egress steering filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", link.Attrs().Name, pref, err)
 		}
-		return fmt.Errorf("add the egress steering filter on %s: %w", link.Attrs().Name, err)
+		return false, fmt.Errorf("add the egress steering filter on %s: %w", link.Attrs().Name, err)
 	}
-	return nil
+	return addedClsact, nil
 }
 
 // steerSlot is the pref of the steering filter: where an earlier agent's
@@ -64,7 +73,7 @@ func steerSlot(link netlink.Link) (pref uint16, own bool, err error) {
 	}
 	used := map[uint16]bool{}
 	for _, f := range filters {
-		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == steerFilterName {
+		if bf, ok := f.(*netlink.BpfFilter); ok && isSluiceFilter(bf, steerFilterName) {
 			return f.Attrs().Priority, true, nil
 		}
 		used[f.Attrs().Priority] = true
@@ -105,10 +114,10 @@ func addSteerFilter(ifindex, progFD, target int, pref uint16, own bool) error {
 }
 
 // Unsteer removes every steering filter on the interface (its own, or an
-// earlier agent's), then the clsact qdisc if no filter at all is left
-// under it: whoever added it, an empty clsact does nothing, and
-// sluice_egress's own legacy filters, if any, keep it (Detach removes it
-// with them). A missing interface has nothing left to remove.
+// earlier agent's). The clsact qdisc stays: whether sluice added it is in
+// the pinned record (maps.RecordAddedClsact), and the agent that stops
+// last, or `sluice unload`, removes it from there once empty
+// (RemoveAddedClsact). A missing interface has nothing left to remove.
 func Unsteer(ifindex int) error {
 	link, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
@@ -119,17 +128,12 @@ func Unsteer(ifindex int) error {
 		return nil // no clsact: nothing to remove
 	}
 	var errs []error
-	removed := false
 	for _, f := range filters {
-		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == steerFilterName {
+		if bf, ok := f.(*netlink.BpfFilter); ok && isSluiceFilter(bf, steerFilterName) {
 			if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("delete the egress steering filter on %s: %w", link.Attrs().Name, err))
 			}
-			removed = true
 		}
-	}
-	if removed && len(errs) == 0 && !hasFilters(link) {
-		errs = append(errs, deleteClsact(link))
 	}
 	return errors.Join(errs...)
 }

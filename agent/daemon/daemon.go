@@ -137,6 +137,8 @@ func (r *daemon) setup() error {
 	if err := r.detachDropped(); err != nil {
 		return err
 	}
+	before := r.clsactOn()
+	defer r.recordAddedClsact(before)
 	for _, name := range r.cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
@@ -197,6 +199,10 @@ func (r *daemon) detachDropped() error {
 			keep[link.Attrs().Index] = true
 		}
 	}
+	added, err := maps.AddedClsacts(r.cfg.PinPath)
+	if err != nil {
+		return err
+	}
 	for _, idx := range attach.PinnedInterfaces(r.cfg.PinPath) {
 		if keep[idx] {
 			continue
@@ -210,6 +216,11 @@ func (r *daemon) detachDropped() error {
 		}
 		if err := shaper.RemoveLeftoverTrees(idx, nil); err != nil {
 			return fmt.Errorf("remove the trees on %s, dropped from interfaces: %w", name, err)
+		}
+		if recorded, ok := added[idx]; ok {
+			if _, err := attach.RemoveAddedClsact(idx, recorded); err != nil {
+				return fmt.Errorf("remove the clsact qdisc sluice added on %s, dropped from interfaces: %w", name, err)
+			}
 		}
 		r.log.Info("detached an interface dropped from the configuration", "interface", name)
 	}
@@ -250,7 +261,12 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	for i, att := range r.atts {
 		ifindexes[i] = att.Index
 	}
-	newShaper := func(cfg config.Config) (agent.ShaperChoice, error) { return ChooseShaper(cfg, r.dp, ifindexes) }
+	newShaper := func(cfg config.Config) (agent.ShaperChoice, error) {
+		before := r.clsactOn()
+		choice, err := ChooseShaper(cfg, r.dp, ifindexes)
+		r.recordAddedClsact(before)
+		return choice, err
+	}
 	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log,
 		FailReloadStep: reloadFaultHook()})
 	if err != nil {
@@ -418,5 +434,43 @@ func attachMode(key string) attach.Mode {
 		return attach.Legacy
 	default:
 		return attach.Auto
+	}
+}
+
+// clsactOn is attach.ClsactOn, nil when it cannot tell (then nothing is
+// recorded: an unrecorded clsact is left at the end, never one of another
+// tool's taken).
+func (r *daemon) clsactOn() map[int]string {
+	on, err := attach.ClsactOn()
+	if err != nil {
+		r.log.Warn("list clsact qdiscs", "err", err)
+		return nil
+	}
+	return on
+}
+
+// recordAddedClsact notes in the pinned record each configured interface
+// that has a clsact qdisc now and had none before (sluice added it: for
+// its legacy filters or its steering filter), so that the agent that stops
+// last, or `sluice unload`, removes it once empty, and only it.
+func (r *daemon) recordAddedClsact(before map[int]string) {
+	if before == nil {
+		return
+	}
+	now := r.clsactOn()
+	for _, name := range r.cfg.Interfaces {
+		link, err := netlink.LinkByName(name)
+		if err != nil {
+			continue
+		}
+		idx := link.Attrs().Index
+		if _, had := before[idx]; had {
+			continue
+		}
+		if _, has := now[idx]; has {
+			if err := maps.RecordAddedClsact(r.cfg.PinPath, idx, name); err != nil {
+				r.log.Warn("the clsact qdisc sluice added is not recorded: it stays after sluice", "interface", name, "err", err)
+			}
+		}
 	}
 }

@@ -15,13 +15,20 @@ import (
 
 // RemoveLeftovers removes everything of sluice's that is left in this
 // network namespace once no agent holds it: the pins under pinPath (link
-// pins detach their programs), legacy filters (found by name), and on the
-// interfaces in ifindexes, those the link pins name and those an IFB of
-// sluice's names, the htb trees, IFB devices and steering filters. It is
+// pins detach their programs), legacy filters (by their name and their
+// program's), and on the interfaces in ifindexes, those the link pins name
+// and those an IFB of sluice's serves, the htb trees, IFB devices and
+// steering filters; last, each clsact qdisc the pinned record says sluice
+// added, once no filter is left under it. It is
 // `sluice unload`, and the last step of an agent's own stop when it does
 // not leave the data path for the next one, so both remove the same
 // things the same way. say reports each thing removed or left.
 func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) error {
+	// Read before the pins go: which clsact qdiscs sluice added.
+	added, addedErr := maps.AddedClsacts(pinPath)
+	if addedErr != nil {
+		say("the record of the clsact qdiscs sluice added is unreadable (" + addedErr.Error() + "): any it added stay")
+	}
 	rep, err := maps.Unpin(pinPath)
 	for _, p := range rep.Removed {
 		say("removed " + p)
@@ -69,6 +76,15 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 			continue
 		}
 		say("interface " + name + ": sluice's trees, IFB devices and filters removed")
+	}
+	// Last, once no filter of sluice's is left under them.
+	for idx, name := range added {
+		removed, err := attach.RemoveAddedClsact(idx, name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		} else if removed {
+			say("interface " + name + ": the clsact qdisc sluice added removed")
+		}
 	}
 	return errors.Join(errs...)
 }

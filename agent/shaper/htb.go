@@ -102,6 +102,9 @@ type HTB struct {
 	// and the filters on each interface that steer segments to it.
 	egressIFB netlink.Link
 	steered   []int // interface indexes
+	// addedClsact: the interfaces whose clsact qdisc this shaper added for
+	// its steering filter (index → name), removed again once empty.
+	addedClsact map[int]string
 	// in runs netlink work in the interface's network namespace (netlink
 	// acts in the calling thread's namespace).
 	in func(func() error) error
@@ -222,7 +225,7 @@ func openHTB(classes ClassWriter, delay time.Duration) (*HTB, error) {
 		nlh.Close()
 		return nil, fmt.Errorf("htb: netlink: %w", err)
 	}
-	return &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock}, nil
+	return &HTB{classes: classes, delay: delay, in: InCurrentNamespace, nl: nlh, sock: sock, addedClsact: map[int]string{}}, nil
 }
 
 // RemoveLeftoverTrees deletes the htb trees an earlier agent left on the
@@ -754,6 +757,11 @@ func (h *HTB) close() error {
 		errs = append(errs, attach.Unsteer(idx))
 	}
 	h.steered = nil
+	for idx, name := range h.addedClsact {
+		_, err := attach.RemoveAddedClsact(idx, name)
+		errs = append(errs, err)
+	}
+	h.addedClsact = nil
 	if h.egressIFB != nil {
 		if err := netlink.LinkDel(h.egressIFB); err != nil {
 			errs = append(errs, fmt.Errorf("htb: delete %s: %w", h.egressIFB.Attrs().Name, err))

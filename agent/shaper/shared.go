@@ -112,10 +112,16 @@ func newSharedHTB(ifindexes []int, classes ClassWriter, delay time.Duration, sel
 // steerAll puts the egress steering filter on every interface.
 func (h *HTB) steerAll(ifindexes []int, selectProg *ebpf.Program) error {
 	for _, idx := range ifindexes {
-		if err := attach.Steer(idx, selectProg, h.egressIFB.Attrs().Index); err != nil {
+		added, err := attach.Steer(idx, selectProg, h.egressIFB.Attrs().Index)
+		if err != nil {
 			return fmt.Errorf("htb: %w", err)
 		}
 		h.steered = append(h.steered, idx)
+		if added {
+			if link, err := netlink.LinkByIndex(idx); err == nil {
+				h.addedClsact[idx] = link.Attrs().Name
+			}
+		}
 	}
 	return nil
 }

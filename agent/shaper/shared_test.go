@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/netns"
 )
@@ -109,9 +110,14 @@ func TestSharedHTBAdoptsAndRemovesTheTreesItLeft(t *testing.T) {
 			t.Errorf("class of %v: %x before, %x after adoption", k, v, cw.set[k])
 		}
 	}
-	// An agent that shapes without trees (police, shadow) removes them.
-	for _, i := range idx {
+	// An agent that shapes without trees (police, shadow) removes them;
+	// the clsact qdiscs the first agent added go as the daemon removes
+	// them, from its pinned record (maps.RecordAddedClsact).
+	for n, i := range idx {
 		if err := RemoveLeftoverTrees(i, pair.Broker.Do); err != nil {
+			t.Fatal(err)
+		}
+		if err := pair.Broker.Do(func() error { _, err := attach.RemoveAddedClsact(i, devs[n]); return err }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/test/harness"
 )
 
 // An interface dropped from the configuration across a restart is
@@ -79,4 +81,51 @@ func TestAgentIntegrationDroppedInterfaceIsDetachedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertRestored(t, w)
+}
+
+// The clsact qdisc: sluice removes one it added (for its legacy filters,
+// attach: clsact), recorded in its pins, once nothing is left under it,
+// even when the agent that added it is gone and `sluice unload` runs; an
+// operator's clsact, empty or not, stays. Judged by `tc -j qdisc`.
+func TestAgentIntegrationClsactLeftAsFound(t *testing.T) {
+	w := newWorld(t)
+	ns := w.Pair.Broker.Name
+	qdiscs := func() string {
+		out, err := exec.Command("ip", "netns", "exec", ns, "tc", "-j", "qdisc", "show", "dev", w.Pair.BrokerDev).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tc: %v %s", err, out)
+		}
+		return string(out)
+	}
+	cfg := w.WriteConfig("clsact", harness.Config{ProduceCapacity: "100MB", FetchCapacity: "100MB", KeepAttached: true, Extra: "attach: clsact\nshaper: police\n"})
+	cycle := func(phase string) {
+		t.Helper()
+		a := start(t, w, cfg)
+		if during := qdiscs(); !strings.Contains(during, `"kind":"clsact"`) {
+			t.Fatalf("%s: no clsact under sluice's legacy filters: %s", phase, during)
+		}
+		if err := a.Stop(); err != nil { // keep_attached: the filters stay
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("ip", "netns", "exec", ns, w.Sluice, "unload", "--config", cfg).CombinedOutput(); err != nil {
+			t.Fatalf("%s: sluice unload: %v\n%s", phase, err, out)
+		} else {
+			t.Logf("%s: sluice unload said:\n%s", phase, out)
+		}
+	}
+
+	bare := qdiscs()
+	cycle("bare device")
+	if after := qdiscs(); after != bare {
+		t.Errorf("the clsact sluice added stayed after unload.\nbefore: %s\nafter:  %s", bare, after)
+	}
+
+	if out, err := exec.Command("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", w.Pair.BrokerDev, "clsact").CombinedOutput(); err != nil {
+		t.Fatalf("add the operator's clsact: %v %s", err, out)
+	}
+	operators := qdiscs()
+	cycle("operator's empty clsact")
+	if after := qdiscs(); after != operators {
+		t.Errorf("the operator's clsact did not stay as it was.\nbefore: %s\nafter:  %s", operators, after)
+	}
 }
