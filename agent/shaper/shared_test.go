@@ -36,7 +36,7 @@ func sharedSetup(t *testing.T) (*netns.Pair, []string, []int, *ebpf.Program) {
 		}
 		idx = append(idx, i)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "MIT",
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sluice_egress_select", Type: ebpf.SchedCLS, License: "MIT",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 	if err != nil {
 		t.Fatal(err)
