@@ -405,7 +405,6 @@ func TestAdversarialConsumerAtTheFloor(t *testing.T) {
 			"low_floor_rate_bps": lowRate, "low_floor_request_timeouts": lowTimeouts,
 			"measured_at": "broker sockets (tcp_info bytes_acked) over the whole run; timeouts counted by the client"},
 		Expected: map[string]any{"rate_min_bps": 0.9 * floor, "rate_max_bps": ceiling, "rate_max_is": "1.1 x max(floor + weighted share, C - bulk_rate)",
-			"bulk_rate_min_bps": bulkMin,
-			"request_timeouts": 0, "largest_response_min_bytes": 40 << 20, "low_floor_request_timeouts_min": 1},
+			"bulk_rate_min_bps": bulkMin, "request_timeouts": 0, "largest_response_min_bytes": 40 << 20, "low_floor_request_timeouts_min": 1},
 	})
 }
