@@ -10,8 +10,9 @@ PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # prometheus: promtool checks deploy/prometheus' rules, and a real server
 # scrapes the agent in the overcommit scenario. kcat: librdkafka clients log
 # in with SASL PLAIN and SCRAM in the SASL scenario. nftables, bpftool: the
-# busy-host scenario's foreign netdev counter and its dumps.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool
+# busy-host scenario's foreign netdev counter and its dumps. xz-utils: the
+# previous release's source (test/release) for the upgrade tests.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils
 
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -33,10 +34,20 @@ deb: build ## build dist/sluice_<version>_amd64.deb (nfpm as a library; version 
 	$(GO) run ./deploy/deb -version $(VERSION) -binary $(BIN) -out dist
 
 .PHONY: deb-check
-deb-check: ## dpkg -i, -r and -P the package in overlays (the host is untouched); checks paths, conffile, scripts (root)
+deb-check: ## dpkg -i, -r and -P the package in overlays (the host is untouched), and an upgrade from the previous release's; checks paths, conffile, scripts (root)
 	rm -rf dist
 	$(MAKE) --no-print-directory deb
-	./test/deb/check.sh dist/sluice_*_amd64.deb $(VERSION)
+	prev=$$(mktemp -d) && trap 'rm -rf "$$prev"' EXIT && \
+	prev_version=$$(./test/release/build.sh "$$prev") && \
+	./test/deb/check.sh dist/sluice_*_amd64.deb $(VERSION) "$$prev"/src/dist/sluice_*_amd64.deb "$$prev_version"
+
+# The previous release, kept as source (git archive of the commit CI last
+# landed): the restart scenario and deb-check upgrade from it to this tree.
+.PHONY: previous-release
+previous-release: ## record COMMIT (the last landed one) as the previous release in test/release/
+	@test -n "$(COMMIT)" || { echo "usage: make previous-release COMMIT=<the commit CI last landed>" >&2; exit 1; }
+	git archive $(COMMIT) | xz -9 > test/release/previous.tar.xz
+	printf 'commit %s\nversion 0.%s-g%s\n' $$(git rev-parse $(COMMIT)) $$(git rev-list --count $(COMMIT)) $$(git rev-parse --short $(COMMIT)) > test/release/previous.txt
 
 .PHONY: demo
 demo: deps $(BPF_OBJ) ## the main job: a one-minute story with real Kafka clients, live status, demo.png (root)

@@ -7,12 +7,18 @@
 # maintainer scripts ask of systemd. Checks: the files and their paths,
 # the conffile, the unit naming the packaged binary, `sluice version`
 # printing the package's version, daemon-reload but never enable or start,
-# dpkg -r leaving only the conffile, dpkg -P leaving nothing.
+# dpkg -r leaving only the conffile, dpkg -P leaving nothing; given the
+# previous release's package (test/release/build.sh), an upgrade from it:
+# versions that sort, the edited conffile kept, the running agent
+# try-restarted on the new binary.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-deb=${1:?usage: check.sh sluice_VERSION_amd64.deb VERSION}
-version=${2:?usage: check.sh sluice_VERSION_amd64.deb VERSION}
+usage="usage: check.sh sluice_VERSION_amd64.deb VERSION [PREVIOUS.deb PREVIOUS_VERSION]"
+deb=${1:?$usage}
+version=${2:?$usage}
 deb=$(readlink -f "$deb")
+prev=${3:-} prev_version=${4:-}
+[ -z "$prev" ] || prev=$(readlink -f "$prev")
 [ "$(id -u)" = 0 ] || { echo "deb-check needs root (mount namespaces, dpkg)" >&2; exit 1; }
 if dpkg-query -W sluice >/dev/null 2>&1; then
 	echo "deb-check: a sluice package is installed on this host; the check works in overlays and does not need it" >&2
@@ -21,9 +27,9 @@ fi
 # A network namespace of its own and a fresh bpffs too: prerm runs
 # `sluice unload` with the shipped configuration (interfaces: [eth0]),
 # which must not touch this host's eth0 or pins.
-exec unshare --mount --net --propagation private bash -s "$deb" "$version" <<'INNER'
+exec unshare --mount --net --propagation private bash -s "$deb" "$version" "$prev" "$prev_version" <<'INNER'
 set -euo pipefail
-deb=$1 version=$2
+deb=$1 version=$2 prev=$3 prev_version=$4
 fail() { echo "FAIL: $*" >&2; exit 1; }
 say() { printf '\n== %s\n' "$*"; }
 scratch=$(mktemp -d)
@@ -88,6 +94,28 @@ dpkg -P sluice
 [ ! -e /etc/sluice ] || fail "/etc/sluice left after purge: $(ls -A /etc/sluice)"
 if dpkg-query -W sluice >/dev/null 2>&1; then fail "sluice still known to dpkg after purge"; fi
 echo "nothing left after dpkg -P"
+
+if [ -n "$prev" ]; then
+	say "an upgrade from the previous release, $prev_version, to $version"
+	dpkg --compare-versions "$prev_version" lt "$version" || fail "$version does not sort after $prev_version: dpkg would take the upgrade for a downgrade"
+	echo "dpkg sorts $prev_version before $version"
+	dpkg -i "$prev" </dev/null
+	got=$(/usr/bin/sluice version)
+	case "$got" in "sluice $prev_version "*) echo "installed: $got" ;; *) fail "the previous package's sluice printed '$got', want $prev_version" ;; esac
+	echo "# edited by the operator before the upgrade" >> /etc/sluice/sluice.yaml
+	: > "$calls"
+	# The operator's edit against the packaged file's changes: keep theirs
+	# (what apt-get -o Dpkg::Options::=--force-confold does), never ask.
+	dpkg --force-confdef --force-confold -i "$deb" </dev/null
+	got=$(/usr/bin/sluice version)
+	case "$got" in "sluice $version revision "*) echo "upgraded: $got" ;; *) fail "after the upgrade sluice printed '$got', want $version" ;; esac
+	grep '# edited by the operator before the upgrade' /etc/sluice/sluice.yaml >/dev/null || fail "the upgrade lost the edited configuration"
+	grep -x 'try-restart sluice.service' "$calls" >/dev/null || fail "the upgrade did not try-restart the unit: $(paste -sd';' "$calls")"
+	if grep -E '(^| )(start|enable|restart)( |$)' "$calls"; then fail "the upgrade started or enabled the agent"; fi
+	echo "systemctl calls on the upgrade: $(paste -sd';' "$calls")"
+	dpkg -P sluice
+	[ ! -e /etc/sluice ] || fail "/etc/sluice left after purge"
+fi
 echo
 echo "deb-check: PASS"
 INNER

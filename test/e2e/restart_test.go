@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +19,9 @@ import (
 // Identity across restarts: what bound a connection outlives the agent
 // that learned it. A SASL producer held by its user's quota and a consumer
 // whose fetch session is held by a configured topic-partition keep their
-// rates across a restart that keeps the data path attached (SIGTERM with
+// rates across an upgrade from the previous release (test/release: its
+// agent starts the scenario, this tree's takes over, and every binding is
+// kept), across a restart that keeps the data path attached (SIGTERM with
 // keep_attached_on_exit, what `systemctl restart` does) and across kill -9
 // and start, and across a restart that changes max_connections and
 // max_entities (the pinned state is carried into maps of the new sizes):
@@ -64,7 +67,21 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 	resized.Extra = "max_connections: 131072\nmax_entities: 32768\n" + base.Extra
 	governed, exempted, resizedConfig := w.WriteConfig("governed", base), w.WriteConfig("exempted", exempt), w.WriteConfig("resized", resized)
 
+	// The first agent is the previous release's (test/release), so the
+	// first restart is an upgrade to this tree under traffic.
+	root, _ := filepath.Abs("../..")
+	previous, previousVersion, err := harness.BuildPrevious(root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	said, err := exec.Command(previous, "version").Output()
+	if err != nil || !strings.Contains(string(said), previousVersion) {
+		t.Fatalf("the previous release's binary says %q (%v), want %s", said, err, previousVersion)
+	}
+	current := w.Sluice
+	w.Sluice = previous
 	a, err := w.StartAgent(governed)
+	w.Sluice = current
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +188,10 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 		phases = append(phases, p)
 		return p
 	}
+	upgrade := restart("upgrade-from-"+previousVersion, governed, false)
+	if log, _ := os.ReadFile(a.Log); !strings.Contains(string(log), "re-adopted programs left attached by the previous agent") {
+		t.Errorf("upgrade: the new agent did not adopt what the previous release left:\n%s", log)
+	}
 	restart("systemctl-restart", governed, false)
 	restart("kill-9-and-start", governed, true)
 	restart("tables-resized", resizedConfig, false)
@@ -193,6 +214,14 @@ func TestScenarioIdentityAcrossRestart(t *testing.T) {
 
 	pass := true
 	measured, expected := map[string]any{}, map[string]any{}
+	// The upgrade keeps every binding the previous release made.
+	keptBindings := len(upgrade.bindingsBefore) > 0 && len(upgrade.bindingsBefore) == len(upgrade.bindingsAfter)
+	for k, v := range upgrade.bindingsBefore {
+		keptBindings = keptBindings && upgrade.bindingsAfter[k] == v && !strings.HasPrefix(v, "no binding")
+	}
+	measured["upgrade_kept_bindings"], expected["upgrade_kept_bindings"] = keptBindings, true
+	measured["previous_release"] = strings.TrimSpace(string(said))
+	pass = pass && keptBindings
 	for _, p := range phases {
 		m := map[string]any{"agent_started_in_s": p.startedIn.Seconds(), "bindings_before": p.bindingsBefore, "bindings_after": p.bindingsAfter,
 			"rebinds_of_the_new_agent": p.rebindsAfter}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -89,6 +90,24 @@ func BuildTagged(root, dir, tags string) (sluice, loadgen string, err error) {
 		}
 	}
 	return sluice, loadgen, nil
+}
+
+// BuildPrevious builds the previous release (test/release: the commit CI
+// last landed, kept as source) into dir, and returns its binary and the
+// version it is stamped with: the restart scenario upgrades from it.
+func BuildPrevious(root, dir string) (sluice, version string, err error) {
+	cmd := exec.Command(filepath.Join(root, "test", "release", "build.sh"), dir, "build")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		log := stderr.String()
+		if len(log) > 4000 {
+			log = log[len(log)-4000:]
+		}
+		return "", "", fmt.Errorf("build the previous release: %v\n%s", err, log)
+	}
+	return filepath.Join(dir, "src", "bin", "sluice"), strings.TrimSpace(string(out)), nil
 }
 
 // New builds the topology: namespaces, veth, a private bpffs for pins, and

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds the previous release (the commit CI last landed, kept as source in
+# previous.tar.xz, written by `make previous-release`) into OUT: its binary
+# at OUT/src/bin/sluice and its package at OUT/src/dist/, stamped with its
+# version. The upgrade tests (the restart scenario, deb-check) start from it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: build.sh OUT [make targets, default: build deb]}
+targets=${2:-build deb}
+version=$(sed -n 's/^version //p' "$here/previous.txt")
+[ -n "$version" ] || { echo "build.sh: no version in $here/previous.txt" >&2; exit 1; }
+rm -rf "$out/src"
+mkdir -p "$out/src"
+tar -xJf "$here/previous.tar.xz" -C "$out/src"
+# shellcheck disable=SC2086 # the targets are words
+make -C "$out/src" --no-print-directory $targets VERSION="$version" >&2
+echo "$version"
