@@ -757,7 +757,7 @@ func TestAgentOwnsItsShaperAndMetadataClient(t *testing.T) {
 func TestAgentReloadMovesTheMetricsListener(t *testing.T) {
 	r := newRig(t, "")
 	open := map[string]bool{}
-	opener := func(addr string) (func(), error) {
+	opener := func(addr, _ string) (func(), error) {
 		if addr == "busy:1" {
 			return nil, errors.New("address already in use")
 		}

@@ -2,13 +2,18 @@ package agent
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
@@ -27,6 +32,7 @@ type Metrics struct {
 	Registry  *prometheus.Registry
 	cycle     prometheus.Histogram
 	collector *collector
+	log       *slog.Logger
 }
 
 // BuildInfo is the version and revision the binary was built from.
@@ -46,7 +52,9 @@ const ns = "sluice"
 // NewMetrics registers the agent's metrics, Go's runtime and the process's.
 func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &Metrics{Registry: reg}
+	m := &Metrics{Registry: reg, log: a.log}
+	// sluice_build_info, as every Prometheus exporter has it.
+	version.Version, version.Revision = info.Build.Version, info.Build.Revision
 	m.cycle = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: ns, Name: "control_loop_duration_seconds",
 		Help:    "Duration of one control-loop cycle: read counters, allocate both directions, write changed rates.",
@@ -57,7 +65,7 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 	counter := func(name, help string, f func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
-	reg.MustRegister(m.cycle, m.collector,
+	reg.MustRegister(m.cycle, m.collector, versioncollector.NewCollector(ns),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		counter("config_reload_failures_total", "Configuration reloads refused (the running configuration stayed).", a.ReloadFailures),
 		counter("control_loop_failures_total", "Control-loop cycles that failed (no heartbeat is written after one: the data path fails open after stale_after).", a.CycleFailures),
@@ -100,21 +108,50 @@ func (m *Metrics) Serve(l net.Listener) error {
 }
 
 // Open listens on addr and serves /metrics there until stop is called: the
-// agent's MetricsOpener, so that a reloaded metrics_address moves it.
-func (m *Metrics) Open(addr string) (stop func(), err error) {
+// agent's MetricsOpener, so that a reloaded metrics_address or
+// metrics.web_config_file reopens it. With a web configuration file
+// (Prometheus exporter-toolkit's: TLS, basic auth, headers) every
+// connection is served by its rules, read again for each new connection,
+// so certificates can be rotated in place; the file is checked before the
+// listener opens, so a bad one is refused here, not in the background.
+func (m *Metrics) Open(addr, webConfigFile string) (stop func(), err error) {
+	if webConfigFile != "" {
+		if err := web.Validate(webConfigFile); err != nil {
+			return nil, fmt.Errorf("metrics.web_config_file %s: %w", webConfigFile, err)
+		}
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv := m.server()
-	go srv.Serve(l)
-	return func() { srv.Close() }, nil
+	return m.serveOn(l, webConfigFile), nil
 }
 
+// serveOn serves the metrics on l with the web configuration until stop.
+func (m *Metrics) serveOn(l net.Listener, webConfigFile string) (stop func()) {
+	srv := m.server()
+	addr := l.Addr().String()
+	flags := &web.FlagConfig{WebListenAddresses: &[]string{addr}, WebSystemdSocket: new(bool), WebConfigFile: &webConfigFile}
+	go func() {
+		if err := web.Serve(l, srv, flags, m.log); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			m.log.Error("metrics listener", "address", addr, "err", err)
+		}
+	}()
+	return func() { srv.Close() }
+}
+
+// server is the metrics HTTP server: /metrics, a landing page at /, and
+// timeouts so a slow or idle client cannot hold connections open.
 func (m *Metrics) server() *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if landing, err := web.NewLandingPage(web.LandingConfig{Name: "sluice", Version: version.Info(),
+		Description: "Elastic bandwidth quotas for Kafka broker hosts, enforced at the NIC",
+		Links:       []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}}}); err == nil {
+		mux.Handle("/", landing)
+	}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(m.log.Handler(), slog.LevelDebug)}
 }
 
 // othersType and othersName label the aggregate of a direction's entities

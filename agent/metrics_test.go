@@ -81,6 +81,11 @@ var labelBounds = map[string]string{
 	"mode":        "`enforce`, `shadow`",
 	"shaper":      "`htb`, `edt`, `police`, `shadow`",
 	"attach":      "`tcx`, `clsact`",
+	"branch":      "the build's branch (one value per process; empty)",
+	"goversion":   "the Go version it was built with (one value per process)",
+	"goos":        "the build's OS (one value per process)",
+	"goarch":      "the build's architecture (one value per process)",
+	"tags":        "the build's tags (one value per process; empty)",
 }
 
 // metricsDoc renders docs/metrics.md from a scrape's sluice_ families.

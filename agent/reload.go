@@ -174,10 +174,10 @@ func (tx *reloadTx) prepare() error {
 	if err := tx.fault(stepMetrics); err != nil {
 		return err
 	}
-	if a.openMetrics != nil && next.MetricsAddress != old.MetricsAddress {
-		stop, err := a.openMetrics(next.MetricsAddress)
+	if a.openMetrics != nil && (next.MetricsAddress != old.MetricsAddress || next.Metrics.WebConfigFile != old.Metrics.WebConfigFile) {
+		stop, err := a.openMetrics(next.MetricsAddress, next.Metrics.WebConfigFile)
 		if err != nil {
-			return fmt.Errorf("metrics_address: %w", err)
+			return fmt.Errorf("metrics_address, metrics.web_config_file: %w", err)
 		}
 		tx.stopNewMetrics = stop
 	}
@@ -475,7 +475,7 @@ func (tx *reloadTx) swap() {
 	if tx.stopNewMetrics != nil {
 		a.stopMetrics()
 		a.stopMetrics, tx.stopNewMetrics = tx.stopNewMetrics, nil
-		a.log.Info("metrics listener moved", "metrics_address", next.MetricsAddress)
+		a.log.Info("metrics listener reopened", "metrics_address", next.MetricsAddress, "web_config_file", next.Metrics.WebConfigFile)
 	}
 }
 
@@ -517,7 +517,8 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 		"max_entities":       old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
 		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
-		"log_format": old.LogFormat != next.LogFormat,
+		"metrics.web_config_file": !metricsLive && old.Metrics.WebConfigFile != next.Metrics.WebConfigFile,
+		"log_format":              old.LogFormat != next.LogFormat,
 	} {
 		if changed {
 			keys = append(keys, name)

@@ -100,7 +100,7 @@ func newTxRig(t *testing.T) *txRig {
 		}
 	})
 	tr.dp = tr.store.fakeDataPath
-	if err := tr.a.ServeMetrics(func(addr string) (func(), error) {
+	if err := tr.a.ServeMetrics(func(addr, _ string) (func(), error) {
 		tr.listeners[addr] = true
 		return func() { delete(tr.listeners, addr) }, nil
 	}); err != nil {

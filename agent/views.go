@@ -211,8 +211,9 @@ func (a *Agent) StopMetadata() {
 	a.stopTopics()
 }
 
-// MetricsOpener starts serving metrics on an address; stop ends it.
-type MetricsOpener func(addr string) (stop func(), err error)
+// MetricsOpener starts serving metrics on an address, with an
+// exporter-toolkit web configuration ("" for plain HTTP); stop ends it.
+type MetricsOpener func(addr, webConfigFile string) (stop func(), err error)
 
 // ServeMetrics serves metrics on metrics_address through open, and moves
 // them when a reload changes the address (the new listener opens first; if
@@ -220,7 +221,7 @@ type MetricsOpener func(addr string) (stop func(), err error)
 func (a *Agent) ServeMetrics(open MetricsOpener) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	stop, err := open(a.cfg.MetricsAddress)
+	stop, err := open(a.cfg.MetricsAddress, a.cfg.Metrics.WebConfigFile)
 	if err != nil {
 		return fmt.Errorf("metrics_address: %w", err)
 	}

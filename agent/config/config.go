@@ -188,6 +188,10 @@ type Metrics struct {
 	// MaxEntitySeries caps the entities with series of their own per
 	// direction in either mode.
 	MaxEntitySeries int
+	// WebConfigFile is a Prometheus exporter-toolkit web configuration
+	// (TLS, basic auth, HTTP headers) for metrics_address; "" serves plain
+	// HTTP.
+	WebConfigFile string
 }
 
 // Metrics entity modes.

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/sluice-dev/sluice/agent/config"
 	"maps"
 	"math"
 	"net/netip"
@@ -21,8 +20,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-dev/sluice/agent/config"
 )
 
 // EnvPrefix is the prefix of environment overrides: SLUICE_MODE,
@@ -51,7 +53,7 @@ var schema = map[string][]string{
 	"sasl":     {"mechanism", "username", "password", "password_file"},
 	"tls":      {"enabled", "ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify"},
 	"entities": {"clients", "topic-partitions", "users", "peers", "listeners"},
-	"metrics":  {"entities", "max_entity_series"},
+	"metrics":  {"entities", "max_entity_series", "web_config_file"},
 }
 
 var directionKeys = []string{"capacity", "safety_ratio", "min_demand", "activity_threshold", "min_limit", "memory_cycles", "overcommit_confirm_cycles"}
@@ -366,6 +368,14 @@ func (l *loader) metrics() {
 		}
 	}
 	l.integer("metrics.max_entity_series", &c.Metrics.MaxEntitySeries, 0, config.MaxEntityIDs)
+	if s, ok := l.str("metrics.web_config_file"); ok && s != "" {
+		c.Metrics.WebConfigFile = s
+		// The file's own checks: TLS files that exist and load, basic
+		// auth users with bcrypt hashes (exporter-toolkit's Validate).
+		if err := web.Validate(s); err != nil {
+			l.fail("metrics.web_config_file", "%s: %v", s, err)
+		}
+	}
 }
 
 // paths reads socket and pin_path.

@@ -167,6 +167,8 @@ shaper: tbf`, []string{`shaper: "tbf" is not a shaper`}},
 attach: tc`, []string{`attach: "tc" is not an attach mechanism (auto, tcx, clsact)`}},
 		{"replace_root_qdisc", minimal + `
 replace_root_qdisc: sometimes`, []string{`replace_root_qdisc`}},
+		{"metrics.web_config_file", minimal + `
+metrics: {web_config_file: /nonexistent/web.yml}`, []string{`metrics.web_config_file: /nonexistent/web.yml`}},
 		{"durations", minimal + `
 refresh_interval: soon
 stale_after: 5ms`, []string{`refresh_interval: "soon" is not a duration`, "stale_after: 5ms is below the minimum 1s"}},
