@@ -194,6 +194,31 @@ func rules(t *testing.T) ruleFile {
 	return f
 }
 
+// Every alert says what to do: a description, and a runbook_url naming a
+// section of docs/runbook.md that exists.
+func TestAlertsHaveDescriptionsAndRunbooks(t *testing.T) {
+	runbook := readFile(t, "../docs/runbook.md")
+	for _, g := range rules(t).Groups {
+		for _, r := range g.Rules {
+			name, ok := r["alert"].(string)
+			if !ok {
+				continue
+			}
+			ann, _ := r["annotations"].(map[string]any)
+			if d, _ := ann["description"].(string); len(d) < 20 {
+				t.Errorf("alert %s: no description", name)
+			}
+			url, _ := ann["runbook_url"].(string)
+			if url != "docs/runbook.md#"+strings.ToLower(name) {
+				t.Errorf("alert %s: runbook_url %q, want docs/runbook.md#%s", name, url, strings.ToLower(name))
+			}
+			if !strings.Contains(runbook, "\n## "+name+"\n") {
+				t.Errorf("alert %s: no section \"## %s\" in docs/runbook.md", name, name)
+			}
+		}
+	}
+}
+
 func ruleNames(t *testing.T, kind string) []string {
 	var out []string
 	for _, g := range rules(t).Groups {

@@ -104,6 +104,7 @@ func build(describe, binary, outDir string) (string, error) {
 				file("deploy/prometheus/sluice-rules.test.yaml", "/usr/share/sluice/prometheus/sluice-rules.test.yaml", 0o644),
 				file("deploy/grafana/sluice-dashboard.json", "/usr/share/sluice/grafana/sluice-dashboard.json", 0o644),
 				file("README.md", "/usr/share/doc/sluice/README.md", 0o644),
+				file("docs/runbook.md", "/usr/share/doc/sluice/runbook.md", 0o644),
 			},
 			Scripts: nfpm.Scripts{PostInstall: postinst, PreRemove: prerm, PostRemove: postrm},
 		},

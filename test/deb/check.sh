@@ -53,7 +53,7 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 say "dpkg -i $(basename "$deb")"
 dpkg -i "$deb"
 for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /etc/sluice/sluice.yaml \
-	/usr/share/sluice/prometheus/sluice-rules.yaml /usr/share/sluice/grafana/sluice-dashboard.json /usr/share/doc/sluice/README.md; do
+	/usr/share/sluice/prometheus/sluice-rules.yaml /usr/share/sluice/grafana/sluice-dashboard.json /usr/share/doc/sluice/README.md /usr/share/doc/sluice/runbook.md; do
 	[ -e "$f" ] || fail "$f not installed"
 	echo "installed $f"
 done
