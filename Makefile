@@ -4,6 +4,15 @@
 GO      ?= go
 CLANG   ?= clang-19
 BIN     := bin/sluice
+BPF_CFLAGS := -O2 -g -Wall -Werror
+# The compiled programs are a build output (not committed): every target
+# that compiles Go needs them first. Defined here, before any rule names
+# them: make expands a rule's prerequisites where it reads the rule. The Go
+# bindings are committed, and check-generated fails when they are stale.
+BPF_OBJ    := maps/sluice_bpfel.o
+BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h)
+GENERATED  := maps/sluice_bpfel.go
+
 # Every package but the end-to-end scenarios, which `make e2e` runs on its own.
 PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
@@ -66,14 +75,6 @@ deps: ## install the Debian packages and Go modules the tests need (root)
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	$(GO) mod download
-
-BPF_CFLAGS := -O2 -g -Wall -Werror
-# The compiled programs are a build output (not committed): every target
-# that compiles Go needs them first. The Go bindings are committed, and
-# check-generated fails when they are stale.
-BPF_OBJ    := maps/sluice_bpfel.o
-BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h)
-GENERATED  := maps/sluice_bpfel.go
 
 $(BPF_OBJ): $(BPF_SRC) maps/gen.go
 	$(MAKE) --no-print-directory generate
