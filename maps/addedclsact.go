@@ -70,3 +70,20 @@ func AddedClsacts(pinDir string) (map[int]string, error) {
 	}
 	return out, it.Err()
 }
+
+// ForgetAddedClsact drops an interface from that record (its clsact is
+// gone): an index a later clsact of an operator's takes is not sluice's.
+func ForgetAddedClsact(pinDir string, ifindex int) error {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, addedClsactPin), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("update the record of added clsact qdiscs: %w", err)
+	}
+	defer m.Close()
+	if err := m.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("update the record of added clsact qdiscs: %w", err)
+	}
+	return nil
+}

@@ -2,9 +2,10 @@
 // them off again, leaving the device as it found it. TCX links are
 // preferred; on kernels without TCX a netlink clsact qdisc with cls_bpf
 // filters (direct action) is used. Only what sluice created is ever
-// removed: its own links, its own named filters, and a clsact qdisc only if
-// sluice added it and nothing else uses it (or, for the htb shaper's egress
-// steering filters, steer.go, if nothing at all is left under it).
+// removed: its own links, its own filters (by their name and their
+// program's), and a clsact qdisc only if sluice added it (known in the
+// process, or from the pinned record, maps.RecordAddedClsact) and no
+// filter is left under it.
 package attach
 
 import (
@@ -12,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -196,9 +196,9 @@ func legacySlot(iface netlink.Link, parent uint32, name string) (pref uint16, ow
 }
 
 // isSluiceFilter says whether a bpf filter is sluice's filter of that name:
-// the name it was attached under and the name of the program it runs (the
-// kernel keeps a program's own name, cut to 15 bytes) both say so. A
-// filter another tool named alike runs another program and is not taken.
+// the name it was attached under and the name of the program it runs both
+// say so. A filter another tool named alike runs another program and is
+// not taken.
 func isSluiceFilter(b *netlink.BpfFilter, name string) bool {
 	if b.Name != name || b.Id == 0 {
 		return false
@@ -212,7 +212,9 @@ func isSluiceFilter(b *netlink.BpfFilter, name string) bool {
 	if err != nil || info.Name == "" {
 		return false
 	}
-	return strings.HasPrefix(name, info.Name)
+	// The kernel keeps 15 bytes of the name; cilium/ebpf reports the whole
+	// one when the program carries BTF (sluice's do).
+	return info.Name == name || info.Name == name[:min(len(name), 15)]
 }
 
 func describeFilter(f netlink.Filter) string {
@@ -454,9 +456,10 @@ func linkPinName(ifindex, i int) string {
 
 // RemoveLeftoverFilters deletes, on every device of this namespace, the
 // legacy filters an agent that is gone left attached (sluice_ingress and
-// sluice_egress, found by name: legacy filters have no pins to find them
-// by), and returns the devices it touched. The clsact qdiscs they sat under
-// stay: nothing records who added them, and an empty one changes nothing.
+// sluice_egress, known by their name and their program's: legacy filters
+// have no pins to find them by), and returns the devices it touched. The
+// clsact qdiscs they sat under stay here; the ones sluice added go by the
+// pinned record (RemoveAddedClsact).
 func RemoveLeftoverFilters() (touched []string, err error) {
 	links, err := netlink.LinkList()
 	if err != nil {

@@ -170,7 +170,11 @@ func (r *daemon) setup() error {
 			// An earlier agent with attach: clsact left its filters here;
 			// they would run after these links and count twice.
 			if removed, err := attach.RemoveLeftoverFiltersOn(idx); err != nil {
-				a.Detach()
+				if adopted {
+					a.Release() // the previous agent's links stay, as cleanup leaves them
+				} else {
+					a.Detach()
+				}
 				return err
 			} else if removed {
 				r.log.Info("removed the clsact filters an earlier agent left (this one attaches with TCX)", "interface", name)
@@ -203,8 +207,29 @@ func (r *daemon) detachDropped() error {
 	if err != nil {
 		return err
 	}
+	// Interfaces an earlier agent attached to: by its link pins (TCX), and
+	// by sluice's legacy filters (attach: clsact, which leaves no pins).
+	dropped := map[int]bool{}
 	for _, idx := range attach.PinnedInterfaces(r.cfg.PinPath) {
-		if keep[idx] {
+		dropped[idx] = !keep[idx]
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list devices: %w", err)
+	}
+	for _, l := range links {
+		idx := l.Attrs().Index
+		if keep[idx] || dropped[idx] {
+			continue
+		}
+		removed, err := attach.RemoveLeftoverFiltersOn(idx)
+		if err != nil {
+			return fmt.Errorf("detach %s, dropped from interfaces: %w", l.Attrs().Name, err)
+		}
+		dropped[idx] = removed
+	}
+	for idx, drop := range dropped {
+		if !drop {
 			continue
 		}
 		name := fmt.Sprint(idx)
@@ -221,6 +246,7 @@ func (r *daemon) detachDropped() error {
 			if _, err := attach.RemoveAddedClsact(idx, recorded); err != nil {
 				return fmt.Errorf("remove the clsact qdisc sluice added on %s, dropped from interfaces: %w", name, err)
 			}
+			maps.ForgetAddedClsact(r.cfg.PinPath, idx)
 		}
 		r.log.Info("detached an interface dropped from the configuration", "interface", name)
 	}
@@ -458,6 +484,16 @@ func (r *daemon) recordAddedClsact(before map[int]string) {
 		return
 	}
 	now := r.clsactOn()
+	// Entries whose clsact sluice has since removed (a shaper closed, a
+	// legacy detach) go, so that a clsact an operator adds there later is
+	// never taken for sluice's.
+	if recorded, err := maps.AddedClsacts(r.cfg.PinPath); err == nil {
+		for idx, name := range recorded {
+			if now[idx] != name {
+				maps.ForgetAddedClsact(r.cfg.PinPath, idx)
+			}
+		}
+	}
 	for _, name := range r.cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
 		if err != nil {

@@ -64,11 +64,7 @@ func NewEDT(ifindex int, rates RateWriter, in func(func() error) error) (*BPF, e
 			return err
 		}
 		b.dev = dev
-		ifb := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: IFBName(ifindex), TxQLen: 1000, Alias: ifbAlias}}
-		if err := netlink.LinkAdd(ifb); err != nil {
-			return err
-		}
-		if b.ifb, err = netlink.LinkByName(ifb.Name); err != nil {
+		if b.ifb, err = newIFB(IFBName(ifindex)); err != nil {
 			return err
 		}
 		if err := netlink.LinkSetUp(b.ifb); err != nil {

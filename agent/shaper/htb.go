@@ -449,27 +449,55 @@ func LeftIFB(name string) (netlink.Link, error) {
 	return link, nil
 }
 
-// ifbAlias marks the IFB devices sluice makes: set in the same netlink
-// message that creates the device, so no IFB of sluice's is ever without
-// it, and kept by the kernel with the device (ip link shows it), so a later
+// ifbAlias marks the IFB devices sluice makes: written right after the
+// device is created (the kernel ignores an alias in the creating message),
+// and kept by the kernel with the device (ip link shows it), so a later
 // agent or `sluice unload` knows the device by more than its name.
 const ifbAlias = "sluice: ifb"
 
 // IsSluiceIFB says whether an IFB device under one of sluice's names is
 // sluice's: it carries an alias sluice wrote ("sluice: …"), or, made by a
-// release before the alias, sluice's htb tree (root 1:) on it.
+// release before the alias (or left between its creation and the alias),
+// sluice's own root qdisc (htb or fq, handle 1:) on it.
 func IsSluiceIFB(link netlink.Link) bool {
-	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || ownTree(link))
+	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || ownTree(link) || ownFQ(link))
+}
+
+// ownFQ: the link's root qdisc is the fq the edt backend puts there.
+func ownFQ(link netlink.Link) bool {
+	qdiscs, err := netlink.QdiscList(link)
+	if err != nil {
+		return false
+	}
+	for _, q := range qdiscs {
+		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT {
+			return q.Type() == "fq" && a.Handle == netlink.MakeHandle(rootMajor, 0)
+		}
+	}
+	return false
+}
+
+// newIFB creates an IFB device named so and marks it sluice's (ifbAlias).
+func newIFB(name string) (netlink.Link, error) {
+	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000}}); err != nil {
+		return nil, fmt.Errorf("create %s: %w", name, err)
+	}
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("find %s: %w", name, err)
+	}
+	if err := netlink.LinkSetAlias(link, ifbAlias); err != nil {
+		netlink.LinkDel(link)
+		return nil, fmt.Errorf("mark %s as sluice's: %w", name, err)
+	}
+	return link, nil
 }
 
 // newIFBTree creates an IFB device, brings it up and puts a tree on it.
 func newIFBTree(name string) (netlink.Link, *htbTree, error) {
-	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000, Alias: ifbAlias}}); err != nil {
-		return nil, nil, fmt.Errorf("htb: create %s: %w", name, err)
-	}
-	link, err := netlink.LinkByName(name)
+	link, err := newIFB(name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("htb: find %s: %w", name, err)
+		return nil, nil, fmt.Errorf("htb: %w", err)
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		netlink.LinkDel(link)

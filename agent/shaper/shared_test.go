@@ -75,6 +75,14 @@ func TestSharedHTBAdoptsAndRemovesTheTreesItLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both IFBs carry sluice's alias: what makes them sluice's to adopt or
+	// remove (IsSluiceIFB), beside their names.
+	for _, name := range []string{sharedIngressIFBName(idx[0]), sharedEgressIFBName(idx[0])} {
+		out, err := exec.Command("ip", "netns", "exec", pair.Broker.Name, "ip", "link", "show", name).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "alias "+ifbAlias) {
+			t.Errorf("%s without sluice's alias: %v %s", name, err, out)
+		}
+	}
 	if err := first.SetRates(maps.Fetch, []shaping.Rate{{Entity: 5, BytesPerSecond: 20e6, Guaranteed: 1e6}, {Entity: 6, BytesPerSecond: 1e6}}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,14 @@ import (
 // qdiscs and filters are again what they were before sluice; the interface
 // still configured stays governed.
 func TestAgentIntegrationDroppedInterfaceIsDetachedAtStart(t *testing.T) {
+	// TCX (links pinned), and clsact filters (attach: clsact: no pins, the
+	// filters are known by their names and programs).
+	for _, attachKey := range []string{"auto", "clsact"} {
+		t.Run(attachKey, func(t *testing.T) { droppedInterface(t, attachKey) })
+	}
+}
+
+func droppedInterface(t *testing.T, attachKey string) {
 	w := newWorld(t)
 	ns := w.Pair.Broker.Name
 	if out, err := exec.Command("ip", "netns", "exec", ns, "ip", "link", "add", "sdrop0", "type", "veth", "peer", "name", "sdrop1").CombinedOutput(); err != nil {
@@ -52,7 +60,7 @@ func TestAgentIntegrationDroppedInterfaceIsDetachedAtStart(t *testing.T) {
 
 	both := config(w, true)
 	data, _ := os.ReadFile(both)
-	twoIfaces := strings.Replace(string(data), "interfaces: ["+w.Pair.BrokerDev+"]", "interfaces: ["+w.Pair.BrokerDev+", sdrop0]", 1)
+	twoIfaces := strings.Replace(string(data), "interfaces: ["+w.Pair.BrokerDev+"]", "interfaces: ["+w.Pair.BrokerDev+", sdrop0]", 1) + "attach: " + attachKey + "\n"
 	if twoIfaces == string(data) {
 		t.Fatal("could not add the second interface to the configuration")
 	}
@@ -69,6 +77,11 @@ func TestAgentIntegrationDroppedInterfaceIsDetachedAtStart(t *testing.T) {
 	}
 
 	one := config(w, false) // sdrop0 dropped
+	if data, err := os.ReadFile(one); err != nil {
+		t.Fatal(err)
+	} else {
+		os.WriteFile(one, append(data, "attach: "+attachKey+"\n"...), 0o600)
+	}
 	second := start(t, w, one)
 	if after := dump("sdrop0"); after != before {
 		t.Errorf("sdrop0 after the restart without it differs from before sluice.\nbefore:\n%s\nafter:\n%s", before, after)
