@@ -55,7 +55,8 @@ deb-check: ## dpkg -i, -r and -P the package in overlays (the host is untouched)
 .PHONY: previous-release
 previous-release: ## record COMMIT (the last landed one) as the previous release in test/release/
 	@test -n "$(COMMIT)" || { echo "usage: make previous-release COMMIT=<the commit CI last landed>" >&2; exit 1; }
-	git archive $(COMMIT) | xz -9 > test/release/previous.tar.xz
+	git rev-parse --verify --quiet "$(COMMIT)^{commit}" >/dev/null || { echo "previous-release: $(COMMIT) is not a commit here" >&2; exit 1; }
+	git archive $(COMMIT) > test/release/previous.tar && xz -9f test/release/previous.tar
 	printf 'commit %s\nversion 0.%s-g%s\n' $$(git rev-parse $(COMMIT)) $$(git rev-list --count $(COMMIT)) $$(git rev-parse --short $(COMMIT)) > test/release/previous.txt
 
 .PHONY: demo

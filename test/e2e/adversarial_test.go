@@ -392,12 +392,12 @@ func TestAdversarialConsumerAtTheFloor(t *testing.T) {
 	// its share (a busy machine slows it) is the history consumer's to
 	// take, so the ceiling is the larger of its share and what bulk left,
 	// both measured over the same window; and bulk must really have
-	// contended (at least 60 % of what its weight gives it), else a history
+	// contended (at least 70 % of what its weight gives it), else a history
 	// consumer nobody held would pass by crowding bulk out (two greedy
 	// consumers left alone split C about evenly: bulk near 50 %).
 	want := floor + (C-2*floor)*0.01/1.01
 	ceiling := 1.1 * max(want, C-bulkRate)
-	bulkMin := 0.6 * (C - want)
+	bulkMin := 0.7 * (C - want)
 	record(t, Result{
 		Name: "consumer-at-the-floor",
 		Pass: lowTimeouts > 0 && timeouts == 0 && rate >= 0.9*floor && rate <= ceiling && bulkRate >= bulkMin && largest >= 40<<20,

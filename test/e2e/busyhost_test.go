@@ -144,18 +144,22 @@ func busyHost(t *testing.T, name, attachKey, shaper string) {
 		last = c
 	}
 
-	// Shaping with the foreign objects in place: the clients' rates from
-	// the broker's sockets over 5 s after a 3 s settle, and what the foreign
-	// hooks saw over a window holding that one.
+	// Shaping with the foreign objects in place: both clients' rates from
+	// the broker's sockets over the same 5 s after a 3 s settle, and what
+	// the foreign hooks saw over a window just holding that one.
 	time.Sleep(3 * time.Second) // settle into the limits
 	seenBefore := host.counters()
-	rates, err := w.MeterClients(0, 5*time.Second, producer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fetchRates, err := w.MeterClients(1, 5*time.Second, consumer)
-	if err != nil {
-		t.Fatal(err)
+	var rates, fetchRates []float64
+	var fetchErr error
+	metered := make(chan struct{})
+	go func() {
+		defer close(metered)
+		fetchRates, fetchErr = w.MeterClients(1, 5*time.Second, consumer)
+	}()
+	rates, err = w.MeterClients(0, 5*time.Second, producer)
+	<-metered
+	if err != nil || fetchErr != nil {
+		t.Fatal(err, fetchErr)
 	}
 	seen := host.counters()
 	for k := range seen {
@@ -183,10 +187,17 @@ func busyHost(t *testing.T, name, attachKey, shaper string) {
 		mustSeeAll["cilium-ingress"] = produced
 		mustSeeAll["nft-ingress"] = produced // police passes what it keeps
 	}
+	// Each hook counts whole packets (headers too) over a window a little
+	// longer than the meters': it must have seen at least the payload the
+	// client moved, and a hook that missed a tenth of it would not.
 	for k, want := range mustSeeAll {
 		if float64(seen[k]) < want {
 			fail("%s saw %d bytes while the client moved %.0f: it missed governed segments", k, seen[k], want)
 		}
+	}
+	measured["foreign_bytes_seen_over_client_bytes"] = map[string]float64{}
+	for k, want := range mustSeeAll {
+		measured["foreign_bytes_seen_over_client_bytes"].(map[string]float64)[k] = float64(seen[k]) / want
 	}
 	step("shaping")
 
