@@ -40,8 +40,10 @@ func commands() []command {
 			"sluice status [-o text|json] [--watch] [--socket PATH]",
 			[]string{"sluice status", "sluice status --watch", "sluice status -o json | jq '.directions[] | {direction, overcommit, promised_ratio}'"}},
 		{"explain", "show how an entity's dynamic limit was derived, or which entity holds a connection and why", runExplain,
-			"sluice explain [-o text|json] [--socket PATH] NAME|ADDRESS   (a client-id, a topic-partition, kind:name, or a client's IP, IP:port or IP:port->IP:port)",
-			[]string{"sluice explain orders-consumer", "sluice explain topic-partition:orders-0", "sluice explain -o json client:backfill", "sluice explain 10.1.2.3:52314"}},
+			"sluice explain [-o text|json] [--socket PATH] NAME|ADDRESS   (a client-id, a topic-partition, kind:name, or a client's IP, IP:port or IP:port->IP:port)\n" +
+				"       sluice explain --config FILE [--client-id ID] [--user USER] [--topic-partition TOPIC-N] [-o text|json]   (offline, from the file)",
+			[]string{"sluice explain orders-consumer", "sluice explain topic-partition:orders-0", "sluice explain -o json client:backfill", "sluice explain 10.1.2.3:52314",
+				"sluice explain --config /etc/sluice/sluice.yaml --client-id orders-app --user alice"}},
 		{"reload", "make the running agent reload its configuration file and report the verdict (systemctl reload)", runReload,
 			"sluice reload [--socket PATH]",
 			[]string{"sluice check-config --config /etc/sluice/sluice.yaml && sluice reload"}},

@@ -109,11 +109,25 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("explain", stderr)
 	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
 	output := outputFlag(fs)
+	var q offlineQuery
+	fs.StringVar(&q.config, "config", "", "resolve offline from this configuration file, without an agent (with --client-id, --user, --topic-partition)")
+	fs.StringVar(&q.clientID, "client-id", "", "with --config: the client's client.id")
+	fs.StringVar(&q.user, "user", "", "with --config: the client's SASL user")
+	fs.StringVar(&q.topicPartition, "topic-partition", "", "with --config: a topic-partition its requests name (TOPIC-PARTITION)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
 	if err := output.check(); err != nil {
 		return err
+	}
+	if q.config != "" {
+		if fs.NArg() != 0 {
+			return usageError{errors.New("explain --config resolves --client-id, --user and --topic-partition offline; an entity name asks the running agent instead: give one or the other")}
+		}
+		return explainOffline(stdout, q, output.json())
+	}
+	if q.given() {
+		return usageError{errors.New("explain: --client-id, --user and --topic-partition resolve offline: give --config FILE too")}
 	}
 	if fs.NArg() != 1 {
 		return usageError{errors.New("explain: give one entity name (a client-id, a topic-partition, or kind:name) or a client address (IP, IP:port, or IP:port->IP:port)")}
