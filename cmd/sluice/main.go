@@ -37,8 +37,8 @@ func commands() []command {
 			"sluice run [--config FILE] [--ready-file FILE]",
 			[]string{"sluice run --config /etc/sluice/sluice.yaml   # what the systemd unit runs"}},
 		{"status", "show the running agent's directions and entities (--watch to refresh)", runStatus,
-			"sluice status [-o text|json] [--watch] [--socket PATH]",
-			[]string{"sluice status", "sluice status --watch", "sluice status -o json | jq '.directions[] | {direction, overcommit, promised_ratio}'"}},
+			"sluice status [-o text|json] [--watch] [--wait DURATION] [--socket PATH]",
+			[]string{"sluice status", "sluice status --watch", "systemctl start sluice && sluice status --wait 30s", "sluice status -o json | jq '.directions[] | {direction, overcommit, promised_ratio}'"}},
 		{"explain", "show how an entity's dynamic limit was derived, or which entity holds a connection and why", runExplain,
 			"sluice explain [-o text|json] [--socket PATH] NAME|ADDRESS   (a client-id, a topic-partition, kind:name, or a client's IP, IP:port or IP:port->IP:port)\n" +
 				"       sluice explain --config FILE [--client-id ID] [--user USER] [--topic-partition TOPIC-N] [-o text|json]   (offline, from the file)",

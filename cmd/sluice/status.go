@@ -22,12 +22,21 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("status", stderr)
 	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
 	watch := fs.Bool("watch", false, "refresh every second until interrupted")
+	wait := fs.Duration("wait", 0, "wait up to this long for a running agent that has completed a control cycle (after systemctl start, in scripts); exit 1 if none")
 	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
 	if err := output.check(); err != nil {
 		return err
+	}
+	if *wait < 0 {
+		return usageError{fmt.Errorf("--wait %v: give a duration of zero or more", *wait)}
+	}
+	if *wait > 0 {
+		if err := waitForAgent(ctx, *socket, *wait); err != nil {
+			return err
+		}
 	}
 	for {
 		s, err := status.Query(*socket)
@@ -52,6 +61,29 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		case <-ctx.Done():
 			return nil
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// waitForAgent polls the status socket until the agent answers with a
+// completed control cycle, or the time is up (the last error says why).
+func waitForAgent(ctx context.Context, socket string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		s, err := status.Query(socket)
+		if err == nil && s.Cycle > 0 {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("the agent answers but has not completed a control cycle yet")
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no ready agent at %s after %v: %w", socket, limit, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond): // polling the socket, bounded by the deadline
 		}
 	}
 }

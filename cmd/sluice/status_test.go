@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +80,57 @@ func TestStatusCommand(t *testing.T) {
 		t.Errorf("a bad flag: %v (exit %d), want 2", err, exitStatus(err))
 	}
 }
+
+// `sluice status --wait` waits for an agent that answers with a completed
+// cycle: it returns once the socket appears and the first cycle is done,
+// and exits 1 naming the socket when none comes in time.
+func TestStatusWait(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "status.sock")
+	snap := &status.Snapshot{Cycle: 0, Mode: "enforce", Shaper: "htb"}
+	agent := &cycling{snap: snap}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the agent starts after the command: what --wait is for
+		l, err := status.Listen(sock)
+		if err != nil {
+			return
+		}
+		t.Cleanup(func() { l.Close() })
+		go status.Serve(l, agent)
+		time.Sleep(300 * time.Millisecond) // its first cycle completes later still
+		agent.setCycle(1)
+	}()
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"status", "--socket", sock, "--wait", "20s"}, &out, &errOut); err != nil {
+		t.Fatalf("status --wait: %v %s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "cycle 1") {
+		t.Errorf("status --wait returned before the first cycle:\n%s", out.String())
+	}
+	err := run(context.Background(), []string{"status", "--socket", filepath.Join(dir, "none.sock"), "--wait", "400ms"}, &out, &errOut)
+	if exitStatus(err) != 1 || !strings.Contains(err.Error(), "no ready agent at") {
+		t.Errorf("no agent within --wait: %v (exit %d)", err, exitStatus(err))
+	}
+	if err := run(context.Background(), []string{"status", "--wait", "-1s"}, &out, &errOut); exitStatus(err) != 2 {
+		t.Errorf("--wait -1s: %v, want a usage error", err)
+	}
+}
+
+// cycling is a status agent whose cycle count moves.
+type cycling struct {
+	mu   sync.Mutex
+	snap *status.Snapshot
+}
+
+func (c *cycling) setCycle(n uint64) { c.mu.Lock(); c.snap.Cycle = n; c.mu.Unlock() }
+func (c *cycling) Snapshot() *status.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := *c.snap
+	return &s
+}
+func (*cycling) Connections(netip.Addr) ([]status.ConnectionView, error) { return nil, nil }
+func (*cycling) Reload() (status.ReloadResult, error)                    { return status.ReloadResult{}, errors.New("no") }
 
 // `sluice run` with a file it refuses exits 78 (the unit's
 // RestartPreventExitStatus), before it touches the host; an unreadable
