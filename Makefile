@@ -155,14 +155,14 @@ vet: $(BPF_OBJ) ## go vet and gofmt
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
-BENCH_PKGS := ./allocator/ ./agent/learner/ ./agent/ ./agent/shaper/ ./maps/
+BENCH_PKGS := ./allocator/ ./agent/learner/ ./agent/ ./agent/shaper/ ./maps/ ./latency/
 
 .PHONY: bench
 bench: $(BPF_OBJ) ## benchmarks, -count 5 (read medians)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(BENCH_PKGS)
 
 # Fuzz targets as package:target; corpora live in each package's testdata/fuzz.
-FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody ./agent/learner/:FuzzLearn ./agent/entity/:FuzzSafeName
+FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody ./agent/kafka/:FuzzParseResponseStart ./agent/learner/:FuzzLearn ./agent/entity/:FuzzSafeName
 
 .PHONY: fuzz
 fuzz: $(BPF_OBJ) ## run each fuzz target for FUZZTIME (default 60s)

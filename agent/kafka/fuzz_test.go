@@ -145,3 +145,40 @@ func TestParseHostileLengthsAllocateLittle(t *testing.T) {
 		t.Errorf("parse of a %d-byte sample allocated %d bytes", len(sample), grew)
 	}
 }
+
+// FuzzParseResponseStart: arbitrary bytes never panic; what is accepted has
+// a size a response can have and the correlation id at bytes 4-7; a real
+// response's start (franz-go encodes it) is read back exactly.
+func FuzzParseResponseStart(f *testing.F) {
+	for _, resp := range []kmsg.Response{kmsg.NewPtrProduceResponse(), kmsg.NewPtrFetchResponse(), kmsg.NewPtrMetadataResponse()} {
+		for _, v := range []int16{0, resp.MaxVersion()} {
+			resp.SetVersion(v)
+			body := resp.AppendTo(nil)
+			f.Add(responseFrame(int32(v)+7, resp.IsFlexible(), body))
+		}
+	}
+	f.Add([]byte{0, 0, 0, 3, 0, 0, 0, 1})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1})
+	f.Add([]byte{0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseResponseStart(b)
+		if err != nil {
+			return
+		}
+		if r.Size < 4 || r.Size > MaxResponseBytes || len(b) < 8 || r.CorrelationID != int32(uint32(b[4])<<24|uint32(b[5])<<16|uint32(b[6])<<8|uint32(b[7])) {
+			t.Fatalf("accepted %+v from %x", r, b[:min(len(b), 16)])
+		}
+	})
+}
+
+// responseFrame is a response as a broker writes it: size, correlation id,
+// an empty tag section when the header is flexible, the body.
+func responseFrame(correlationID int32, flexible bool, body []byte) []byte {
+	var h []byte
+	h = kbin.AppendInt32(h, correlationID)
+	if flexible {
+		h = append(h, 0)
+	}
+	out := kbin.AppendInt32(nil, int32(len(h)+len(body)))
+	return append(append(out, h...), body...)
+}

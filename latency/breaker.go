@@ -1,0 +1,156 @@
+package latency
+
+import (
+	"fmt"
+	"time"
+)
+
+// Objective is a latency an entity's requests of one API should stay under
+// at the 99th percentile, and how the breaker defending it decides.
+type Objective struct {
+	P99 time.Duration
+	// Trip is how many consecutive windows over P99 open the breaker.
+	Trip int
+	// Recover is how many consecutive windows under P99, half open, close it.
+	Recover int
+	// CoolDown is how long the breaker stays open after its last bad window
+	// before it probes (half open).
+	CoolDown time.Duration
+	// MinSamples: a window with fewer requests decides nothing (too few to
+	// have a 99th percentile).
+	MinSamples int
+	// Step is the factor the level falls by on each bad window while open,
+	// and rises by (1/Step) on each good window while half open.
+	Step float64
+	// Floor is the lowest level.
+	Floor float64
+}
+
+// DefaultObjective is p99 with the design's defaults: 3 windows to trip and
+// to recover, a 10 s cool-down, 20 samples a window, steps of 0.8, a floor
+// of 0.05.
+func DefaultObjective(p99 time.Duration) Objective {
+	return Objective{P99: p99, Trip: 3, Recover: 3, CoolDown: 10 * time.Second, MinSamples: 20, Step: 0.8, Floor: 0.05}
+}
+
+// Validate says what is wrong with an objective, naming the field.
+func (o Objective) Validate() error {
+	switch {
+	case o.P99 <= 0 || o.P99 > MaxLatency:
+		return fmt.Errorf("p99 %v: want more than 0 and at most %v", o.P99, MaxLatency)
+	case o.Trip < 1 || o.Recover < 1:
+		return fmt.Errorf("trip %d, recover %d: want at least 1 window each", o.Trip, o.Recover)
+	case o.CoolDown < 0:
+		return fmt.Errorf("cool-down %v: want 0 or more", o.CoolDown)
+	case o.MinSamples < 1:
+		return fmt.Errorf("min samples %d: want at least 1", o.MinSamples)
+	case !(o.Step > 0 && o.Step < 1):
+		return fmt.Errorf("step %g: want between 0 and 1", o.Step)
+	case !(o.Floor > 0 && o.Floor <= 1):
+		return fmt.Errorf("floor %g: want more than 0 and at most 1", o.Floor)
+	}
+	return nil
+}
+
+// State is a breaker's state.
+type State uint8
+
+const (
+	// Closed: the objective holds; best-effort traffic runs at its allocation.
+	Closed State = iota
+	// Open: the objective was missed Trip windows in a row; best-effort
+	// traffic is held below its allocation, lower on each bad window.
+	Open
+	// HalfOpen: no bad window for CoolDown; best-effort traffic is let back
+	// up in steps while the objective holds.
+	HalfOpen
+)
+
+func (s State) String() string { return [...]string{"closed", "open", "half_open"}[s] }
+
+// Breaker defends one objective. Level is what the defence asks of
+// best-effort traffic (entities without a reservation): 1 when closed, a
+// fraction of it while open or half open. How a level becomes limits
+// (the largest best-effort consumers first, never below a reservation or
+// min_limit) is the allocator's business, not this type's.
+type Breaker struct {
+	obj       Objective
+	state     State
+	level     float64
+	bad, good int
+	lastBad   time.Time
+}
+
+// NewBreaker starts closed at level 1. The objective must be valid.
+func NewBreaker(o Objective) *Breaker { return &Breaker{obj: o, level: 1} }
+
+// Verdict is one evaluation's outcome.
+type Verdict struct {
+	State State
+	Level float64
+	// From is the state before, when this evaluation changed it.
+	From    State
+	Changed bool
+	// Why says what decided, for the log and `sluice explain`.
+	Why string
+}
+
+// Evaluate takes one window's p99 and sample count at now (once a cycle,
+// over the trailing 10 s) and moves the breaker.
+func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdict {
+	from := b.state
+	why := ""
+	enough := samples >= b.obj.MinSamples
+	bad := enough && p99 > b.obj.P99
+	good := enough && !bad
+	switch b.state {
+	case Closed:
+		switch {
+		case bad:
+			b.bad++
+			why = fmt.Sprintf("p99 %v over %v (%d of %d windows)", p99, b.obj.P99, b.bad, b.obj.Trip)
+			if b.bad >= b.obj.Trip {
+				b.state, b.level, b.lastBad = Open, max(b.obj.Floor, b.obj.Step), now
+				why = fmt.Sprintf("p99 %v over %v for %d windows: best-effort traffic held to %.2f", p99, b.obj.P99, b.bad, b.level)
+			}
+		case good:
+			b.bad = 0
+			why = fmt.Sprintf("p99 %v within %v", p99, b.obj.P99)
+		default:
+			why = fmt.Sprintf("%d requests in the window, fewer than %d: no decision", samples, b.obj.MinSamples)
+		}
+	case Open:
+		switch {
+		case bad:
+			b.level, b.lastBad = max(b.obj.Floor, b.level*b.obj.Step), now
+			why = fmt.Sprintf("p99 %v still over %v: best-effort traffic held to %.2f", p99, b.obj.P99, b.level)
+		case now.Sub(b.lastBad) >= b.obj.CoolDown:
+			b.state, b.good = HalfOpen, 0
+			why = fmt.Sprintf("no window over %v for %v: probing", b.obj.P99, b.obj.CoolDown)
+		default:
+			why = fmt.Sprintf("holding at %.2f for the cool-down", b.level)
+		}
+	case HalfOpen:
+		switch {
+		case bad:
+			b.state, b.good = Open, 0
+			b.level, b.lastBad = max(b.obj.Floor, b.level*b.obj.Step), now
+			why = fmt.Sprintf("p99 %v over %v while probing: held to %.2f again", p99, b.obj.P99, b.level)
+		case good:
+			b.good++
+			b.level = min(1, b.level/b.obj.Step)
+			why = fmt.Sprintf("p99 %v within %v (%d of %d windows): raised to %.2f", p99, b.obj.P99, b.good, b.obj.Recover, b.level)
+			if b.good >= b.obj.Recover {
+				b.state, b.level, b.bad = Closed, 1, 0
+				why = fmt.Sprintf("p99 within %v for %d windows: released", b.obj.P99, b.good)
+			}
+		default:
+			why = fmt.Sprintf("%d requests in the window, fewer than %d: no decision", samples, b.obj.MinSamples)
+		}
+	}
+	return Verdict{State: b.state, Level: b.level, From: from, Changed: from != b.state, Why: why}
+}
+
+// State and Level are the breaker's present state and level.
+func (b *Breaker) State() State   { return b.state }
+func (b *Breaker) Level() float64 { return b.level }
