@@ -45,7 +45,7 @@ var (
 
 // ownPin reports whether name is a pin sluice makes in its directory.
 func ownPin(name string) bool {
-	return slices.Contains(pinnedMaps, name) || slices.Contains(retiredPins, name) || linkPin.MatchString(name) || name == addedClsactPin
+	return slices.Contains(pinnedMaps, name) || slices.Contains(retiredPins, name) || linkPin.MatchString(name) || name == ownedPin
 }
 
 // checkPinDir refuses a pin directory that is not sluice's to use: its

@@ -4,7 +4,7 @@
 // filters (direct action) is used. Only what sluice created is ever
 // removed: its own links, its own filters (by their name and their
 // program's), and a clsact qdisc only if sluice added it (known in the
-// process, or from the pinned record, maps.RecordAddedClsact) and no
+// process, or from the pinned record, maps.RecordOwned) and no
 // filter is left under it.
 package attach
 
@@ -298,7 +298,7 @@ func clsactOf(ifindex int) *netlink.GenericQdisc {
 
 // ClsactOn lists the interfaces of this namespace that have a clsact
 // qdisc, by index: the daemon compares before and after it attaches or
-// builds a shaper, to record the ones sluice added (maps.RecordAddedClsact).
+// builds a shaper, to record the ones sluice added (maps.RecordOwned).
 func ClsactOn() (map[int]string, error) {
 	links, err := netlink.LinkList()
 	if err != nil {

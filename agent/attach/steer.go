@@ -115,7 +115,7 @@ func addSteerFilter(ifindex, progFD, target int, pref uint16, own bool) error {
 
 // Unsteer removes every steering filter on the interface (its own, or an
 // earlier agent's). The clsact qdisc stays: whether sluice added it is in
-// the pinned record (maps.RecordAddedClsact), and the agent that stops
+// the pinned record (maps.RecordOwned), and the agent that stops
 // last, or `sluice unload`, removes it from there once empty
 // (RemoveAddedClsact). A missing interface has nothing left to remove.
 func Unsteer(ifindex int) error {

@@ -203,7 +203,7 @@ func (r *daemon) detachDropped() error {
 			keep[link.Attrs().Index] = true
 		}
 	}
-	added, err := maps.AddedClsacts(r.cfg.PinPath)
+	added, err := maps.Owned(r.cfg.PinPath, maps.OwnedClsact)
 	if err != nil {
 		return err
 	}
@@ -246,7 +246,7 @@ func (r *daemon) detachDropped() error {
 			if _, err := attach.RemoveAddedClsact(idx, recorded); err != nil {
 				return fmt.Errorf("remove the clsact qdisc sluice added on %s, dropped from interfaces: %w", name, err)
 			}
-			maps.ForgetAddedClsact(r.cfg.PinPath, idx)
+			maps.ForgetOwned(r.cfg.PinPath, maps.OwnedClsact, idx)
 		}
 		r.log.Info("detached an interface dropped from the configuration", "interface", name)
 	}
@@ -291,6 +291,9 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		before := r.clsactOn()
 		choice, err := ChooseShaper(cfg, r.dp, ifindexes)
 		r.recordAddedClsact(before)
+		if err == nil {
+			r.recordIFBs(choice.IFBIndex, choice.EgressIFBIndex)
+		}
 		return choice, err
 	}
 	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log,
@@ -475,6 +478,31 @@ func (r *daemon) clsactOn() map[int]string {
 	return on
 }
 
+// recordIFBs notes the shaper's IFB devices in the pinned record (a later
+// agent and `sluice unload` find them there), and drops the entries of
+// IFBs that are gone.
+func (r *daemon) recordIFBs(indexes ...int) {
+	if recorded, err := maps.Owned(r.cfg.PinPath, maps.OwnedIFB); err == nil {
+		for idx, name := range recorded {
+			if l, err := netlink.LinkByIndex(idx); err != nil || l.Attrs().Name != name {
+				maps.ForgetOwned(r.cfg.PinPath, maps.OwnedIFB, idx)
+			}
+		}
+	}
+	for _, idx := range indexes {
+		if idx == 0 {
+			continue
+		}
+		l, err := netlink.LinkByIndex(idx)
+		if err == nil {
+			err = maps.RecordOwned(r.cfg.PinPath, maps.OwnedIFB, idx, l.Attrs().Name)
+		}
+		if err != nil {
+			r.log.Warn("an IFB device of sluice's is not recorded (it is still known by its name and alias)", "ifindex", idx, "err", err)
+		}
+	}
+}
+
 // recordAddedClsact notes in the pinned record each configured interface
 // that has a clsact qdisc now and had none before (sluice added it: for
 // its legacy filters or its steering filter), so that the agent that stops
@@ -487,10 +515,10 @@ func (r *daemon) recordAddedClsact(before map[int]string) {
 	// Entries whose clsact sluice has since removed (a shaper closed, a
 	// legacy detach) go, so that a clsact an operator adds there later is
 	// never taken for sluice's.
-	if recorded, err := maps.AddedClsacts(r.cfg.PinPath); err == nil {
+	if recorded, err := maps.Owned(r.cfg.PinPath, maps.OwnedClsact); err == nil {
 		for idx, name := range recorded {
 			if now[idx] != name {
-				maps.ForgetAddedClsact(r.cfg.PinPath, idx)
+				maps.ForgetOwned(r.cfg.PinPath, maps.OwnedClsact, idx)
 			}
 		}
 	}
@@ -504,7 +532,7 @@ func (r *daemon) recordAddedClsact(before map[int]string) {
 			continue
 		}
 		if _, has := now[idx]; has {
-			if err := maps.RecordAddedClsact(r.cfg.PinPath, idx, name); err != nil {
+			if err := maps.RecordOwned(r.cfg.PinPath, maps.OwnedClsact, idx, name); err != nil {
 				r.log.Warn("the clsact qdisc sluice added is not recorded: it stays after sluice", "interface", name, "err", err)
 			}
 		}

@@ -24,10 +24,15 @@ import (
 // not leave the data path for the next one, so both remove the same
 // things the same way. say reports each thing removed or left.
 func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) error {
-	// Read before the pins go: which clsact qdiscs sluice added.
-	added, addedErr := maps.AddedClsacts(pinPath)
+	// Read before the pins go: the clsact qdiscs and IFB devices sluice
+	// recorded as its own.
+	added, addedErr := maps.Owned(pinPath, maps.OwnedClsact)
 	if addedErr != nil {
 		say("the record of the clsact qdiscs sluice added is unreadable (" + addedErr.Error() + "): any it added stay")
+	}
+	ifbs, ifbErr := maps.Owned(pinPath, maps.OwnedIFB)
+	if ifbErr != nil {
+		say("the record of sluice's IFB devices is unreadable (" + ifbErr.Error() + "): they are found by name and alias")
 	}
 	rep, err := maps.Unpin(pinPath)
 	for _, p := range rep.Removed {
@@ -48,6 +53,16 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 	}
 	if err != nil {
 		return err
+	}
+	// The record vouches for its IFBs: one that lost sluice's alias (and
+	// has no tree of sluice's to show) is marked again, so the removal
+	// below, which goes by name and mark, takes it with its trees.
+	for idx, name := range ifbs {
+		if l, err := netlink.LinkByIndex(idx); err == nil && l.Attrs().Name == name && l.Type() == "ifb" && !shaper.IsSluiceIFB(l) {
+			if err := shaper.MarkIFB(l); err != nil {
+				say("IFB device " + name + ": could not mark it as sluice's again: " + err.Error())
+			}
+		}
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -76,6 +91,17 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 			continue
 		}
 		say("interface " + name + ": sluice's trees, IFB devices and filters removed")
+	}
+	// IFB devices the record names that are still there (their trees went
+	// with them above, or they had none).
+	for idx, name := range ifbs {
+		if l, err := netlink.LinkByIndex(idx); err == nil && l.Attrs().Name == name && l.Type() == "ifb" {
+			if err := netlink.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+			} else {
+				say("IFB device " + name + " (recorded as sluice's) removed")
+			}
+		}
 	}
 	// Last, once no filter of sluice's is left under them.
 	for idx, name := range added {

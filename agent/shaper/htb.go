@@ -477,6 +477,10 @@ func ownFQ(link netlink.Link) bool {
 	return false
 }
 
+// MarkIFB writes sluice's alias on an IFB device the pinned record says
+// sluice made (sluice unload, when the alias was lost).
+func MarkIFB(link netlink.Link) error { return netlink.LinkSetAlias(link, ifbAlias) }
+
 // newIFB creates an IFB device named so and marks it sluice's (ifbAlias).
 func newIFB(name string) (netlink.Link, error) {
 	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000}}); err != nil {

@@ -120,7 +120,7 @@ func TestSharedHTBAdoptsAndRemovesTheTreesItLeft(t *testing.T) {
 	}
 	// An agent that shapes without trees (police, shadow) removes them;
 	// the clsact qdiscs the first agent added go as the daemon removes
-	// them, from its pinned record (maps.RecordAddedClsact).
+	// them, from its pinned record (maps.RecordOwned).
 	for n, i := range idx {
 		if err := RemoveLeftoverTrees(i, pair.Broker.Do); err != nil {
 			t.Fatal(err)

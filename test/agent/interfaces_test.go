@@ -142,3 +142,51 @@ func TestAgentIntegrationClsactLeftAsFound(t *testing.T) {
 		t.Errorf("the operator's clsact did not stay as it was.\nbefore: %s\nafter:  %s", operators, after)
 	}
 }
+
+// The IFB devices sluice makes are in its pinned record: `sluice unload`
+// finds and removes one by that record even when nothing on the device
+// says it is sluice's any more (its alias overwritten, its tree gone), and
+// the host is as it was before the agent. Judged by ip and tc.
+func TestAgentIntegrationIFBFoundByRecord(t *testing.T) {
+	w := newWorld(t)
+	ns := w.Pair.Broker.Name
+	state := func() string {
+		links, _ := exec.Command("ip", "netns", "exec", ns, "ip", "-o", "link").CombinedOutput()
+		var names []string
+		for _, l := range strings.Split(string(links), "\n") {
+			if f := strings.Fields(l); len(f) > 1 {
+				names = append(names, f[1])
+			}
+		}
+		q, _ := exec.Command("ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", w.Pair.BrokerDev).CombinedOutput()
+		return strings.Join(names, " ") + "\n" + string(q)
+	}
+	before := state()
+	cfg := w.WriteConfig("ifb", harness.Config{ProduceCapacity: "100MB", FetchCapacity: "100MB", KeepAttached: true, Extra: "shaper: htb\n"})
+	a := start(t, w, cfg)
+	if err := a.Stop(); err != nil { // keep_attached: the trees and the IFB stay
+		t.Fatal(err)
+	}
+	left := state()
+	var ifb string
+	for _, f := range strings.Fields(strings.SplitN(left, "\n", 2)[0]) {
+		if strings.HasPrefix(f, "slifb") {
+			ifb = strings.TrimSuffix(f, ":")
+		}
+	}
+	if ifb == "" {
+		t.Fatalf("no IFB left by a keep_attached exit: the test would prove nothing\n%s", left)
+	}
+	for _, args := range [][]string{{"ip", "link", "set", "dev", ifb, "alias", "renamed by another tool"}, {"tc", "qdisc", "del", "dev", ifb, "root"}} {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", args, err, out)
+		}
+	}
+	out, err := exec.Command("ip", "netns", "exec", ns, w.Sluice, "unload", "--config", cfg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice unload: %v\n%s", err, out)
+	}
+	if after := state(); after != before {
+		t.Errorf("after unload the host differs from before the agent.\nbefore:\n%s\nafter:\n%s\nunload said:\n%s", before, after, out)
+	}
+}
