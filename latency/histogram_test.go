@@ -27,7 +27,7 @@ func TestBuckets(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 100000 {
-		d := time.Duration(math.Exp(r.Float64()*math.Log(float64(2*MaxLatency)))) // 1 ns to 120 s, log-uniform
+		d := time.Duration(math.Exp(r.Float64() * math.Log(float64(2*MaxLatency)))) // 1 ns to 120 s, log-uniform
 		b := BucketOf(d)
 		if d > UpperBound(b) || (b > 0 && d <= UpperBound(b-1)) {
 			t.Fatalf("%v in bucket %d (%v, %v]", d, b, UpperBound(b-1), UpperBound(b))
