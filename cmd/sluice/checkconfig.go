@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,8 +40,12 @@ const tlsSees = "peers only (requests are encrypted): a connection belongs to th
 func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("check-config", stderr)
 	flagPath := fs.String("config", "", "configuration file (default "+defaultConfigPath+")")
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if err := output.check(); err != nil {
+		return err
 	}
 	path := *flagPath
 	switch {
@@ -51,65 +56,138 @@ func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) 
 	case path == "":
 		path = defaultConfigPath
 	}
+	r, err := checkConfig(path)
+	if output.json() {
+		if r.Problems == nil {
+			r.Problems = []checkProblem{}
+		}
+		if encErr := json.NewEncoder(stdout).Encode(r); encErr != nil {
+			return encErr
+		}
+		return err
+	}
+	r.writeText(stdout, stderr)
+	return err
+}
+
+// checkReport is what check-config found, for text or -o json.
+type checkReport struct {
+	File  string `json:"file"`
+	Valid bool   `json:"valid"`
+	// Stage is where a refusal came from: "file", "host" or "kernel".
+	Stage     string         `json:"stage,omitempty"`
+	Summary   string         `json:"summary,omitempty"`
+	Listeners []string       `json:"listeners,omitempty"`
+	Problems  []checkProblem `json:"problems"`
+	Warnings  []string       `json:"warnings,omitempty"`
+	Kernel    string         `json:"kernel,omitempty"`
+	Verified  string         `json:"verified,omitempty"`
+	NotRoot   bool           `json:"not_root,omitempty"`
+}
+
+type checkProblem struct {
+	Key     string `json:"key,omitempty"`
+	Message string `json:"message"`
+}
+
+// checkConfig checks the file, and as root the host and the kernel.
+func checkConfig(path string) (checkReport, error) {
+	r := checkReport{File: path}
 	cfg, err := configfile.Load(path)
 	if err != nil {
+		r.Stage = "file"
 		var problems config.Problems
 		if errors.As(err, &problems) {
-			fmt.Fprintf(stderr, "%s: %d problem(s):\n", path, len(problems))
 			for _, p := range problems {
-				fmt.Fprintf(stderr, "  %s: %s\n", p.Key, p.Message)
+				r.Problems = append(r.Problems, checkProblem{Key: p.Key, Message: p.Message})
 			}
-			return usageError{fmt.Errorf("%s is invalid", path)}
+			return r, usageError{fmt.Errorf("%s is invalid", path)}
 		}
-		return usageError{err}
+		r.Problems = append(r.Problems, checkProblem{Message: err.Error()})
+		return r, usageError{err}
 	}
-	fmt.Fprintf(stdout, "%s: configuration valid (%d clients, %d topic-partitions, %d users, %d peers configured)\n", path,
+	r.Summary = fmt.Sprintf("configuration valid (%d clients, %d topic-partitions, %d users, %d peers configured)",
 		len(cfg.Entities.Clients), len(cfg.Entities.TopicPartitions), len(cfg.Entities.Users), len(cfg.Entities.Peers))
 	for _, port := range cfg.Listeners {
-		fmt.Fprintf(stdout, "listener %d %s: %s\n", port, cfg.Protocol(port), listenerSees[cfg.Protocol(port)])
+		r.Listeners = append(r.Listeners, fmt.Sprintf("listener %d %s: %s", port, cfg.Protocol(port), listenerSees[cfg.Protocol(port)]))
 	}
 	for _, w := range cfg.Warnings() {
-		fmt.Fprintf(stdout, "warning: %s: %s\n", w.Key, w.Message)
+		r.Warnings = append(r.Warnings, w.Key+": "+w.Message)
 	}
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(stdout, "not root: the BPF programs were not loaded through the verifier")
-		return nil
+		r.Valid, r.NotRoot = true, true
+		return r, nil
 	}
-	if problems, warnings := hostChecks(cfg); len(problems)+len(warnings) > 0 {
-		for _, w := range warnings {
-			fmt.Fprintf(stdout, "warning: %s\n", w)
+	problems, warnings := hostChecks(cfg)
+	r.Warnings = append(r.Warnings, warnings...)
+	if len(problems) > 0 {
+		r.Stage = "host"
+		for _, p := range problems {
+			r.Problems = append(r.Problems, checkProblem{Message: p})
 		}
-		if len(problems) > 0 {
-			fmt.Fprintf(stderr, "this host: %d problem(s) that `sluice run` would refuse to start with:\n", len(problems))
-			for _, p := range problems {
-				fmt.Fprintf(stderr, "  %s\n", p)
-			}
-			return usageError{fmt.Errorf("%s does not fit this host", path)}
-		}
+		return r, usageError{fmt.Errorf("%s does not fit this host", path)}
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return err
+		return r, err
 	}
 	spec, err := maps.Spec(daemon.DataPathOptions(cfg))
 	if err != nil {
-		return err
+		return r, err
 	}
-	problems, kernel := kernelChecks(spec, cfg.Attach, hostKernel)
-	fmt.Fprintln(stdout, kernel)
+	problems, r.Kernel = kernelChecks(spec, cfg.Attach, hostKernel)
 	if len(problems) > 0 {
-		fmt.Fprintf(stderr, "this host: %d problem(s) that `sluice run` would refuse to start with:\n", len(problems))
+		r.Stage = "kernel"
 		for _, p := range problems {
-			fmt.Fprintf(stderr, "  %s\n", p)
+			r.Problems = append(r.Problems, checkProblem{Message: p})
 		}
-		return usageError{fmt.Errorf("%s does not fit this kernel", path)}
+		return r, usageError{fmt.Errorf("%s does not fit this kernel", path)}
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
-		return fmt.Errorf("the data path does not load on this kernel: %w", err)
+		return r, fmt.Errorf("the data path does not load on this kernel: %w", err)
 	}
 	defer coll.Close()
-	fmt.Fprintf(stdout, "data path verified by the kernel: %d programs, %d maps\n", len(coll.Programs), len(coll.Maps))
-	return nil
+	r.Valid = true
+	r.Verified = fmt.Sprintf("data path verified by the kernel: %d programs, %d maps", len(coll.Programs), len(coll.Maps))
+	return r, nil
+}
+
+// writeText prints the report as check-config always has: findings on
+// stdout, problems on stderr.
+func (r checkReport) writeText(stdout, stderr io.Writer) {
+	if r.Stage == "file" {
+		if len(r.Problems) == 1 && r.Problems[0].Key == "" {
+			return // the error itself says it
+		}
+		fmt.Fprintf(stderr, "%s: %d problem(s):\n", r.File, len(r.Problems))
+		for _, p := range r.Problems {
+			fmt.Fprintf(stderr, "  %s: %s\n", p.Key, p.Message)
+		}
+		return
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", r.File, r.Summary)
+	for _, l := range r.Listeners {
+		fmt.Fprintln(stdout, l)
+	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	if r.NotRoot {
+		fmt.Fprintln(stdout, "not root: the BPF programs were not loaded through the verifier")
+		return
+	}
+	if r.Kernel != "" {
+		fmt.Fprintln(stdout, r.Kernel)
+	}
+	if len(r.Problems) > 0 {
+		fmt.Fprintf(stderr, "this host: %d problem(s) that `sluice run` would refuse to start with:\n", len(r.Problems))
+		for _, p := range r.Problems {
+			fmt.Fprintf(stderr, "  %s\n", p.Message)
+		}
+	}
+	if r.Verified != "" {
+		fmt.Fprintln(stdout, r.Verified)
+	}
 }
 
 // hostChecks predicts, as root on the broker host, what `sluice run` would

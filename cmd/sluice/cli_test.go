@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -80,5 +81,63 @@ func TestCheckConfigFlagSpelling(t *testing.T) {
 	var stderr bytes.Buffer
 	if err := run(context.Background(), []string{"check-config", "--config", path, path}, &bytes.Buffer{}, &stderr); err == nil {
 		t.Error("two files accepted")
+	}
+}
+
+// The conventions of the ecosystem's tools: help asked for goes to stdout
+// with status 0 (`sluice --help`, `sluice help`, `sluice help CMD`), no
+// command is a usage error on stderr; flags may follow arguments
+// (`sluice explain core -o json`), and after "--" everything is an
+// argument; `-o json` works on version and check-config too.
+func TestCLIConventions(t *testing.T) {
+	runOut := func(args ...string) (string, string, error) {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		return stdout.String(), stderr.String(), err
+	}
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		out, errOut, err := runOut(args...)
+		if err != nil || !strings.HasPrefix(out, "usage: sluice COMMAND") || errOut != "" {
+			t.Errorf("%v: %v, stdout %q, stderr %q", args, err, out, errOut)
+		}
+	}
+	if out, _, err := runOut("help", "connections"); err != nil || !strings.HasPrefix(out, "usage: sluice connections") {
+		t.Errorf("help connections: %v\n%s", err, out)
+	}
+	if _, errOut, err := runOut(); exitStatus(err) != 2 || !strings.Contains(errOut, "usage: sluice COMMAND") {
+		t.Errorf("no command: %v, stderr %q", err, errOut)
+	}
+	if _, _, err := runOut("help", "nosuch"); exitStatus(err) != 2 {
+		t.Errorf("help nosuch: %v, want exit 2", err)
+	}
+
+	// Flags after the argument, and "--".
+	fs := newFlagSet("explain", &bytes.Buffer{})
+	o := fs.String("o", "text", "")
+	if err := fs.Parse([]string{"core-group", "-o", "json", "--", "-o"}); err != nil || *o != "json" || fs.NArg() != 2 || fs.Arg(0) != "core-group" || fs.Arg(1) != "-o" {
+		t.Errorf("interspersed: %v, -o %q, args %q", err, *o, fs.Args())
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sluice.yaml")
+	os.WriteFile(cfg, []byte("interfaces: [lo]\nlisteners: [9092]\nexempt_peers: [10.0.0.0/24]\nproduce: {capacity: 100MiB}\nfetch: {capacity: 100MiB}\n"), 0o600)
+	if out, _, err := runOut("explain", "--client-id", "app", "--config", cfg, "-o", "json"); err != nil || !strings.HasPrefix(out, `{"entity":"client:app"`) {
+		t.Errorf("explain with flags in any order: %v\n%s", err, out)
+	}
+
+	// -o json on version and check-config.
+	out, _, err := runOut("version", "-o", "json")
+	var v struct{ Version, Revision string }
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v.Version == "" || v.Revision == "" {
+		t.Errorf("version -o json: %v %q", err, out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("interfaces: [lo]\nlisteners: [9092]\nproduce: {capacity: lots}\nfetch: {capacity: 100MiB}\n"), 0o600)
+	out, _, err = runOut("check-config", bad, "-o", "json")
+	var r checkReport
+	if exitStatus(err) != 2 || json.Unmarshal([]byte(out), &r) != nil || r.Valid || r.Stage != "file" || len(r.Problems) == 0 || r.Problems[0].Key != "produce.capacity" {
+		t.Errorf("check-config -o json on a bad file: %v %+v\n%s", err, r, out)
+	}
+	if _, _, err := runOut("check-config", cfg, "-o", "yaml"); exitStatus(err) != 2 || !strings.Contains(err.Error(), "use text or json") {
+		t.Errorf("check-config -o yaml: %v", err)
 	}
 }

@@ -54,7 +54,7 @@ func commands() []command {
 			"sluice reload [--socket PATH]",
 			[]string{"sluice check-config --config /etc/sluice/sluice.yaml && sluice reload"}},
 		{"check-config", "validate a configuration file (and, as root, verify the BPF programs)", runCheckConfig,
-			"sluice check-config [--config FILE | FILE]",
+			"sluice check-config [--config FILE | FILE] [-o text|json]",
 			[]string{"sluice check-config --config /etc/sluice/sluice.yaml && systemctl reload sluice"}},
 		{"unload", "remove what an agent left attached with keep_attached_on_exit (root)", runUnload,
 			"sluice unload [--config FILE]",
@@ -65,23 +65,62 @@ func commands() []command {
 		{"demo", "show the control loop on the worked examples of the design", runDemo,
 			"sluice demo", []string{"sluice demo"}},
 		{"version", "print the version and the revision it was built from (also --version)", runVersion,
-			"sluice version", []string{"sluice version", "sluice --version"}},
+			"sluice version [-o text|json]", []string{"sluice version", "sluice --version", "sluice version -o json"}},
 	}
 }
 
 // newFlagSet is a subcommand's flag set: errors go to stderr, and its
 // usage prints the synopsis, the flags and examples.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+func newFlagSet(name string, stderr io.Writer) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		for _, c := range commands() {
 			if c.name == name {
-				printCommandUsage(fs.Output(), c, fs)
+				printCommandUsage(fs.Output(), c, fs.FlagSet)
 			}
 		}
 	}
 	return fs
+}
+
+// flagSet is a flag.FlagSet whose flags may come anywhere among the
+// arguments (`sluice explain core-group -o json`), as the ecosystem's
+// tools take them; after "--" everything is an argument.
+type flagSet struct {
+	*flag.FlagSet
+	args []string
+}
+
+// Parse parses flags wherever they are and keeps the other arguments, in
+// order, for Args, NArg and Arg.
+func (fs *flagSet) Parse(args []string) error {
+	fs.args = nil
+	for {
+		if err := fs.FlagSet.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.FlagSet.Args()
+		if len(rest) == 0 {
+			return nil
+		}
+		// flag stops at the first argument, or after a "--" it consumed.
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			fs.args = append(fs.args, rest...)
+			return nil
+		}
+		fs.args = append(fs.args, rest[0])
+		args = rest[1:]
+	}
+}
+
+func (fs *flagSet) Args() []string  { return fs.args }
+func (fs *flagSet) NArg() int       { return len(fs.args) }
+func (fs *flagSet) Arg(i int) string {
+	if i < 0 || i >= len(fs.args) {
+		return ""
+	}
+	return fs.args[i]
 }
 
 func printCommandUsage(w io.Writer, c command, fs *flag.FlagSet) {
@@ -144,11 +183,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "--version" {
 		return runVersion(ctx, nil, stdout, stderr)
 	}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
 		printUsage(stderr)
-		if len(args) == 0 {
-			return usageError{errors.New("no command given")}
+		return usageError{errors.New("no command given")}
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		// Asked for: on stdout, status 0. `sluice help CMD` is CMD -h.
+		if args[0] == "help" && len(args) > 1 {
+			return run(ctx, []string{args[1], "-h"}, stdout, stderr)
 		}
+		printUsage(stdout)
 		return nil
 	}
 	for _, c := range commands() {

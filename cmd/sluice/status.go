@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -281,7 +280,7 @@ type explanation struct {
 // output is the -o flag: text (for people) or json (for scripts).
 type output struct{ value *string }
 
-func outputFlag(fs *flag.FlagSet) output {
+func outputFlag(fs *flagSet) output {
 	return output{fs.String("o", "text", "output format: text or json (the status socket's schema)")}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -10,8 +11,20 @@ import (
 // runVersion: `sluice version` (and `sluice --version`).
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("version", stderr)
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if err := output.check(); err != nil {
+		return err
+	}
+	if output.json() {
+		version, revision, modified := buildVersion()
+		return json.NewEncoder(stdout).Encode(struct {
+			Version  string `json:"version"`
+			Revision string `json:"revision"`
+			Modified bool   `json:"modified"`
+		}{version, revision, modified})
 	}
 	fmt.Fprintln(stdout, versionString())
 	return nil
