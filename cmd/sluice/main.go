@@ -114,8 +114,8 @@ func (fs *flagSet) Parse(args []string) error {
 	}
 }
 
-func (fs *flagSet) Args() []string  { return fs.args }
-func (fs *flagSet) NArg() int       { return len(fs.args) }
+func (fs *flagSet) Args() []string { return fs.args }
+func (fs *flagSet) NArg() int      { return len(fs.args) }
 func (fs *flagSet) Arg(i int) string {
 	if i < 0 || i >= len(fs.args) {
 		return ""
