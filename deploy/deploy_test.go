@@ -143,7 +143,7 @@ func exportedNames(t *testing.T) map[string]bool {
 
 // fillVariables gives Grafana's variables values PromQL accepts.
 func fillVariables(e string) string {
-	return strings.NewReplacer("$__rate_interval", "1m", "$__range", "1h", "$instance", ".*", "$direction", ".*", "$entity", ".*").Replace(e)
+	return strings.NewReplacer("$__rate_interval", "1m", "$__range", "1h", "$instance", ".*", "$direction", ".*", "$entity", ".*", "$cluster", ".*", "$job", ".*").Replace(e)
 }
 
 func quote(s string) string {
@@ -248,4 +248,75 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// What an operator reads the dashboard by: one shared tooltip, a table
+// legend (last, max, mean) and a multi-series tooltip on every time
+// series, thresholds on every stat (the refresh age against stale_after),
+// the table of entities held back now, and cluster and job selectors.
+func TestDashboardReadability(t *testing.T) {
+	var d struct {
+		GraphTooltip int `json:"graphTooltip"`
+		Templating   struct {
+			List []struct{ Name string } `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			Type, Title string
+			Options     struct {
+				Legend *struct {
+					DisplayMode string `json:"displayMode"`
+					ShowLegend  bool   `json:"showLegend"`
+					Calcs       []string
+				} `json:"legend"`
+				Tooltip *struct{ Mode string } `json:"tooltip"`
+			} `json:"options"`
+			FieldConfig struct {
+				Defaults struct {
+					Thresholds *struct{ Steps []struct{ Value *float64 } } `json:"thresholds"`
+				} `json:"defaults"`
+			} `json:"fieldConfig"`
+			Targets []struct{ Expr string } `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, dashboardFile)), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.GraphTooltip != 2 {
+		t.Errorf("graphTooltip %d, want 2 (a shared tooltip)", d.GraphTooltip)
+	}
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, v := range []string{"cluster", "job", "instance", "direction", "entity"} {
+		if !vars[v] {
+			t.Errorf("no %s selector", v)
+		}
+	}
+	held := false
+	for _, p := range d.Panels {
+		switch p.Type {
+		case "timeseries":
+			if l := p.Options.Legend; l == nil || !l.ShowLegend || l.DisplayMode != "table" || len(l.Calcs) == 0 {
+				t.Errorf("%s: legend %+v, want a table with calculations", p.Title, l)
+			}
+			if p.Options.Tooltip == nil || p.Options.Tooltip.Mode != "multi" {
+				t.Errorf("%s: tooltip %+v, want multi", p.Title, p.Options.Tooltip)
+			}
+		case "stat":
+			if th := p.FieldConfig.Defaults.Thresholds; th == nil || len(th.Steps) < 2 {
+				t.Errorf("%s: no thresholds", p.Title)
+			}
+		case "table":
+			for _, q := range p.Targets {
+				held = held || strings.Contains(q.Expr, "sluice_entity_throttled")
+			}
+		}
+		if strings.Contains(p.Title, "Refresh age") && (len(p.Targets) != 1 || !strings.Contains(p.Targets[0].Expr, "sluice_stale_after_seconds")) {
+			t.Errorf("%s: not judged against stale_after: %+v", p.Title, p.Targets)
+		}
+	}
+	if !held {
+		t.Error("no table of the entities held back now")
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
@@ -22,12 +23,15 @@ const (
 	bytes          = "bytes"
 )
 
-// The selectors every query carries: the dashboard's instance and
-// direction variables.
+// The selectors every query carries: the dashboard's cluster, job,
+// instance and direction variables (cluster and job match series without
+// the label too: their "All" is .*).
 const (
-	sel       = `instance=~"$instance"`
-	dirSel    = `instance=~"$instance", direction=~"$direction"`
-	entitySel = `instance=~"$instance", direction=~"$direction", entity=~"$entity"`
+	sel       = `cluster=~"$cluster", job=~"$job", instance=~"$instance"`
+	dirSel    = sel + `, direction=~"$direction"`
+	entitySel = dirSel + `, entity=~"$entity"`
+	// heldNow joins an entity's series to its being held at the limit now.
+	heldNow = ` and on (instance, direction, entity_type, entity) (sluice_entity_throttled{` + entitySel + `} == 1)`
 )
 
 var datasource = common.DataSourceRef{Type: ptr("prometheus"), Uid: ptr("${datasource}")}
@@ -38,16 +42,30 @@ func query(expr, legend string) *prometheus.DataqueryBuilder {
 	return prometheus.NewDataqueryBuilder().Expr(expr).LegendFormat(legend).Datasource(datasource)
 }
 
+// series is a time-series panel: a table legend under it (last, max and
+// mean of each series), and a tooltip listing every series at that time,
+// largest first.
 func series(title, unit, description string, w, h uint32, queries ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
-	p := timeseries.NewPanelBuilder().Title(title).Unit(unit).Description(description).Span(w).Height(h).Datasource(datasource)
+	p := timeseries.NewPanelBuilder().Title(title).Unit(unit).Description(description).Span(w).Height(h).Datasource(datasource).
+		Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeTable).
+			Placement(common.LegendPlacementBottom).Calcs([]string{"lastNotNull", "max", "mean"})).
+		Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderDescending))
 	for _, q := range queries {
 		p = p.WithTarget(q)
 	}
 	return p
 }
 
-func single(title, unit, description string, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
-	return stat.NewPanelBuilder().Title(title).Unit(unit).Description(description).Span(6).Height(4).Datasource(datasource).WithTarget(q)
+// single is a stat panel, green below warn, orange from warn, red from bad.
+func single(title, unit, description string, warn, bad float64, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().Title(title).Unit(unit).Description(description).Span(6).Height(4).Datasource(datasource).WithTarget(q).
+		Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+			{Value: nil, Color: "green"}, {Value: ptr(warn), Color: "orange"}, {Value: ptr(bad), Color: "red"}}))
+}
+
+// instant is a query for a table: one row per series, now.
+func instant(expr, ref string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Expr(expr).Format(prometheus.PromQueryFormatTable).Instant().RefId(ref).Datasource(datasource)
 }
 
 // Dashboard is the dashboard, as Grafana's JSON model.
@@ -59,9 +77,16 @@ func Dashboard() ([]byte, error) {
 		Refresh("30s").
 		Time("now-1h", "now").
 		Timezone(common.TimeZoneBrowser).
+		Tooltip(dashboard.DashboardCursorSyncTooltip). // one time, every panel's tooltip
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
+		WithVariable(dashboard.NewQueryVariableBuilder("cluster").Label("Cluster").Datasource(datasource).
+			Query(dashboard.StringOrMap{String: ptr("label_values(sluice_agent_info, cluster)")}).Multi(true).IncludeAll(true).AllValue(".*").
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged)).
+		WithVariable(dashboard.NewQueryVariableBuilder("job").Label("Job").Datasource(datasource).
+			Query(dashboard.StringOrMap{String: ptr(`label_values(sluice_agent_info{cluster=~"$cluster"}, job)`)}).Multi(true).IncludeAll(true).AllValue(".*").
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged)).
 		WithVariable(dashboard.NewQueryVariableBuilder("instance").Label("Broker host").Datasource(datasource).
-			Query(dashboard.StringOrMap{String: ptr("label_values(sluice_agent_info, instance)")}).Multi(true).IncludeAll(true).
+			Query(dashboard.StringOrMap{String: ptr(`label_values(sluice_agent_info{cluster=~"$cluster", job=~"$job"}, instance)`)}).Multi(true).IncludeAll(true).
 			Refresh(dashboard.VariableRefreshOnTimeRangeChanged)).
 		WithVariable(dashboard.NewCustomVariableBuilder("direction").Label("Direction").
 			Values(dashboard.StringOrMap{String: ptr("produce,fetch")}).Multi(true).IncludeAll(true)).
@@ -82,6 +107,19 @@ func Dashboard() ([]byte, error) {
 			query(`sluice_green_ratio{`+dirSel+`}`, "{{instance}} {{direction}} Σgreen/C"),
 			query(`sluice_overcommit{`+dirSel+`}`, "{{instance}} {{direction}} overcommit"),
 			query(`sluice_reservation_scale{`+dirSel+`}`, "{{instance}} {{direction}} reservation scale")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Held back now")).
+		WithPanel(table.NewPanelBuilder().Title("Entities held at their limit now").Span(24).Height(8).Datasource(datasource).
+			Description("Every entity the shaper held back at its dynamic limit in the last cycle: its measured rate, the limit it is held to, its reservation and the queueing delay the shaper adds.").
+			WithTarget(instant(`sluice_entity_rate_bytes_per_second{`+entitySel+`}`+heldNow, "rate")).
+			WithTarget(instant(`sluice_entity_dynamic_limit_bytes_per_second{`+entitySel+`}`+heldNow, "limit")).
+			WithTarget(instant(`sluice_entity_reservation_bytes_per_second{`+entitySel+`}`+heldNow, "reservation")).
+			WithTarget(instant(`sluice_entity_queue_delay_seconds{`+entitySel+`}`+heldNow, "delay")).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "merge"}).
+			WithTransformation(dashboard.DataTransformerConfig{Id: "organize", Options: map[string]any{
+				"excludeByName": map[string]any{"Time": true, "__name__": true, "job": true},
+				"renameByName": map[string]any{"Value #rate": "rate (B/s)", "Value #limit": "limit (B/s)",
+					"Value #reservation": "reservation (B/s)", "Value #delay": "queue delay (s)"}}}))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Entities")).
 		WithPanel(series("Measured rate against the dynamic limit", bytesPerSecond,
@@ -115,13 +153,13 @@ func Dashboard() ([]byte, error) {
 			query(`sum by (instance, reason) (rate(sluice_datapath_sample_drops_total{`+sel+`}[$__rate_interval]))`, "{{instance}} {{reason}}")))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Agent health")).
-		WithPanel(single("Refresh age", seconds, "Time since the last successful control-loop cycle; past stale_after the data path fails open.",
-			query(`max(sluice_refresh_age_seconds{`+sel+`})`, "refresh age"))).
-		WithPanel(single("Fail-open packets", "short", "Packets passed unshaped in the selected range because the heartbeat was stale.",
+		WithPanel(single("Refresh age against stale_after", ratio, "The oldest heartbeat of the selected hosts as a share of its stale_after: at 100 % the data path fails open (orange from 50 %).", 0.5, 1,
+			query(`max(sluice_refresh_age_seconds{`+sel+`} / sluice_stale_after_seconds{`+sel+`})`, "refresh age / stale_after"))).
+		WithPanel(single("Fail-open packets", "short", "Packets passed unshaped in the selected range because the heartbeat was stale.", 1, 1,
 			query(`sum(increase(sluice_datapath_fail_open_packets_total{`+sel+`}[$__range]))`, "fail-open"))).
-		WithPanel(single("Reload refused", "short", "Hosts whose last configuration reload was refused.",
+		WithPanel(single("Reload refused", "short", "Hosts whose last configuration reload was refused.", 1, 1,
 			query(`count(sluice_config_last_reload_successful{`+sel+`} == 0) or vector(0)`, "refused"))).
-		WithPanel(single("Control-loop failures", "short", "Failed cycles in the selected range.",
+		WithPanel(single("Control-loop failures", "short", "Failed cycles in the selected range.", 1, 3,
 			query(`sum(increase(sluice_control_loop_failures_total{`+sel+`}[$__range]))`, "failures"))).
 		WithPanel(series("Control-loop duration", seconds, "p50 and p99 of one cycle: read counters, allocate, write rates.", 12, 8,
 			query(`histogram_quantile(0.5, sum by (instance, le) (rate(sluice_control_loop_duration_seconds_bucket{`+sel+`}[$__rate_interval])))`, "{{instance}} p50"),
