@@ -260,14 +260,18 @@ func RemoveLeftoverTrees(ifindex int, in func(func() error) error) error {
 }
 
 // ownTree: the link's root qdisc is the htb sluice puts there.
-func ownTree(link netlink.Link) bool {
+func ownTree(link netlink.Link) bool { return ownRoot(link, "htb") }
+
+// ownRoot: the link's root qdisc is one sluice puts there, of that kind
+// (htb, or the edt backend's fq), at sluice's handle.
+func ownRoot(link netlink.Link, kind string) bool {
 	qdiscs, err := netlink.QdiscList(link)
 	if err != nil {
 		return false
 	}
 	for _, q := range qdiscs {
 		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT {
-			return q.Type() == "htb" && a.Handle == netlink.MakeHandle(rootMajor, 0)
+			return q.Type() == kind && a.Handle == netlink.MakeHandle(rootMajor, 0)
 		}
 	}
 	return false
@@ -460,21 +464,7 @@ const ifbAlias = "sluice: ifb"
 // release before the alias (or left between its creation and the alias),
 // sluice's own root qdisc (htb or fq, handle 1:) on it.
 func IsSluiceIFB(link netlink.Link) bool {
-	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || ownTree(link) || ownFQ(link))
-}
-
-// ownFQ: the link's root qdisc is the fq the edt backend puts there.
-func ownFQ(link netlink.Link) bool {
-	qdiscs, err := netlink.QdiscList(link)
-	if err != nil {
-		return false
-	}
-	for _, q := range qdiscs {
-		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT {
-			return q.Type() == "fq" && a.Handle == netlink.MakeHandle(rootMajor, 0)
-		}
-	}
-	return false
+	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || ownTree(link) || ownRoot(link, "fq"))
 }
 
 // MarkIFB writes sluice's alias on an IFB device the pinned record says

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -116,7 +117,7 @@ func (r *report) collect(ctx context.Context, path string) {
 	}
 	r.metrics(ctx, cfg)
 	r.command(ctx, "tc.txt", "tc", "-s", "qdisc", "show")
-	devs := slicesCopy(cfg.Interfaces)
+	devs := slices.Clone(cfg.Interfaces)
 	if ifbs, err := filepath.Glob("/sys/class/net/slifb*"); err == nil {
 		for _, d := range ifbs {
 			devs = append(devs, filepath.Base(d))
@@ -145,8 +146,6 @@ func (r *report) collect(ctx context.Context, path string) {
 
 // noPeer asks the agent for every connection.
 var noPeer netip.Addr
-
-func slicesCopy(s []string) []string { return append([]string(nil), s...) }
 
 // metrics scrapes the agent's own endpoint, as Prometheus would.
 func (r *report) metrics(ctx context.Context, cfg config.Config) {

@@ -66,7 +66,7 @@ func runConnections(_ context.Context, args []string, stdout, stderr io.Writer) 
 		if v.Closing {
 			bound += ", closing"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Peer, v.Local, v.Listener, v.Produce, v.Fetch, orDash(bound), since, v.Rule)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Peer, v.Local, v.Listener, v.Produce, v.Fetch, nameOr(bound), since, v.Rule)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d connection(s)\n", len(match))
@@ -84,11 +84,4 @@ func holds(entity, filter string) bool {
 	}
 	_, name, ok := strings.Cut(entity, ":")
 	return ok && name == filter
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

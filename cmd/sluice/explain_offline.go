@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
 // offlineQuery is what `sluice explain --config FILE` resolves: a client
@@ -80,10 +80,10 @@ func explainOffline(stdout io.Writer, q offlineQuery, asJSON bool) error {
 	for _, d := range out.Directions {
 		limit := "unlimited"
 		if d.Limit >= 0 {
-			limit = config.FormatRate(d.Limit) + "/s"
+			limit = rate(status.Bps(d.Limit))
 		}
 		fmt.Fprintf(stdout, "  %-7s reservation %s (%s), weight %g (%s), limit %s (%s)\n", d.Direction,
-			config.FormatRate(d.Reservation)+"/s", d.ReservationSource, d.Weight, d.WeightSource, limit, d.LimitSource)
+			rate(status.Bps(d.Reservation)), d.ReservationSource, d.Weight, d.WeightSource, limit, d.LimitSource)
 	}
 	if out.Note != "" {
 		fmt.Fprintf(stdout, "  note  %s\n", out.Note)
