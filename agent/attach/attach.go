@@ -296,21 +296,15 @@ func clsactOf(ifindex int) *netlink.GenericQdisc {
 	}
 }
 
-// ClsactOn lists the interfaces of this namespace that have a clsact
-// qdisc, by index: the daemon compares before and after it attaches or
-// builds a shaper, to record the ones sluice added (maps.RecordOwned).
-func ClsactOn() (map[int]string, error) {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("list devices: %w", err)
-	}
-	out := map[int]string{}
-	for _, l := range links {
-		if hasClsact(l) {
-			out[l.Attrs().Index] = l.Attrs().Name
-		}
-	}
-	return out, nil
+// AddedClsact says whether this attachment added the interface's clsact
+// qdisc (legacy attach on a device that had none): the daemon records it
+// (maps.RecordOwned), so a later agent or unload removes it once empty.
+func (a *Attachment) AddedClsact() bool { return a.createdClsact }
+
+// HasClsact says whether the interface has a clsact qdisc.
+func HasClsact(ifindex int) bool {
+	link, err := netlink.LinkByIndex(ifindex)
+	return err == nil && hasClsact(link)
 }
 
 // RemoveAddedClsact deletes the clsact qdisc sluice added on the interface

@@ -137,8 +137,6 @@ func (r *daemon) setup() error {
 	if err := r.detachDropped(); err != nil {
 		return err
 	}
-	before := r.clsactOn()
-	defer r.recordAddedClsact(before)
 	for _, name := range r.cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
@@ -179,6 +177,9 @@ func (r *daemon) setup() error {
 			} else if removed {
 				r.log.Info("removed the clsact filters an earlier agent left (this one attaches with TCX)", "interface", name)
 			}
+		}
+		if a.AddedClsact() {
+			r.recordAddedClsact(map[int]string{idx: name})
 		}
 		r.atts = append(r.atts, a)
 		r.adopted = append(r.adopted, adopted)
@@ -288,10 +289,13 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		ifindexes[i] = att.Index
 	}
 	newShaper := func(cfg config.Config) (agent.ShaperChoice, error) {
-		before := r.clsactOn()
 		choice, err := ChooseShaper(cfg, r.dp, ifindexes)
-		r.recordAddedClsact(before)
 		if err == nil {
+			var added map[int]string
+			if s, ok := choice.Shaper.(interface{ AddedClsact() map[int]string }); ok {
+				added = s.AddedClsact()
+			}
+			r.recordAddedClsact(added)
 			r.recordIFBs(choice.IFBIndex, choice.EgressIFBIndex)
 		}
 		return choice, err
@@ -466,18 +470,6 @@ func attachMode(key string) attach.Mode {
 	}
 }
 
-// clsactOn is attach.ClsactOn, nil when it cannot tell (then nothing is
-// recorded: an unrecorded clsact is left at the end, never one of another
-// tool's taken).
-func (r *daemon) clsactOn() map[int]string {
-	on, err := attach.ClsactOn()
-	if err != nil {
-		r.log.Warn("list clsact qdiscs", "err", err)
-		return nil
-	}
-	return on
-}
-
 // recordIFBs notes the shaper's IFB devices in the pinned record (a later
 // agent and `sluice unload` find them there), and drops the entries of
 // IFBs that are gone.
@@ -503,38 +495,24 @@ func (r *daemon) recordIFBs(indexes ...int) {
 	}
 }
 
-// recordAddedClsact notes in the pinned record each configured interface
-// that has a clsact qdisc now and had none before (sluice added it: for
-// its legacy filters or its steering filter), so that the agent that stops
-// last, or `sluice unload`, removes it once empty, and only it.
-func (r *daemon) recordAddedClsact(before map[int]string) {
-	if before == nil {
-		return
-	}
-	now := r.clsactOn()
-	// Entries whose clsact sluice has since removed (a shaper closed, a
-	// legacy detach) go, so that a clsact an operator adds there later is
-	// never taken for sluice's.
+// recordAddedClsact notes in the pinned record the interfaces whose clsact
+// qdisc sluice has just added (index → name, as the attachment or the
+// shaper that added it says), so that the agent that stops last, or
+// `sluice unload`, removes each once empty, and only those. Entries whose
+// clsact sluice has since removed (a shaper closed, a legacy detach) go,
+// so that a clsact an operator adds there later is never taken for
+// sluice's.
+func (r *daemon) recordAddedClsact(added map[int]string) {
 	if recorded, err := maps.Owned(r.cfg.PinPath, maps.OwnedClsact); err == nil {
-		for idx, name := range recorded {
-			if now[idx] != name {
+		for idx := range recorded {
+			if !attach.HasClsact(idx) {
 				maps.ForgetOwned(r.cfg.PinPath, maps.OwnedClsact, idx)
 			}
 		}
 	}
-	for _, name := range r.cfg.Interfaces {
-		link, err := netlink.LinkByName(name)
-		if err != nil {
-			continue
-		}
-		idx := link.Attrs().Index
-		if _, had := before[idx]; had {
-			continue
-		}
-		if _, has := now[idx]; has {
-			if err := maps.RecordOwned(r.cfg.PinPath, maps.OwnedClsact, idx, name); err != nil {
-				r.log.Warn("the clsact qdisc sluice added is not recorded: it stays after sluice", "interface", name, "err", err)
-			}
+	for idx, name := range added {
+		if err := maps.RecordOwned(r.cfg.PinPath, maps.OwnedClsact, idx, name); err != nil {
+			r.log.Warn("the clsact qdisc sluice added is not recorded: it stays after sluice", "interface", name, "err", err)
 		}
 	}
 }

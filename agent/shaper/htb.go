@@ -467,6 +467,17 @@ func IsSluiceIFB(link netlink.Link) bool {
 	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || ownTree(link) || ownRoot(link, "fq"))
 }
 
+// AddedClsact lists the interfaces whose clsact qdisc this shaper added for
+// its steering filters (index → name): the daemon records them
+// (maps.RecordOwned).
+func (h *HTB) AddedClsact() map[int]string {
+	out := make(map[int]string, len(h.addedClsact))
+	for idx, name := range h.addedClsact {
+		out[idx] = name
+	}
+	return out
+}
+
 // MarkIFB writes sluice's alias on an IFB device the pinned record says
 // sluice made (sluice unload, when the alias was lost).
 func MarkIFB(link netlink.Link) error { return netlink.LinkSetAlias(link, ifbAlias) }

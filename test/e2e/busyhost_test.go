@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -278,11 +279,11 @@ func waitCounted(t *testing.T, w *harness.World) {
 }
 
 func writeFileFrom(from, to string) error {
-	out, err := exec.Command("cp", from, to).CombinedOutput()
+	data, err := os.ReadFile(from)
 	if err != nil {
-		return fmt.Errorf("cp %s %s: %v %s", from, to, err, out)
+		return err
 	}
-	return nil
+	return os.WriteFile(to, data, 0o600)
 }
 
 // busyHostState is what other tools installed in the broker namespace.
