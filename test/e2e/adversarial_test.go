@@ -149,8 +149,8 @@ entities:
 // and Metadata) and closed, for five minutes. The connection table (read
 // from the kernel through its pins), the learner's per-connection state
 // and the agent's RSS (from /proc) stay flat: nothing a connection leaves
-// behind outlives it by more than a scan, and RSS after the first minute
-// (the Go heap's warm-up) stays within 20 % of its level then.
+// behind outlives it by more than a scan, and RSS after two minutes stays
+// within 20 % of its peak in the second (after the Go heap's warm-up).
 func TestAdversarialConnectionChurn(t *testing.T) {
 	// Beside the consumer at the floor, after the other scenarios: this one
 	// judges no rate, only table sizes and RSS, and its five minutes are
@@ -191,22 +191,25 @@ func TestAdversarialConnectionChurn(t *testing.T) {
 	// table holds at most about 20 s of churn.
 	bound := perSecond * 20
 	pass := churn.Moved() >= int64(0.8*perSecond*run.Seconds())
-	atMinute := int(time.Minute/step) - 1
-	base := series[atMinute].RSSBytes
-	var most int64
-	for i, s := range series {
+	// RSS peak against peak (60–120 s, then after), as in the client-id
+	// churn: one sample as the base moves with the collector's phase.
+	var base, most int64
+	for _, s := range series {
 		pass = pass && s.TableEntries <= bound && s.LearnerStates <= bound
-		if i >= atMinute {
+		switch {
+		case s.AtSeconds >= 60 && s.AtSeconds < 120:
+			base = max(base, s.RSSBytes)
+		case s.AtSeconds >= 120:
 			most = max(most, s.RSSBytes)
 		}
 	}
-	pass = pass && float64(most) <= 1.2*float64(base)
+	pass = pass && base > 0 && float64(most) <= 1.2*float64(base)
 	record(t, Result{
 		Name:     "connection-churn",
 		Pass:     pass,
-		Measured: map[string]any{"series": series, "connections_completed": churn.Moved(), "rss_growth_after_60s": float64(most)/float64(base) - 1},
+		Measured: map[string]any{"series": series, "connections_completed": churn.Moved(), "rss_growth_after_120s": float64(most)/float64(base) - 1},
 		Expected: map[string]any{"connections_min": int64(0.8 * perSecond * run.Seconds()), "table_entries_max": bound, "learner_states_max": bound,
-			"rss_growth_after_60s_max": 0.2},
+			"rss_growth_after_120s_max": 0.2, "rss_growth_is": "most RSS after 120 s over the most in 60-120 s"},
 	})
 }
 
@@ -216,8 +219,8 @@ func TestAdversarialConnectionChurn(t *testing.T) {
 // everything else. Each tenant keeps at least 95 % of its reservation in
 // every 10 s window (the socket meter), the unconfigured entities never
 // exceed their budget (from the agent's status: a bound on its own
-// registry), and the agent's RSS after the first minute stays within 20 %
-// of its level then.
+// registry), and the agent's RSS after 90 s stays within 20 % of its peak
+// over 60–90 s (the budget is full from ~50 s).
 func TestAdversarialClientIDChurn(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"orders"}})
 	const reservation, budget, perSecond = 10e6, 5000, 100
@@ -264,29 +267,48 @@ entities:
 		series = append(series, s)
 	}
 	churn.Stop()
-	pass := churn.Moved() >= int64(0.8*perSecond*run.Seconds())
-	least, most, mostUnconfigured := math.Inf(1), int64(0), 0
-	base := series[5].RSSBytes // at 60 s
-	for i, s := range series {
+	sent := churn.Moved()
+	least, mostUnconfigured := math.Inf(1), 0
+	// Memory is judged peak against peak: the most RSS over 60–90 s (the
+	// budget is full from ~50 s) against the most after it. A single
+	// sample as the base moved with where the collector happened to be
+	// (samples at 60 s ranged 65–72 MB), which a healthy agent can fail.
+	var base, most int64
+	for _, s := range series {
 		least = math.Min(least, math.Min(s.TenantA, s.TenantB))
 		mostUnconfigured = max(mostUnconfigured, s.Unconfigured)
-		if i >= 5 {
+		switch {
+		case s.AtSeconds >= 60 && s.AtSeconds < 90:
+			base = max(base, s.RSSBytes)
+		case s.AtSeconds >= 90:
 			most = max(most, s.RSSBytes)
 		}
 	}
 	errs, ok := noErrors(tenantA, tenantB)
+	var failed []string
+	check := func(good bool, what string) {
+		if !good {
+			failed = append(failed, what)
+		}
+	}
+	check(sent >= int64(0.8*perSecond*run.Seconds()), "client ids sent")
+	check(ok, "tenant client errors")
+	check(least >= 0.95*reservation, "tenant least rate")
 	// The budget was reached (the churn really pressed on it) and never passed.
-	pass = pass && ok && least >= 0.95*reservation && mostUnconfigured <= budget && mostUnconfigured >= budget*9/10 &&
-		float64(most) <= 1.2*float64(base)
+	check(mostUnconfigured <= budget, "unconfigured entities over the budget")
+	check(mostUnconfigured >= budget*9/10, "unconfigured entities never reached the budget")
+	check(base > 0 && float64(most) <= 1.2*float64(base), "rss growth")
+	pass := len(failed) == 0
 	record(t, Result{
 		Name: "client-id-churn",
 		Pass: pass,
-		Measured: map[string]any{"series": series, "tenant_least_bps": least, "client_ids_sent": churn.Moved(),
-			"most_unconfigured_entities": mostUnconfigured, "rss_growth_after_60s": float64(most)/float64(base) - 1,
+		Measured: map[string]any{"series": series, "tenant_least_bps": least, "client_ids_sent": sent,
+			"most_unconfigured_entities": mostUnconfigured, "rss_peak_60_90s": base, "rss_peak_after_90s": most,
+			"rss_growth_after_90s": float64(most)/float64(base) - 1, "failed": failed,
 			"tenant_client_errors": errs, "measured_at": "broker sockets (tcp_info bytes_received), 10 s windows"},
 		Expected: map[string]any{"tenant_least_bps": 0.95 * reservation, "client_ids_min": int64(0.8 * perSecond * run.Seconds()),
-			"unconfigured_entities_max": budget, "unconfigured_entities_reached": budget * 9 / 10, "rss_growth_after_60s_max": 0.2,
-			"tenant_client_errors": 0},
+			"unconfigured_entities_max": budget, "unconfigured_entities_reached": budget * 9 / 10, "rss_growth_after_90s_max": 0.2,
+			"rss_growth_is": "most RSS after 90 s over the most in 60-90 s", "tenant_client_errors": 0},
 	})
 }
 

@@ -134,8 +134,14 @@ func record(t *testing.T, r Result) {
 	t.Logf("%s", data)
 	if !r.Pass {
 		t.Errorf("scenario %s failed: measured %v, expected %v", r.Name, r.Measured, r.Expected)
+		failedResults.Store(t.Name(), string(data))
 	}
 }
+
+// failedResults keeps each failed scenario's result (test name → JSON), so
+// that world's cleanup repeats it after the logs it prints: CI shows the
+// end of the output, where the result would otherwise be out of sight.
+var failedResults sync.Map
 
 func world(t *testing.T, o harness.Options) *harness.World {
 	t.Helper()
@@ -154,6 +160,9 @@ func world(t *testing.T, o harness.Options) *harness.World {
 					}
 					t.Logf("%s:\n%s", filepath.Base(m), data)
 				}
+			}
+			if r, ok := failedResults.Load(t.Name()); ok {
+				t.Logf("failed (repeated after the logs): %s", r)
 			}
 		}
 		if err := w.Close(); err != nil {
