@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
@@ -213,7 +214,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		active:      d("entity_active", "1 while the entity is active, 0 while standby.", entity...),
 		throttled:   d("entity_throttled", "1 when the shaper held the entity back in the last cycle while it ran at its dynamic limit.", entity...),
 		delay:       d("entity_queue_delay_seconds", "Queueing delay the shaper adds now.", entity...),
-		held:        d("entity_held_bytes_total", "Bytes a BPF shaper (edt, police) held back; htb reports queue delay and drops instead.", entity...),
+		held:        d("entity_held_bytes_total", "Bytes a BPF shaper (edt, police, and produce under htb+police) held back; htb reports queue delay and drops instead.", entity...),
 		dropped:     d("entity_dropped_packets_total", "Packets the shaper dropped (beyond the delay bound).", entity...),
 
 		registered:   d("entities_registered", "Entities in the registry (configured and learned, unknown and overflow included)."),
@@ -269,12 +270,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.agentInfo, 1, c.info.Build.Version, c.info.Build.Revision, s.Mode, s.Shaper, c.info.Attach)
 		// BPF shapers count held-back bytes; htb reports delay and drops.
 		mode := shaping.Kind(s.Shaper).DataPathMode()
-		heldCounted := mode == maps.ShaperEDT || mode == maps.ShaperPolice
 		for _, d := range s.Directions {
 			if !d.Enabled {
 				continue
 			}
 			dir := d.Direction
+			heldCounted := mode.HeldInDataPath(maps.Fetch)
+			if dir == entity.Produce.String() {
+				heldCounted = mode.HeldInDataPath(maps.Produce)
+			}
 			gauge(c.capacity, float64(d.Capacity), dir)
 			gauge(c.distributable, float64(d.C), dir)
 			gauge(c.headroom, float64(d.H), dir)

@@ -79,7 +79,7 @@ var labelBounds = map[string]string{
 	"version":     "the build's version (one value per process)",
 	"revision":    "the build's revision (one value per process)",
 	"mode":        "`enforce`, `shadow`",
-	"shaper":      "`htb`, `edt`, `police`, `shadow`",
+	"shaper":      "`htb`, `htb+police` (produce_shaper: police), `edt`, `police`, `shadow`",
 	"attach":      "`tcx`, `clsact`",
 	"branch":      "the build's branch (one value per process; empty)",
 	"goversion":   "the Go version it was built with (one value per process)",

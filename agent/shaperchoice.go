@@ -20,19 +20,20 @@ type ShaperChoice struct {
 }
 
 // ShaperFactory builds the backend a configuration asks for. The agent
-// calls it at start and again on a reload that changes mode, shaper or
-// max_queue_delay, after closing the previous backend.
+// calls it at start and again on a reload that changes mode, shaper,
+// produce_shaper or max_queue_delay, after closing the previous backend.
 type ShaperFactory func(cfg config.Config) (ShaperChoice, error)
 
 // shaperSpec is what of a configuration the backend depends on.
 type shaperSpec struct {
-	mode   config.Mode
-	shaper string
-	delay  time.Duration
+	mode          config.Mode
+	shaper        string
+	produceShaper string
+	delay         time.Duration
 }
 
 func specOf(cfg config.Config) shaperSpec {
-	return shaperSpec{mode: cfg.Mode, shaper: cfg.Shaper, delay: cfg.MaxQueueDelay}
+	return shaperSpec{mode: cfg.Mode, shaper: cfg.Shaper, produceShaper: cfg.ProduceShaper, delay: cfg.MaxQueueDelay}
 }
 
 // useShaper installs a backend and gives it every rate in force.

@@ -137,6 +137,17 @@ static __always_inline int police(__u32 slot, __u32 len, struct datapath_setting
 	return TC_ACT_SHOT;
 }
 
+// steer_to_class points the segment at the entity's HTB class; 0 when
+// the entity has none (it passes unshaped).
+static __always_inline int steer_to_class(struct __sk_buff *skb, __u32 slot)
+{
+	__u32 *classid = bpf_map_lookup_elem(&classes, &slot);
+	if (!classid || !*classid)
+		return 0;
+	skb->priority = *classid;
+	return 1;
+}
+
 // account counts a segment of the entity and hands it to the shaper.
 static __always_inline int account(struct __sk_buff *skb, int dir, const struct parsed *p, __u32 entity)
 {
@@ -163,15 +174,17 @@ static __always_inline int account(struct __sk_buff *skb, int dir, const struct 
 		return PASS;
 	}
 	switch (cfg->shaper) {
-	case SHAPER_HTB: {
-		__u32 *classid = bpf_map_lookup_elem(&classes, &slot);
-		if (!classid || !*classid)
+	case SHAPER_HTB:
+		if (!steer_to_class(skb, slot))
 			return PASS;
-		skb->priority = *classid;
 		if (dir == DIR_PRODUCE)
 			return bpf_redirect(cfg->ifb_ifindex, 0);
 		return PASS;
-	}
+	case SHAPER_HTB_POLICE:
+		if (dir == DIR_PRODUCE)
+			return police(slot, p->payload_len, cfg, c);
+		steer_to_class(skb, slot);
+		return PASS;
 	case SHAPER_EDT:
 		return edt(skb, dir, slot, p->payload_len, cfg, c);
 	case SHAPER_POLICE:
@@ -441,7 +454,7 @@ int sluice_egress_select(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
 	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
-	if (!cfg || cfg->shaper != SHAPER_HTB || !cfg->egress_ifb_ifindex)
+	if (!cfg || (cfg->shaper != SHAPER_HTB && cfg->shaper != SHAPER_HTB_POLICE) || !cfg->egress_ifb_ifindex)
 		return 0;
 	if (skb->ingress_ifindex == cfg->egress_ifb_ifindex)
 		return 0; // its second pass, on its way out

@@ -159,6 +159,10 @@ struct entity_counters {
 #define SHAPER_HTB 1    // set skb->priority to the entity's HTB class; ingress via IFB
 #define SHAPER_EDT 2    // earliest departure time from the entity's rate (needs fq); ingress via IFB
 #define SHAPER_POLICE 3 // token bucket, over-rate segments dropped: a last-resort hard cap
+// Fetch (egress) as SHAPER_HTB; produce (ingress) policed in place instead of
+// redirected to the IFB, so every later ingress hook (clsact filters,
+// nftables netdev ingress) still sees it.
+#define SHAPER_HTB_POLICE 4
 
 // The major number of sluice's HTB trees (class ids HTB_MAJOR:minor).
 #define HTB_MAJOR 1

@@ -27,7 +27,25 @@ const (
 	ShaperEDT Shaper = 2
 	// ShaperPolice drops what exceeds a per-entity token bucket.
 	ShaperPolice Shaper = 3
+	// ShaperHTBPolice steers fetch (egress) into HTB classes as ShaperHTB
+	// does and polices produce (ingress) in place, as ShaperPolice does,
+	// instead of redirecting it to the IFB: the ingress hooks after
+	// sluice's (clsact filters, nftables netdev ingress) see every segment.
+	ShaperHTBPolice Shaper = 4
 )
+
+// HeldInDataPath says whether the data path itself holds back (and counts
+// as held) the direction's governed segments under this mode, rather than
+// a qdisc it steers them to.
+func (s Shaper) HeldInDataPath(dir Direction) bool {
+	switch s {
+	case ShaperEDT, ShaperPolice:
+		return true
+	case ShaperHTBPolice:
+		return dir == Produce
+	}
+	return false
+}
 
 // Settings are the live knobs the agent writes.
 type Settings struct {
@@ -92,6 +110,8 @@ func (s Shaper) String() string {
 		return "edt"
 	case ShaperPolice:
 		return "police"
+	case ShaperHTBPolice:
+		return "htb+police"
 	}
 	return fmt.Sprintf("shaper(%d)", uint32(s))
 }

@@ -161,3 +161,49 @@ func TestPoliceDropsBeyondTheBucket(t *testing.T) {
 		t.Errorf("unrated entity: verdict %d", v)
 	}
 }
+
+// htb+police: fetch segments go to the entity's HTB class and pass as
+// under htb; produce segments are never redirected to the IFB (a class
+// set for produce is ignored) but policed where they arrive.
+func TestHTBPoliceSplitsTheDirections(t *testing.T) {
+	h := shaped(t, ShaperHTBPolice, 0, 0, 5000)
+	if err := h.d.SetClass(Fetch, 5, 0x00010005); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.SetClass(Produce, 5, 0x00010006); err != nil {
+		t.Fatal(err)
+	}
+	if v, p := h.run(Fetch, fromBroker(client4, broker4, 40400, 1, make([]byte, 1000))); v != actUnspec || p != 0x00010005 {
+		t.Errorf("fetch: verdict %d priority %#x, want pass in class 0x10005", v, p)
+	}
+	seg := toBroker(client4, broker4, 40400, 1, flagACK, make([]byte, 1000))
+	// No produce rate yet: passes in place, not redirected, not classified.
+	if v, p := h.run(Produce, seg); v != actUnspec || p != 0 {
+		t.Errorf("produce without a rate: verdict %d priority %#x, want a plain pass", v, p)
+	}
+	h.d.SetEntityRates(Produce, []EntityRate{{Entity: 5, BytesPerSecond: 1000}})
+	var passed, dropped int
+	for i := 0; i < 10; i++ {
+		switch v, _ := h.run(Produce, seg); v {
+		case actUnspec:
+			passed++
+		case actShot:
+			dropped++
+		default:
+			t.Fatalf("produce: verdict %d, want pass or drop", v)
+		}
+	}
+	if passed < 1 || passed > 2 || dropped != 10-passed {
+		t.Errorf("produce at 1000 B/s: passed %d dropped %d, want the bucket's one or two segments through and the rest dropped", passed, dropped)
+	}
+	if c := h.counters(Produce, 5); c.HeldPackets != uint64(dropped) {
+		t.Errorf("held produce segments %d, want %d", c.HeldPackets, dropped)
+	}
+	// A fetch rate in the police table does nothing under htb+police.
+	h.d.SetEntityRates(Fetch, []EntityRate{{Entity: 5, BytesPerSecond: 1}})
+	for i := 0; i < 3; i++ {
+		if v, _ := h.run(Fetch, fromBroker(client4, broker4, 40400, 1, make([]byte, 1000))); v != actUnspec {
+			t.Fatalf("fetch under a police rate: verdict %d, want pass (htb's)", v)
+		}
+	}
+}

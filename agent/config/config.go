@@ -62,6 +62,16 @@ const (
 	ModeShadow Mode = "shadow"
 )
 
+// Produce shapers (Config.ProduceShaper).
+const (
+	// ProduceShaperAuto: produce is held by the same backend as fetch.
+	ProduceShaperAuto = "auto"
+	// ProduceShaperPolice: produce is policed in place by the data path
+	// (fetch stays with htb), so the ingress hooks after sluice's (clsact
+	// filters, nftables netdev ingress) see every produce segment.
+	ProduceShaperPolice = "police"
+)
+
 // Attach mechanisms (Config.Attach).
 const (
 	AttachAuto   = "auto"
@@ -85,6 +95,11 @@ type Config struct {
 	Mode Mode
 	// Shaper backend: auto, htb, edt, police or shadow.
 	Shaper string
+	// ProduceShaper: auto (produce goes with Shaper) or police (with the
+	// htb shaper: fetch through htb, produce policed where it arrives
+	// instead of redirected to an IFB, which ends its way through the
+	// host's later ingress hooks).
+	ProduceShaper string
 	// Attach chooses how the programs hook the interfaces: auto (TCX where
 	// the kernel has it, else clsact filters), tcx, or clsact (legacy
 	// cls_bpf filters, for hosts whose other tools order themselves by
@@ -350,6 +365,7 @@ func Default() Config {
 	return Config{
 		Mode:                    ModeEnforce,
 		Shaper:                  "auto",
+		ProduceShaper:           ProduceShaperAuto,
 		Attach:                  AttachAuto,
 		RefreshInterval:         time.Second,
 		UpdateThreshold:         0.05,

@@ -30,6 +30,9 @@ func (c Config) Validate() Problems {
 				FormatRate(d.dir.MinLimit), FormatRate(d.dir.Distributable()))
 		}
 	}
+	if c.ProduceShaper == ProduceShaperPolice && c.Shaper == "edt" {
+		fail("produce_shaper", "police goes with shaper htb or auto (fetch through htb, produce policed); edt shapes both directions itself")
+	}
 	if c.StaleAfter <= c.RefreshInterval {
 		fail("stale_after", "%v must exceed refresh_interval %v, or a healthy agent would look dead", c.StaleAfter, c.RefreshInterval)
 	}

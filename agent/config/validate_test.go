@@ -24,6 +24,7 @@ func TestValidateNamesEachCrossKeyRule(t *testing.T) {
 		{"produce.capacity", func(c *Config) { c.Produce.Capacity, c.Fetch.Capacity = Disabled, Disabled }},
 		{"fetch.min_limit", func(c *Config) { c.Fetch.Capacity = 1000 }},
 		{"stale_after", func(c *Config) { c.StaleAfter = c.RefreshInterval - time.Millisecond }},
+		{"produce_shaper", func(c *Config) { c.Shaper, c.ProduceShaper = "edt", ProduceShaperPolice }},
 		{"sasl.username", func(c *Config) { c.SASL.Mechanism = "PLAIN" }},
 		{"tls.cert_file", func(c *Config) { c.TLS.CertFile = "/etc/sluice/client.pem" }},
 		{"entities", func(c *Config) {

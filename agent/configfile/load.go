@@ -44,7 +44,7 @@ func Load(path string) (config.Config, error) {
 // schema lists every key a section may hold; "*" marks a section whose keys
 // are names (client-ids, topic-partitions) with entity quotas below them.
 var schema = map[string][]string{
-	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "attach", "replace_root_qdisc", "refresh_interval", "update_threshold",
+	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "produce_shaper", "attach", "replace_root_qdisc", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
 		"metadata_refresh", "kafka_quotas", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
 		"samples_per_second", "metrics_address", "metrics", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities"},
@@ -236,6 +236,14 @@ func (l *loader) modes() {
 			c.Shaper = s
 		} else {
 			l.fail("shaper", "%q is not a shaper (%s)%s", s, strings.Join(shapers, ", "), suggest(s, shapers))
+		}
+	}
+	if s, ok := l.str("produce_shaper"); ok {
+		kinds := []string{config.ProduceShaperAuto, config.ProduceShaperPolice}
+		if contains(kinds, s) {
+			c.ProduceShaper = s
+		} else {
+			l.fail("produce_shaper", "%q is not a produce shaper (%s)%s", s, strings.Join(kinds, ", "), suggest(s, kinds))
 		}
 	}
 	l.boolean("replace_root_qdisc", &c.ReplaceRootQdisc)

@@ -163,6 +163,11 @@ kafka_quotas: imports`, []string{`kafka_quotas: "imports" is not off or import (
 mode: enforcing`, []string{`mode: "enforcing" is not a mode (enforce or shadow) (did you mean enforce?)`}},
 		{"shaper", minimal + `
 shaper: tbf`, []string{`shaper: "tbf" is not a shaper`}},
+		{"produce_shaper", minimal + `
+produce_shaper: polic`, []string{`produce_shaper: "polic" is not a produce shaper (auto, police) (did you mean police?)`}},
+		{"produce_shaper with edt", minimal + `
+shaper: edt
+produce_shaper: police`, []string{"produce_shaper: police goes with shaper htb or auto"}},
 		{"attach", minimal + `
 attach: tc`, []string{`attach: "tc" is not an attach mechanism (auto, tcx, clsact)`}},
 		{"replace_root_qdisc", minimal + `

@@ -64,7 +64,8 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (agent.
 		if err != nil {
 			return agent.ShaperChoice{}, err
 		}
-		return agent.ShaperChoice{Shaper: h, Reason: reason + "; one tree per direction shared by every interface", IFBIndex: h.IFBIndex(), EgressIFBIndex: h.EgressIFBIndex()}, nil
+		return splitIfAsked(cfg, dp, agent.ShaperChoice{Shaper: h, Reason: reason + "; one tree per direction shared by every interface",
+			IFBIndex: h.IFBIndex(), EgressIFBIndex: h.EgressIFBIndex()})
 	}
 	idx := ifindexes[0]
 	if cfg.Shaper == "edt" {
@@ -81,7 +82,25 @@ func ChooseShaper(cfg config.Config, dp *maps.Datapath, ifindexes []int) (agent.
 	if err != nil {
 		return agent.ShaperChoice{}, err
 	}
-	return agent.ShaperChoice{Shaper: h, Reason: reason, IFBIndex: h.IFBIndex()}, nil
+	return splitIfAsked(cfg, dp, agent.ShaperChoice{Shaper: h, Reason: reason, IFBIndex: h.IFBIndex()})
+}
+
+// splitIfAsked pairs the htb backend with police for produce when
+// produce_shaper: police asks for it (shaper.Split), closing the htb
+// backend if that fails.
+func splitIfAsked(cfg config.Config, dp *maps.Datapath, c agent.ShaperChoice) (agent.ShaperChoice, error) {
+	if cfg.ProduceShaper != config.ProduceShaperPolice {
+		return c, nil
+	}
+	h := c.Shaper.(*shaper.HTB)
+	s, err := shaper.NewSplit(h, shaper.NewPolice(dp))
+	if err != nil {
+		h.Close()
+		return agent.ShaperChoice{}, err
+	}
+	c.Shaper = s
+	c.Reason += "; produce policed in place (produce_shaper: police): every later ingress hook sees it"
+	return c, nil
 }
 
 // shapesWithoutTrees: the configuration's backend uses no qdisc tree.

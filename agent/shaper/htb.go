@@ -725,6 +725,22 @@ func (h *HTB) remove(dir maps.Direction, entity uint32) error {
 	return nil
 }
 
+// releaseAll removes every entity's class in one direction.
+func (h *HTB) releaseAll(dir maps.Direction) error {
+	return h.in(func() error {
+		t := h.trees[dir]
+		if t == nil {
+			return nil
+		}
+		for entity := range t.entity {
+			if err := h.remove(dir, entity); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // Held implements Shaper from the classes' statistics: queued bytes now,
 // and drops and overlimit events since the last call.
 func (h *HTB) Held(dir maps.Direction) (out []shaping.Held, err error) {

@@ -79,6 +79,9 @@ const (
 	KindHTB    Kind = "htb"    // an HTB class per entity, ingress through an IFB
 	KindEDT    Kind = "edt"    // departure times for fq
 	KindPolice Kind = "police" // a token bucket per entity in the data path
+	// KindHTBPolice: fetch through htb classes, produce policed in place
+	// (produce_shaper: police), so later ingress hooks see every segment.
+	KindHTBPolice Kind = "htb+police"
 )
 
 // DataPathMode is what the data path does with a governed segment while
@@ -92,6 +95,8 @@ func (k Kind) DataPathMode() maps.Shaper {
 		return maps.ShaperEDT
 	case KindPolice:
 		return maps.ShaperPolice
+	case KindHTBPolice:
+		return maps.ShaperHTBPolice
 	}
 	return maps.ShaperNone
 }

@@ -24,13 +24,16 @@ import (
 // nothing. Judged by the bytes the receiving application read and its
 // clock; the data path's counters must match what TCP sent exactly, so the
 // egress segments' second pass (out of the shared IFB) is not counted again.
+// Under htb+police (produce_shaper: police) fetch is steered the same way;
+// only fetch is judged there (produce is police's, TestPolice…).
 func TestHTBSeveralInterfacesOneLimit(t *testing.T) {
 	for _, mode := range []attach.Mode{attach.TCX, attach.Legacy} {
-		t.Run(mode.String(), func(t *testing.T) { severalInterfaces(t, mode) })
+		t.Run(mode.String(), func(t *testing.T) { severalInterfaces(t, mode, maps.ShaperHTB) })
 	}
+	t.Run("tcx-htb+police", func(t *testing.T) { severalInterfaces(t, attach.TCX, maps.ShaperHTBPolice) })
 }
 
-func severalInterfaces(t *testing.T, mode attach.Mode) {
+func severalInterfaces(t *testing.T, mode attach.Mode, shaperMode maps.Shaper) {
 	netns.RequireRoot(t, "builds network namespaces, IFB devices and loads BPF programs")
 	pair := netns.NewPair(t)
 	secondBroker, secondClient := pair.BrokerDev+"x", pair.ClientDev+"x"
@@ -54,7 +57,7 @@ func severalInterfaces(t *testing.T, mode attach.Mode) {
 			h.Close()
 		}
 	})
-	if err := d.SetSettings(maps.Settings{Shaper: maps.ShaperHTB, IFBIndex: h.IFBIndex(), EgressIFBIndex: h.EgressIFBIndex(), StaleAfter: time.Hour, SamplesPerSecond: 200}); err != nil {
+	if err := d.SetSettings(maps.Settings{Shaper: shaperMode, IFBIndex: h.IFBIndex(), EgressIFBIndex: h.EgressIFBIndex(), StaleAfter: time.Hour, SamplesPerSecond: 200}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Heartbeat(maps.MonotonicNow()); err != nil {
@@ -95,7 +98,11 @@ func severalInterfaces(t *testing.T, mode attach.Mode) {
 	}
 
 	const perConn = 8 << 20 // two connections: 16 MiB, about 4 s at the limit
-	for _, dir := range []maps.Direction{maps.Fetch, maps.Produce} {
+	judged := []maps.Direction{maps.Fetch, maps.Produce}
+	if shaperMode == maps.ShaperHTBPolice {
+		judged = judged[:1]
+	}
+	for _, dir := range judged {
 		name := map[maps.Direction]string{maps.Fetch: "fetch", maps.Produce: "produce"}[dir]
 		senders, receivers := served, clients
 		if dir == maps.Produce {
