@@ -16,7 +16,7 @@ import (
 // filter is left under them and never an operator's; and its IFB devices.
 // Key: the kind and the interface index; value: the device's name then (an
 // index a new device reuses is not the one sluice made).
-const ownedPin = "owned"
+const OwnedRecordPin = "owned"
 
 // OwnedKind is what a record entry is.
 type OwnedKind uint32
@@ -33,12 +33,12 @@ type ownedKey struct {
 	Ifindex uint32
 }
 
-var ownedSpec = ebpf.MapSpec{Name: ownedPin, Type: ebpf.Hash, KeySize: 8, ValueSize: 16, MaxEntries: 1024}
+var ownedSpec = ebpf.MapSpec{Name: OwnedRecordPin, Type: ebpf.Hash, KeySize: 8, ValueSize: 16, MaxEntries: 1024}
 
 // RecordOwned notes in pinDir that sluice made the object (kind, index,
 // name).
 func RecordOwned(pinDir string, kind OwnedKind, ifindex int, name string) error {
-	path := filepath.Join(pinDir, ownedPin)
+	path := filepath.Join(pinDir, OwnedRecordPin)
 	m, err := ebpf.LoadPinnedMap(path, nil)
 	if errors.Is(err, os.ErrNotExist) {
 		if m, err = ebpf.NewMap(&ownedSpec); err == nil {
@@ -62,7 +62,7 @@ func RecordOwned(pinDir string, kind OwnedKind, ifindex int, name string) error 
 // Owned reads the record's entries of one kind: interface index → name.
 // No record is an empty map.
 func Owned(pinDir string, kind OwnedKind) (map[int]string, error) {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, ownedPin), &ebpf.LoadPinOptions{ReadOnly: true})
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, OwnedRecordPin), &ebpf.LoadPinOptions{ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
 		return map[int]string{}, nil
 	}
@@ -93,7 +93,7 @@ func Owned(pinDir string, kind OwnedKind) (map[int]string, error) {
 // ForgetOwned drops an entry (the object is gone): an index a later
 // object of another's takes is not sluice's.
 func ForgetOwned(pinDir string, kind OwnedKind, ifindex int) error {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, ownedPin), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, OwnedRecordPin), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

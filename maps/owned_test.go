@@ -40,7 +40,7 @@ func TestOwnedRecord(t *testing.T) {
 	if clsact, _ := Owned(dir, OwnedClsact); len(clsact) != 1 || clsact[3] == "" {
 		t.Errorf("after forgetting eth0: %v", clsact)
 	}
-	if !ownPin(ownedPin) {
+	if !ownPin(OwnedRecordPin) {
 		t.Error("unload would leave the record behind as a foreign pin")
 	}
 }

@@ -45,7 +45,7 @@ var (
 
 // ownPin reports whether name is a pin sluice makes in its directory.
 func ownPin(name string) bool {
-	return slices.Contains(pinnedMaps, name) || slices.Contains(retiredPins, name) || linkPin.MatchString(name) || name == ownedPin
+	return slices.Contains(pinnedMaps, name) || slices.Contains(retiredPins, name) || linkPin.MatchString(name) || name == OwnedRecordPin
 }
 
 // checkPinDir refuses a pin directory that is not sluice's to use: its
@@ -148,8 +148,10 @@ type UnpinReport struct {
 // pins sluice makes, the directory itself if then empty, and the
 // half-built directories (<dir>-tmp-<pid>) of a load that died. It refuses
 // a directory a running agent holds (ErrPinDirBusy) and anything outside a
-// bpffs; entries it does not make are left and reported.
-func Unpin(dir string) (UnpinReport, error) {
+// bpffs; entries it does not make are left and reported. Pins named in keep
+// stay, and with them the directory (`sluice unload` keeps the record of
+// what sluice made, OwnedRecordPin, until everything it names is gone).
+func Unpin(dir string, keep ...string) (UnpinReport, error) {
 	var rep UnpinReport
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || dir == "/" {
 		return rep, fmt.Errorf("unpin %q: not a clean absolute path", dir)
@@ -161,14 +163,14 @@ func Unpin(dir string) (UnpinReport, error) {
 		return rep, fmt.Errorf("unpin: %w", err)
 	}
 	for _, tmp := range halfBuilt(dir) {
-		if err := unpinDir(tmp, &rep); err != nil {
+		if err := unpinDir(tmp, &rep, nil); err != nil {
 			return rep, err
 		}
 	}
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return rep, nil
 	}
-	return rep, unpinDir(dir, &rep)
+	return rep, unpinDir(dir, &rep, keep)
 }
 
 // halfBuilt lists the temporary directories a load pins into before
@@ -186,7 +188,7 @@ func halfBuilt(dir string) []string {
 	return out
 }
 
-func unpinDir(dir string, rep *UnpinReport) error {
+func unpinDir(dir string, rep *UnpinReport, keep []string) error {
 	lock, err := lockDir(dir)
 	if err != nil {
 		return fmt.Errorf("unpin %s: %w (stop the agent first)", dir, err)
@@ -200,6 +202,10 @@ func unpinDir(dir string, rep *UnpinReport) error {
 	foreign := 0
 	for _, name := range names {
 		path := filepath.Join(dir, name)
+		if slices.Contains(keep, name) {
+			foreign++ // kept: the directory stays with it
+			continue
+		}
 		if !ownPin(name) {
 			rep.Foreign = append(rep.Foreign, path)
 			foreign++

@@ -133,3 +133,44 @@ func TestUnpinRemovesOnlyItsOwnPins(t *testing.T) {
 		t.Errorf("half-built directory: %v (removed %v)", err, rep.Removed)
 	}
 }
+
+// Unpin with keep leaves the named pins and the directory (sluice unload
+// keeps its record of host objects until they are gone); a second Unpin
+// takes both.
+func TestUnpinKeepsWhatItIsAskedTo(t *testing.T) {
+	netns.RequireRoot(t, "loads BPF programs")
+	opts := testOptions()
+	opts.PinDir = filepath.Join(bpffs(t), "sluice")
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if err := RecordOwned(opts.PinDir, OwnedIFB, 7, "slifb7"); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(opts.PinDir, OwnedRecordPin)
+	rep, err := Unpin(opts.PinDir, OwnedRecordPin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(rep.Removed, record) || slices.Contains(rep.Foreign, record) {
+		t.Errorf("the kept record reported as removed or foreign: %+v", rep)
+	}
+	if got, err := Owned(opts.PinDir, OwnedIFB); err != nil || got[7] != "slifb7" {
+		t.Fatalf("the record after the first unpin: %v %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(opts.PinDir, "settings")); !os.IsNotExist(err) {
+		t.Errorf("a pin not kept is still there: %v", err)
+	}
+	rep, err = Unpin(opts.PinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(rep.Removed, record) || !slices.Contains(rep.Removed, opts.PinDir) {
+		t.Errorf("the second unpin removed %v, want the record and the directory", rep.Removed)
+	}
+	if _, err := os.Stat(opts.PinDir); !os.IsNotExist(err) {
+		t.Errorf("the directory is still there: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -34,7 +35,9 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 	if ifbErr != nil {
 		say("the record of sluice's IFB devices is unreadable (" + ifbErr.Error() + "): they are found by name and alias")
 	}
-	rep, err := maps.Unpin(pinPath)
+	// The record stays until everything it names is gone: a removal that
+	// fails below leaves it for the next `sluice unload`.
+	rep, err := maps.Unpin(pinPath, maps.OwnedRecordPin)
 	for _, p := range rep.Removed {
 		say("removed " + p)
 		if idx, ok := maps.InterfaceOfLinkPin(p); ok {
@@ -112,5 +115,13 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 			say("interface " + name + ": the clsact qdisc sluice added removed")
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 { // an unreadable record is no use kept: it goes
+		say("kept " + filepath.Join(pinPath, maps.OwnedRecordPin) + ", the record of what sluice made: run sluice unload again once the errors are fixed")
+		return errors.Join(errs...)
+	}
+	rep, err = maps.Unpin(pinPath)
+	for _, p := range rep.Removed {
+		say("removed " + p)
+	}
+	return err
 }

@@ -189,4 +189,8 @@ func TestAgentIntegrationIFBFoundByRecord(t *testing.T) {
 	if after := state(); after != before {
 		t.Errorf("after unload the host differs from before the agent.\nbefore:\n%s\nafter:\n%s\nunload said:\n%s", before, after, out)
 	}
+	// The record goes last, with the directory, once what it names is gone.
+	if _, err := os.Stat(w.Pins); !os.IsNotExist(err) {
+		t.Errorf("the pin directory (and its record) stayed after a clean unload: %v\n%s", err, out)
+	}
 }
