@@ -21,7 +21,7 @@ PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # in with SASL PLAIN and SCRAM in the SASL scenario. nftables, bpftool: the
 # busy-host scenario's foreign netdev counter and its dumps. xz-utils: the
 # previous release's source (test/release) for the upgrade tests.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils groff-base
 
 export PATH := $(PATH):/usr/local/go/bin
 

@@ -66,6 +66,12 @@ func commands() []command {
 			"sluice demo", []string{"sluice demo"}},
 		{"version", "print the version and the revision it was built from (also --version)", runVersion,
 			"sluice version [-o text|json]", []string{"sluice version", "sluice --version", "sluice version -o json"}},
+		{"completion", "print a shell completion script (bash, zsh or fish), made from the command tree", runCompletion,
+			"sluice completion bash|zsh|fish",
+			[]string{"sluice completion bash | sudo tee /usr/share/bash-completion/completions/sluice", "sluice completion fish > ~/.config/fish/completions/sluice.fish"}},
+		{"man", "write the manual pages (sluice.1 and one per command), made from the command tree", runMan,
+			"sluice man --out DIR",
+			[]string{"sluice man --out /usr/local/share/man/man1 && man sluice-status"}},
 	}
 }
 
@@ -96,6 +102,9 @@ type flagSet struct {
 // order, for Args, NArg and Arg.
 func (fs *flagSet) Parse(args []string) error {
 	fs.args = nil
+	if len(args) == 1 && args[0] == introspectArg {
+		return flagsOf{fs.FlagSet}
+	}
 	for {
 		if err := fs.FlagSet.Parse(args); err != nil {
 			return err
