@@ -21,7 +21,7 @@ PKGS    = $(shell $(GO) list ./... | grep -v /test/e2e)
 # in with SASL PLAIN and SCRAM in the SASL scenario. nftables, bpftool: the
 # busy-host scenario's foreign netdev counter and its dumps. xz-utils: the
 # previous release's source (test/release) for the upgrade tests.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils groff-base
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils groff-base rpm file
 
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -38,14 +38,28 @@ VERSION := $(shell ./deploy/version.sh)
 build: $(BPF_OBJ) ## build bin/sluice, stamped with its version (deploy/version.sh) and the revision (sluice version)
 	$(GO) build -ldflags "-X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
 
+# Release builds: static (no cgo), stripped, with paths trimmed, for each of
+# these architectures; the BPF object is the same little-endian one.
+RELEASE_ARCHES := amd64 arm64
+RELEASE_LDFLAGS = -s -w -X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)
+
+.PHONY: packages
+packages: build ## dist/: static stripped binaries, .deb and .rpm for amd64 and arm64 (deploy/nfpm.yaml), SHA256SUMS
+	rm -rf dist && mkdir -p dist
+	for arch in $(RELEASE_ARCHES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o dist/sluice_$(VERSION)_linux_$$arch ./cmd/sluice || exit 1; \
+	done
+	$(GO) run ./deploy/pkg -version $(VERSION) -dist dist -native $(BIN) -arch $$(echo $(RELEASE_ARCHES) | tr ' ' ,)
+	cd dist && sha256sum -- * > SHA256SUMS
+
 .PHONY: deb
-deb: build ## build dist/sluice_<version>_amd64.deb (nfpm as a library; version from deploy/version.sh)
-	$(GO) run ./deploy/deb -version $(VERSION) -binary $(BIN) -out dist
+deb: packages ## the packages (make packages); dist/sluice_<version>_amd64.deb among them
 
 .PHONY: deb-check
-deb-check: ## dpkg -i, -r and -P the package in overlays (the host is untouched), and an upgrade from the previous release's; checks paths, conffile, scripts (root)
+deb-check: ## the release: checksums, static binaries, each package's metadata and contents (rpm too); dpkg -i, -r, -P and an upgrade from the previous release in overlays (the host is untouched) (root)
 	rm -rf dist
-	$(MAKE) --no-print-directory deb
+	$(MAKE) --no-print-directory packages
+	./test/deb/check-release.sh dist $(VERSION)
 	prev=$$(mktemp -d) && trap 'rm -rf "$$prev"' EXIT && \
 	prev_version=$$(./test/release/build.sh "$$prev") && \
 	./test/deb/check.sh dist/sluice_*_amd64.deb $(VERSION) "$$prev"/src/dist/sluice_*_amd64.deb "$$prev_version"

@@ -53,7 +53,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 say "dpkg -i $(basename "$deb")"
 dpkg -i "$deb"
 for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /etc/sluice/sluice.yaml \
-	/usr/share/sluice/prometheus/sluice-rules.yaml /usr/share/sluice/grafana/sluice-dashboard.json /usr/share/doc/sluice/README.md /usr/share/doc/sluice/runbook.md; do
+	/usr/share/sluice/prometheus/sluice-rules.yaml /usr/share/sluice/grafana/sluice-dashboard.json /usr/share/doc/sluice/README.md /usr/share/doc/sluice/runbook.md \
+	/usr/share/doc/sluice/copyright /usr/share/man/man1/sluice.1.gz /usr/share/man/man1/sluice-status.1.gz /usr/share/bash-completion/completions/sluice; do
 	[ -e "$f" ] || fail "$f not installed"
 	echo "installed $f"
 done
@@ -64,6 +65,8 @@ for exe in $(sed -n 's/^Exec[A-Za-z]*=\([^ ]*\).*/\1/p' /usr/lib/systemd/system/
 	echo "unit runs $exe"
 done
 grep '^ExecStart=/usr/bin/sluice run' /usr/lib/systemd/system/sluice.service >/dev/null || fail "ExecStart does not name /usr/bin/sluice"
+gzip -dc /usr/share/man/man1/sluice-status.1.gz | groff -man -Tascii 2>/dev/null | grep -q -- '--watch' || fail "the installed sluice-status(1) does not read"
+echo "man page reads: sluice-status(1)"
 got=$(/usr/bin/sluice version)
 case "$got" in "sluice $version revision "*) echo "$got" ;; *) fail "sluice version printed '$got', want version $version" ;; esac
 grep -x 'daemon-reload' "$calls" >/dev/null || fail "postinst did not reload systemd"
@@ -82,7 +85,7 @@ echo "# edited by the operator" >> /etc/sluice/sluice.yaml
 : > "$calls"
 dpkg -r sluice
 grep -x 'disable --now sluice.service' "$calls" >/dev/null || fail "prerm did not stop and disable the unit"
-for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /usr/share/sluice /usr/share/doc/sluice; do
+for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /usr/share/sluice /usr/share/doc/sluice /usr/share/man/man1/sluice.1.gz /usr/share/bash-completion/completions/sluice; do
 	[ ! -e "$f" ] || fail "$f left after dpkg -r"
 done
 grep '# edited by the operator' /etc/sluice/sluice.yaml >/dev/null || fail "dpkg -r lost the edited configuration"

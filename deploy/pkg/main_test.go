@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -43,6 +44,31 @@ func TestDebVersionsSortByAge(t *testing.T) {
 		newer, _ := debVersion(pair[1])
 		if err := exec.Command(dpkg, "--compare-versions", older, "lt", newer).Run(); err != nil {
 			t.Errorf("%s (from %s) does not sort before %s (from %s)", older, pair[0], newer, pair[1])
+		}
+	}
+}
+
+// rpm versions sort by age as rpm itself compares them.
+func TestRPMVersionsSortByAge(t *testing.T) {
+	rpm, err := exec.LookPath("rpm")
+	if err != nil {
+		t.Fatalf("rpm is needed to compare versions as it does (make deps installs it): %v", err)
+	}
+	for _, pair := range [][2]string{
+		{"0.151-gffff000", "0.152-g0000aaa"},
+		{"0.99-gabc", "0.100-gabc"},
+		{"0.152-gabc", "0.152-gabc-dirty"},
+		{"0.500-gabc", "v1.0.0"},
+		{"v1.0.0", "v1.0.0-1-gabc"},
+	} {
+		older, err1 := rpmVersion(pair[0])
+		newer, err2 := rpmVersion(pair[1])
+		if err1 != nil || err2 != nil || strings.Contains(older+newer, "+") {
+			t.Fatalf("rpmVersion(%q, %q) = %q, %q (%v, %v)", pair[0], pair[1], older, newer, err1, err2)
+		}
+		out, err := exec.Command(rpm, "--eval", "%{lua: print(rpm.vercmp('"+older+"', '"+newer+"'))}").Output()
+		if err != nil || strings.TrimSpace(string(out)) != "-1" {
+			t.Errorf("rpm does not sort %s (from %s) before %s (from %s): %q %v", older, pair[0], newer, pair[1], out, err)
 		}
 	}
 }

@@ -1,0 +1,257 @@
+// Command pkg builds sluice's packages, .deb and .rpm for each
+// architecture, from the declarative deploy/nfpm.yaml with nfpm as a
+// library (make packages). The static binaries come from make packages
+// (dist/sluice_<version>_linux_<arch>); a binary this machine runs writes
+// the man pages and completion scripts from its own command tree, so the
+// packages document the commands they ship.
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/goreleaser/nfpm/v2"
+	"github.com/goreleaser/nfpm/v2/deb"
+	"github.com/goreleaser/nfpm/v2/rpm"
+	"gopkg.in/yaml.v3"
+)
+
+func main() {
+	version := flag.String("version", "", "the version deploy/version.sh gave (what sluice version prints)")
+	dist := flag.String("dist", "dist", "directory of the static binaries sluice_<version>_linux_<arch>; the packages are written there")
+	native := flag.String("native", "bin/sluice", "a sluice binary this machine runs: it writes the man pages and completion scripts")
+	arches := flag.String("arch", "amd64,arm64", "architectures to package")
+	formats := flag.String("formats", "deb,rpm", "package formats")
+	printVersion := flag.String("print-version", "", "print the package version of FORMAT (deb or rpm) for the version argument, and exit")
+	flag.Parse()
+	if *printVersion != "" {
+		v, err := debVersion(flag.Arg(0))
+		if *printVersion == "rpm" {
+			v, err = rpmVersion(flag.Arg(0))
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pkg:", err)
+			os.Exit(1)
+		}
+		fmt.Println(v)
+		return
+	}
+	paths, err := build(*version, *dist, *native, strings.Split(*arches, ","), strings.Split(*formats, ","))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pkg:", err)
+		os.Exit(1)
+	}
+	for _, p := range paths {
+		fmt.Println(p)
+	}
+}
+
+// debVersion turns deploy/version.sh's version into a Debian version: a
+// tag v1.2.3 gives 1.2.3, commits past it 1.2.3+4+gabc1234, and an
+// untagged tree's 0.<commits>-gabc1234 gives 0.<commits>+gabc1234, which
+// sorts by age. A bare hash (an older `git describe --always`) gives
+// 0~gabc1234 (Debian versions start with a digit).
+func debVersion(describe string) (string, error) {
+	v := strings.TrimPrefix(strings.TrimSpace(describe), "v")
+	if v == "" {
+		return "", fmt.Errorf("empty version")
+	}
+	if !regexp.MustCompile(`^[0-9]+\.[0-9]`).MatchString(v) {
+		v = "0~g" + v
+	}
+	v = strings.ReplaceAll(v, "-", "+")
+	if !regexp.MustCompile(`^[0-9][A-Za-z0-9.+~]*$`).MatchString(v) {
+		return "", fmt.Errorf("version %q does not make a Debian version", describe)
+	}
+	return v, nil
+}
+
+// rpmVersion is the Debian version with its + as dots: rpm versions take
+// no + before rpm 4.15, and rpmvercmp orders 0.202.gabc before
+// 0.203.gdef, and 1.2.3 before 1.2.3.4.gabc, as dpkg orders theirs.
+func rpmVersion(describe string) (string, error) {
+	v, err := debVersion(describe)
+	return strings.ReplaceAll(v, "+", "."), err
+}
+
+func build(describe, dist, native string, arches, formats []string) ([]string, error) {
+	generated, err := os.MkdirTemp("", "sluice-pkg")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(generated)
+	if err := generate(generated, native); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, format := range formats {
+		version, err := debVersion(describe)
+		if format == "rpm" {
+			version, err = rpmVersion(describe)
+		}
+		if err != nil {
+			return nil, err
+		}
+		changelog, err := writeChangelog(generated, format, version)
+		if err != nil {
+			return nil, err
+		}
+		for _, arch := range arches {
+			binary := filepath.Join(dist, fmt.Sprintf("sluice_%s_linux_%s", describe, arch))
+			if _, err := os.Stat(binary); err != nil {
+				return nil, fmt.Errorf("the %s binary: %w (make packages builds it)", arch, err)
+			}
+			env := map[string]string{"VERSION": version, "ARCH": arch, "BINARY": binary, "GENERATED": generated, "CHANGELOG": changelog}
+			path, err := pack(format, env, dist)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", format, arch, err)
+			}
+			out = append(out, path)
+		}
+	}
+	return out, nil
+}
+
+func pack(format string, env map[string]string, dist string) (string, error) {
+	config, err := nfpm.ParseFileWithEnvMapping("deploy/nfpm.yaml", func(k string) string { return env[k] })
+	if err != nil {
+		return "", err
+	}
+	info, err := config.Get(format)
+	if err != nil {
+		return "", err
+	}
+	info.Changelog = env["CHANGELOG"]
+	info = nfpm.WithDefaults(info)
+	if err := nfpm.PrepareForPackager(info, format); err != nil {
+		return "", err
+	}
+	if err := nfpm.Validate(info); err != nil {
+		return "", err
+	}
+	var packager nfpm.Packager = deb.Default
+	if format == "rpm" {
+		packager = rpm.DefaultRPM
+	} else if format != "deb" {
+		return "", fmt.Errorf("unknown package format %q (deb, rpm)", format)
+	}
+	out := filepath.Join(dist, packager.ConventionalFileName(info))
+	f, err := os.Create(out)
+	if err != nil {
+		return "", err
+	}
+	if err := packager.Package(info, f); err != nil {
+		f.Close()
+		os.Remove(out)
+		return "", err
+	}
+	return out, f.Close()
+}
+
+const unitPath = "/usr/lib/systemd/system/sluice.service"
+
+// generate writes what the packages carry that is made, not kept: the
+// unit naming the packaged binary, the man pages (gzipped) and the
+// completion scripts, the last two by the native binary from its tree.
+func generate(dir, native string) error {
+	unit, err := os.ReadFile("deploy/sluice.service")
+	if err != nil {
+		return err
+	}
+	// The unit names the binary where the package puts it.
+	unit = []byte(strings.ReplaceAll(string(unit), "/usr/local/bin/sluice", "/usr/bin/sluice"))
+	if err := os.WriteFile(filepath.Join(dir, "sluice.service"), unit, 0o644); err != nil {
+		return err
+	}
+	man := filepath.Join(dir, "man")
+	if out, err := exec.Command(native, "man", "--out", man).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s man: %v\n%s", native, err, out)
+	}
+	pages, _ := filepath.Glob(filepath.Join(man, "*.1"))
+	if len(pages) == 0 {
+		return fmt.Errorf("%s man wrote no pages", native)
+	}
+	for _, p := range pages {
+		if err := gzipFile(p); err != nil {
+			return err
+		}
+	}
+	for shell, name := range map[string]string{"bash": "sluice.bash", "zsh": "_sluice", "fish": "sluice.fish"} {
+		script, err := exec.Command(native, "completion", shell).Output()
+		if err != nil {
+			return fmt.Errorf("%s completion %s: %w", native, shell, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), script, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gzipFile replaces p with p.gz, with no name or time in the header, so
+// that the same page makes the same bytes.
+func gzipFile(p string) error {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	w.Write(data)
+	if err := w.Close(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(p+".gz", buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return os.Remove(p)
+}
+
+// changelogEntry is one entry of chglog's format (what nfpm reads).
+type changelogEntry struct {
+	Semver   string    `yaml:"semver"`
+	Date     time.Time `yaml:"date"`
+	Packager string    `yaml:"packager"`
+	Changes  []struct {
+		Note string `yaml:"note"`
+	} `yaml:"changes,omitempty"`
+}
+
+// writeChangelog writes deploy/packaging/changelog.yaml under an entry for
+// the version being packaged (dated by SOURCE_DATE_EPOCH when set).
+func writeChangelog(dir, format, version string) (string, error) {
+	data, err := os.ReadFile("deploy/packaging/changelog.yaml")
+	if err != nil {
+		return "", err
+	}
+	var kept []changelogEntry
+	if err := yaml.Unmarshal(data, &kept); err != nil {
+		return "", fmt.Errorf("deploy/packaging/changelog.yaml: %w", err)
+	}
+	date := time.Now().UTC().Truncate(time.Second)
+	if epoch := os.Getenv("SOURCE_DATE_EPOCH"); epoch != "" {
+		var secs int64
+		if _, err := fmt.Sscan(epoch, &secs); err == nil {
+			date = time.Unix(secs, 0).UTC()
+		}
+	}
+	top := changelogEntry{Semver: version, Date: date, Packager: "sluice developers <sluice@localhost>"}
+	top.Changes = append(top.Changes, struct {
+		Note string `yaml:"note"`
+	}{"this build; the README and docs/ under /usr/share/doc/sluice say what it does"})
+	all := append([]changelogEntry{top}, kept...)
+	out, err := yaml.Marshal(all)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "changelog-"+format+".yaml")
+	return path, os.WriteFile(path, out, 0o644)
+}
