@@ -208,7 +208,7 @@ struct datapath_settings {
 // The header is one cache line and slots are whole lines (the mmapable
 // array's values start on a page): a 256-byte sample is 5 lines, written
 // by one CPU and read by the agent's. Moving those lines is most of what a
-// sampled request start costs beyond tracking (README, data path per
+// sampled request start costs beyond tracking (docs/measurements.md, data path per
 // segment: ~113-122 ns with the slot on the reader's CPU or out of cache,
 // ~67 ns with it kept in this CPU's), so the header holds nothing the
 // agent can tell itself: the time a fragment was taken is the reader's.
