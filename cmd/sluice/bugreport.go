@@ -35,8 +35,12 @@ func runBugreport(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlagSet("bugreport", stderr)
 	path := fs.String("config", "/etc/sluice/sluice.yaml", "the agent's configuration file")
 	out := fs.String("out", "", "the archive to write (default sluice-bugreport-<host>-<time>.tar.gz in the current directory)")
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if err := output.check(); err != nil {
+		return err
 	}
 	if fs.NArg() != 0 {
 		return usageError{fmt.Errorf("bugreport takes no arguments (got %q)", fs.Args())}
@@ -49,6 +53,13 @@ func runBugreport(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	r.collect(ctx, *path)
 	if err := r.write(*out); err != nil {
 		return err
+	}
+	if output.json() {
+		return json.NewEncoder(stdout).Encode(struct {
+			Archive string   `json:"archive"`
+			Files   []string `json:"files"`
+			Errors  []string `json:"errors,omitempty"`
+		}{*out, r.order, r.errors})
 	}
 	fmt.Fprintf(stdout, "wrote %s (%d files", *out, len(r.files))
 	if len(r.errors) > 0 {

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +45,18 @@ entities:
 	}
 	if !strings.Contains(out.String(), "wrote "+archive) {
 		t.Errorf("bugreport said: %s", out.String())
+	}
+	// -o json: the archive and the files in it.
+	var js bytes.Buffer
+	if err := run(context.Background(), []string{"bugreport", "--config", cfg, "--out", archive + ".2", "-o", "json"}, &js, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	var said struct {
+		Archive string   `json:"archive"`
+		Files   []string `json:"files"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &said); err != nil || said.Archive != archive+".2" || !slices.Contains(said.Files, "status.json") {
+		t.Errorf("bugreport -o json: %v %+v\n%s", err, said, js.String())
 	}
 	st, err := os.Stat(archive)
 	if err != nil || st.Mode().Perm() != 0o600 {

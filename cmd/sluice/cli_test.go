@@ -53,12 +53,64 @@ func TestEverySubcommandHasHelp(t *testing.T) {
 // -o takes text or json; anything else is a usage error (exit status 2)
 // before any socket is dialled.
 func TestOutputFlagIsChecked(t *testing.T) {
-	for _, cmd := range [][]string{{"status", "-o", "yaml"}, {"explain", "-o", "xml", "core"}} {
+	for _, cmd := range [][]string{{"status", "-o", "yaml"}, {"explain", "-o", "xml", "core"}, {"reload", "-o", "yaml"}} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), append(cmd, "--socket", "/nonexistent/sluice.sock"), &stdout, &stderr)
 		var ue usageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "use text or json") {
 			t.Errorf("%v: %v, want a usage error naming the formats", cmd, err)
+		}
+	}
+	// Commands that act (unload, bugreport) refuse the format before acting:
+	// nothing is removed or written.
+	out := filepath.Join(t.TempDir(), "report.tar.gz")
+	for _, cmd := range [][]string{{"unload", "--pin-path", "/nonexistent/sluice", "-o", "yaml"}, {"bugreport", "--out", out, "-o", "yaml"},
+		{"simulate", "--scenario", "/nonexistent.yaml", "-o", "yaml"}, {"version", "-o", "yaml"}} {
+		var stdout bytes.Buffer
+		err := run(context.Background(), cmd, &stdout, &bytes.Buffer{})
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "use text or json") || stdout.Len() > 0 {
+			t.Errorf("%v: %v (printed %q), want a usage error naming the formats", cmd, err, stdout.String())
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("bugreport -o yaml wrote its archive: %v", err)
+	}
+}
+
+// Every command that reports (all but run, demo, completion and man, whose
+// output is a daemon, a story, a script or files) takes -o text|json: the
+// tree says so, from each command's own flags.
+func TestReportingCommandsTakeOutputFormat(t *testing.T) {
+	for _, c := range commands() {
+		flags, err := flagsFor(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		has := false
+		for _, f := range flags {
+			has = has || f.spelling == "-o"
+		}
+		switch c.name {
+		case "run", "demo", "completion", "man":
+		default:
+			if !has {
+				t.Errorf("%s takes no -o", c.name)
+			}
+		}
+	}
+}
+
+// simulate -o text is the table and -o json the cycles, as --format says.
+func TestSimulateOutputFormats(t *testing.T) {
+	scenarioFile := "../../allocator/scenario/examples/4-paper-overcommit.yaml"
+	for o, want := range map[string]string{"text": "cycle", "json": "{"} {
+		var stdout bytes.Buffer
+		if err := run(context.Background(), []string{"simulate", "--scenario", scenarioFile, "-o", o}, &stdout, &bytes.Buffer{}); err != nil {
+			t.Fatalf("-o %s: %v", o, err)
+		}
+		if !strings.HasPrefix(strings.TrimSpace(stdout.String()), want) {
+			t.Errorf("-o %s printed %.60q, want it to start with %q", o, stdout.String(), want)
 		}
 	}
 }

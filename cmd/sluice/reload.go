@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -17,12 +18,22 @@ import (
 func runReload(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("reload", stderr)
 	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	if err := output.check(); err != nil {
+		return err
 	}
 	r, err := status.RequestReload(*socket)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
+	}
+	if output.json() {
+		// The verdict as the agent gave it; the exit status says it too.
+		if err := json.NewEncoder(stdout).Encode(r); err != nil {
+			return err
+		}
 	}
 	if r.PartlyApplied {
 		// Exit status 1: the host is not as it was; the operator must act.
@@ -32,6 +43,8 @@ func runReload(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// Exit status 2: the configuration file is invalid input.
 		return usageError{fmt.Errorf("reload refused, the running configuration stays: %s", r.Error)}
 	}
-	fmt.Fprintf(stdout, "configuration reloaded at %s\n", r.At.Format(time.RFC3339))
+	if !output.json() {
+		fmt.Fprintf(stdout, "configuration reloaded at %s\n", r.At.Format(time.RFC3339))
+	}
 	return nil
 }

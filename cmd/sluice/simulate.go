@@ -11,14 +11,25 @@ import (
 	"github.com/sluice-dev/sluice/allocator/scenario"
 )
 
-// runSimulate: `sluice simulate --scenario FILE [--format json|table]`.
+// runSimulate: `sluice simulate --scenario FILE [-o text|json]` (--format
+// json|table is the older spelling).
 // Invalid input exits 2 with the field path on stderr and nothing on stdout.
 func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("simulate", stderr)
 	file := fs.String("scenario", "", "scenario file (.yaml, .yml or .json)")
-	format := fs.String("format", "json", "output format: json or table")
+	format := fs.String("format", "json", "output format: json or table (-o is the same: -o text is the table)")
+	o := fs.String("o", "", "output format: text (a table) or json (the default)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
+	}
+	switch *o {
+	case "":
+	case "text":
+		*format = "table"
+	case "json":
+		*format = "json"
+	default:
+		return usageError{fmt.Errorf("-o %q: use text or json", *o)}
 	}
 	if *file == "" {
 		return usageError{errors.New("simulate: --scenario FILE is required")}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -24,12 +25,27 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("unload", stderr)
 	path := fs.String("config", defaultConfigPath, "configuration file (its pin_path and interfaces, when it reads)")
 	pinFlag := fs.String("pin-path", "", "the pin directory (default: the file's pin_path, else "+config.Default().PinPath+")")
+	output := outputFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
+	if err := output.check(); err != nil {
+		return err
+	}
+	// Each line unload says: printed as it goes, or gathered for -o json.
+	var said []string
+	say := func(line string) { fmt.Fprintln(stdout, line) }
+	if output.json() {
+		say = func(line string) { said = append(said, line) }
+	}
 	pinPath, ifindexes := config.Default().PinPath, map[int]bool{}
 	if cfg, err := configfile.Load(*path); err != nil {
-		fmt.Fprintf(stderr, "sluice unload: %s does not read (%v): removing what the pins and the kernel say sluice made\n", *path, err)
+		notice := fmt.Sprintf("%s does not read (%v): removing what the pins and the kernel say sluice made", *path, err)
+		if output.json() {
+			say(notice)
+		} else {
+			fmt.Fprintln(stderr, "sluice unload: "+notice)
+		}
 	} else {
 		pinPath = cfg.PinPath
 		for _, name := range cfg.Interfaces {
@@ -42,5 +58,18 @@ func runUnload(_ context.Context, args []string, stdout, stderr io.Writer) error
 		pinPath = *pinFlag
 	}
 	// The pins first: a running agent holds them, and then nothing is touched.
-	return daemon.RemoveLeftovers(pinPath, ifindexes, func(line string) { fmt.Fprintln(stdout, line) })
+	err := daemon.RemoveLeftovers(pinPath, ifindexes, say)
+	if output.json() {
+		report := struct {
+			Said  []string `json:"said"`
+			Error string   `json:"error,omitempty"`
+		}{Said: said}
+		if err != nil {
+			report.Error = err.Error()
+		}
+		if jerr := json.NewEncoder(stdout).Encode(report); jerr != nil {
+			return jerr
+		}
+	}
+	return err
 }
