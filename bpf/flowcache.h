@@ -159,10 +159,18 @@ static __always_inline void flow_fill(const struct parsed *p, const struct conn_
 	__u32 until = 0;
 	if (st->track.by_peer)
 		v->track = FLOW_TRACK_NEVER;
-	else if (track_quiet_until(&st->track, &until))
+	else if (track_quiet_until(st, &until))
 		v->track = FLOW_TRACK_QUIET;
 	else
 		v->track = FLOW_TRACK_BUSY;
 	v->quiet_until = until;
+	int never;
+	if (st->track.by_peer)
+		v->resp_track = FLOW_TRACK_NEVER;
+	else if (resp_quiet_until(st, &until, &never))
+		v->resp_track = FLOW_TRACK_QUIET;
+	else
+		v->resp_track = never ? FLOW_TRACK_NEVER : FLOW_TRACK_BUSY;
+	v->resp_quiet_until = until;
 	v->jiffies = bpf_jiffies64();
 }

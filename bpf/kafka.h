@@ -21,6 +21,8 @@
 #include "clock.h"
 #include "maps.h"
 #include "packet.h"
+#include "helpers.h"
+#include "latency.h"
 
 // socket.request.max.bytes defaults to 100 MiB; nothing larger is a request.
 #define MAX_REQUEST_SIZE (100u << 20)
@@ -35,33 +37,6 @@ volatile const __u32 sample_bytes = 256;          // <= SAMPLE_MAX
 volatile const __u32 first_requests_sampled = 8;  // always sampled per connection
 volatile const __u32 slots_per_cpu = 256;         // a power of two: each CPU's sample ring
 volatile const __u8 bench_rewind = 0;             // benchmarks only: undo tracking after each run
-
-// verifier_mask applies a mask clang may prove redundant and drop, but the
-// verifier needs to see to bound a length.
-#define verifier_mask(x, mask) asm volatile("%0 &= " #mask : "+r"(x))
-
-static __always_inline void stat_inc(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &which);
-	if (v)
-		(*v)++;
-}
-
-// load copies len (a constant) bytes at offset off of the packet: straight
-// from its linear part when they lie there, which costs nothing, else
-// through bpf_skb_load_bytes (a helper call, ~15 ns here).
-static __always_inline int load(struct __sk_buff *skb, __u32 off, void *dst, const __u32 len)
-{
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
-	// The verifier takes a packet range only from offsets it knows stay
-	// under 64 KiB, length included.
-	if (off < 0xff00 && data + off + len <= data_end) {
-		__builtin_memcpy(dst, data + off, len);
-		return 0;
-	}
-	return bpf_skb_load_bytes(skb, off, dst, len);
-}
 
 // copy_sample copies n (1..SAMPLE_MAX) bytes of the packet at offset off
 // into dst, a sample's SAMPLE_MAX bytes (8-aligned). When n <= 256 and
@@ -88,17 +63,6 @@ static __always_inline int copy_sample(struct __sk_buff *skb, __u32 off, __u8 *d
 		}
 	}
 	return bpf_skb_load_bytes(skb, off, dst, n);
-}
-
-// a < b in sequence space.
-static __always_inline int seq_before(__u32 a, __u32 b)
-{
-	return (__s32)(a - b) < 0;
-}
-
-static __always_inline __u32 min_u32(__u32 a, __u32 b)
-{
-	return a < b ? a : b;
 }
 
 // publish_head moves a ring's head past a slot just written, so that the
@@ -264,10 +228,13 @@ static __always_inline void continue_sample(struct __sk_buff *skb, const struct 
 
 // track_quiet_until tells whether tracking has nothing to do (no size field
 // cut, no sample to continue) for segments that end by *until, where the
-// next request starts.
-static __always_inline int track_quiet_until(const struct track *t, __u32 *until)
+// next request starts (or, while a pending request's last byte is awaited,
+// where that byte is: latency.h).
+static __always_inline int track_quiet_until(const struct conn_state *st, __u32 *until)
 {
+	const struct track *t = &st->track;
 	*until = t->next_seq;
+	latency_quiet_until(st, until);
 	return t->synced && !t->size_have && t->sample_next == t->sample_end;
 }
 
@@ -280,10 +247,11 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 	__u32 seq = seg->seq, poff = seg->payload_off, plen = seg->payload_len;
 	__u32 end = seq + plen;
 
+	latency_on_segment(st, seq, end);
 	// Most segments of a big request (and retransmissions) end before the
 	// next request starts, with no sample to continue: nothing to do.
 	__u32 until;
-	if (track_quiet_until(t, &until) && !seq_before(until, end))
+	if (track_quiet_until(st, &until) && !seq_before(until, end))
 		return;
 
 	// A gap: the stream jumped past where the next request starts (a
@@ -347,6 +315,9 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 
 	// 4. Every request that starts in this segment. Not unrolled: sixteen
 	// copies would make the program too big for the instruction cache.
+	// The first sampled one may become the pending request whose latency is
+	// measured (latency.h: st->lat.cand_*).
+	st->lat.cand_size = 0;
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < MAX_REQUESTS_PER_SEGMENT; i++) {
 		if (t->size_have || seq_before(t->next_seq, seq) || !seq_before(t->next_seq, end))
@@ -388,6 +359,12 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			stat_inc(STAT_DESYNCS);
 			break;
 		}
+		if (sample && !st->lat.cand_size) {
+			// Measured after the loop (latency.h), which the verifier
+			// then walks once.
+			st->lat.cand_seq = t->next_seq;
+			st->lat.cand_size = size;
+		}
 		if (sample) {
 			// With a long client-id cut out (gap bytes), the sample's
 			// first fragment is the header and CLIENT_ID_KEPT bytes of it,
@@ -410,6 +387,9 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		}
 		t->next_seq += 4 + size;
 	}
+
+	if (st->lat.cand_size)
+		latency_on_request(skb, st, seq, poff, end);
 
 	// 5. The rest of a cut sample (step 4) that lies in this segment.
 	if (sample_pending_before(t, end) && !seq_before(t->sample_next, seq))

@@ -192,3 +192,11 @@ struct {
 	__type(key, struct conn_key);
 	__type(value, struct conn_identity);
 } identities SEC(".maps");
+
+// Request latency measurements (latency.h) for the agent, one per measured
+// request: at most one pending request per connection, and only sampled
+// ones, so the rate is bounded by the sample budget.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} latency_events SEC(".maps");

@@ -313,6 +313,27 @@ static __always_inline int tracked(int dir, const struct parsed *p, __u32 entity
 	return dir == DIR_PRODUCE && p->payload_len && entity != ENTITY_NOT_GOVERNED;
 }
 
+// responses_tracked tells whether a segment is one response tracking
+// follows (latency.h): the broker's payload on a connection that is not an
+// exempt peer's.
+static __always_inline int responses_tracked(int dir, const struct parsed *p, struct conn_entities bound)
+{
+	return dir == DIR_FETCH && p->payload_len &&
+	       !(bound.entity[0] == ENTITY_NOT_GOVERNED && bound.entity[1] == ENTITY_NOT_GOVERNED);
+}
+
+// cache_answers tells whether this CPU's cached copy of the connection is
+// all a segment needs: no request or response tracking work lies in it.
+static __always_inline int cache_answers(int dir, const struct parsed *p, const struct flow_view *v)
+{
+	__u32 end = p->seq + p->payload_len;
+	if (dir == DIR_FETCH)
+		return !responses_tracked(dir, p, v->bound) || v->resp_track == FLOW_TRACK_NEVER ||
+		       (v->resp_track == FLOW_TRACK_QUIET && !seq_before(v->resp_quiet_until, end));
+	return !tracked(dir, p, v->bound.entity[dir & 1]) || v->track == FLOW_TRACK_NEVER ||
+	       (v->track == FLOW_TRACK_QUIET && !seq_before(v->quiet_until, end));
+}
+
 // Entities that send a segment to the unknown entity, or pass it as an
 // exempt peer's.
 #define UNKNOWN_ENTITIES ((struct conn_entities){{ENTITY_UNKNOWN, ENTITY_UNKNOWN}})
@@ -380,11 +401,23 @@ static __always_inline struct conn_entities from_table(struct __sk_buff *skb, in
 	struct conn_entities bound = st->bound; // one load: both directions agree
 	if (tracked(dir, p, bound.entity[dir & 1]) && !st->track.by_peer) {
 		struct track saved;
-		if (bench_rewind)
+		struct latency_track saved_lat;
+		if (bench_rewind) {
 			__builtin_memcpy(&saved, &st->track, sizeof(saved));
+			__builtin_memcpy(&saved_lat, &st->lat, sizeof(saved_lat));
+		}
 		track_request_starts(skb, p, st);
-		if (bench_rewind)
+		if (bench_rewind) {
 			__builtin_memcpy(&st->track, &saved, sizeof(saved));
+			__builtin_memcpy(&st->lat, &saved_lat, sizeof(saved_lat));
+		}
+	} else if (responses_tracked(dir, p, bound) && !st->track.by_peer) {
+		struct latency_track saved;
+		if (bench_rewind)
+			__builtin_memcpy(&saved, &st->lat, sizeof(saved));
+		track_response_starts(skb, p, st);
+		if (bench_rewind)
+			__builtin_memcpy(&st->lat, &saved, sizeof(saved));
 	}
 	flow_fill(p, st);
 	return bound;
@@ -420,8 +453,7 @@ static __always_inline int handle(struct __sk_buff *skb, int dir)
 	// once per distinct state rather than once per path.
 	struct flow_view *v = p.fin_rst ? NULL : flow_find(&p);
 	struct conn_entities bound;
-	if (v && (!tracked(dir, &p, v->bound.entity[dir & 1]) || v->track == FLOW_TRACK_NEVER ||
-		  (v->track == FLOW_TRACK_QUIET && !seq_before(v->quiet_until, p.seq + p.payload_len))))
+	if (v && cache_answers(dir, &p, v))
 		bound = v->bound;
 	else
 		bound = from_table(skb, dir, &p);
@@ -467,3 +499,4 @@ const struct sample *unused_sample __attribute__((unused));
 const enum stat *unused_stat __attribute__((unused));
 const struct entity_name *unused_entity_name __attribute__((unused));
 const struct conn_identity *unused_conn_identity __attribute__((unused));
+const struct latency_event *unused_latency_event __attribute__((unused));

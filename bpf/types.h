@@ -77,6 +77,27 @@ struct track {
 	__u8 pad[2];
 };
 
+// Request latency on one connection (latency.h): one sampled request at a
+// time is pending, from its arrival until its response's first byte leaves;
+// response boundaries are followed by TCP sequence number on egress, as
+// request boundaries are on ingress.
+struct latency_track {
+	__u64 first_ns;   // the pending request's first byte arrived (0: none pending)
+	__u64 last_ns;    // its last byte arrived (0: not yet)
+	__u32 end_seq;    // ingress: one past its last byte
+	__s32 corr_id;    // its correlation id
+	__u32 resp_seq;   // egress: where the next response starts
+	__u16 api_key;    // the pending request's
+	__u8 resp_synced; // resp_seq is trusted
+	__u8 hdr_have;    // bytes of a response header (size, correlation id) cut by a segment end, in hdr
+	__u8 hdr[8];
+	// The first sampled request start of the segment being tracked (its
+	// sequence number and size; size 0: none): kept here rather than on the
+	// stack so that the request loop's verifier states stay alike.
+	__u32 cand_seq;
+	__u32 cand_size;
+};
+
 // The connection table's value. Attribution and request tracking share one
 // entry so that a segment costs one hash lookup (the dearest step of the
 // data path).
@@ -87,6 +108,23 @@ struct conn_state {
 	// tells apart two connections that reuse one 4-tuple, so the agent
 	// never carries what it learned of one over to the next.
 	__u64 born;
+	// Appended (an earlier agent's entries are carried over with it zeroed:
+	// maps/migrate.go), so it must stay last.
+	struct latency_track lat;
+};
+
+// One measured request, for the agent (latency_events). Times are
+// CLOCK_MONOTONIC (bpf_ktime_get_ns).
+struct latency_event {
+	struct conn_key key;
+	struct conn_entities bound; // the connection's entities when it was answered
+	__u64 conn_born;
+	__u64 first_ns; // the request's first byte arrived
+	__u64 last_ns;  // its last byte arrived
+	__u64 resp_ns;  // its response's first byte left
+	__s32 corr_id;
+	__u16 api_key;
+	__u16 pad;
 };
 
 // What a bind_request asks of sluice_bind.
@@ -125,7 +163,9 @@ struct flow_view {
 	__u32 epoch;                // its slot's flow_epochs count, read before the table
 	__u32 quiet_until;          // FLOW_TRACK_QUIET: the entry's next_seq
 	__u8 track;                 // FLOW_TRACK_*
-	__u8 pad[7];
+	__u8 resp_track;            // FLOW_TRACK_* of response tracking (egress)
+	__u8 pad[2];
+	__u32 resp_quiet_until;     // resp_track FLOW_TRACK_QUIET: where the next response starts
 };
 
 struct flow_entry4 {
@@ -291,5 +331,10 @@ enum stat {
 	STAT_EXEMPT_BYTES_PRODUCE, // payload bytes from exempt peers (counted, never held)
 	STAT_EXEMPT_BYTES_FETCH,   // payload bytes to exempt peers
 	STAT_UNPROVEN,         // segments of connections the broker has not answered yet
+	STAT_LATENCY_EVENTS,   // requests measured (latency_events written)
+	STAT_LATENCY_DROPS,    // measurements lost: latency_events was full
+	STAT_LATENCY_EXPIRED,  // pending requests given up unanswered (acks=0 produce, lost sync)
+	STAT_RESP_DESYNCS,     // implausible response size at a boundary: lost sync
+	STAT_RESP_RESYNCS,     // re-synchronised on the pending request's response
 	STAT_MAX,
 };

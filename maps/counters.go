@@ -130,13 +130,18 @@ type Stats struct {
 	// yet (a client's first request, or stray and spoofed segments):
 	// charged to the unknown entity, never entered in the table.
 	Unproven uint64
+	// Request latency (LatencyReader): requests measured, measurements
+	// lost to a full ring, pending requests given up unanswered, and
+	// response tracking lost and found again.
+	LatencyEvents, LatencyDrops, LatencyExpired uint64
+	ResponseDesyncs, ResponseResyncs            uint64
 }
 
 // Stats sums the data path's statistics over CPUs.
 func (d *Datapath) Stats() (Stats, error) {
 	var s Stats
 	fields := []*uint64{&s.Samples, &s.Fragments, &s.BudgetDrops, &s.RingBufferDrops, &s.Desyncs, &s.Resyncs, &s.ExemptConnections, &s.FailOpenPackets,
-		&s.ExemptBytes[0], &s.ExemptBytes[1], &s.Unproven}
+		&s.ExemptBytes[0], &s.ExemptBytes[1], &s.Unproven, &s.LatencyEvents, &s.LatencyDrops, &s.LatencyExpired, &s.ResponseDesyncs, &s.ResponseResyncs}
 	if len(fields) != int(sluiceStatSTAT_MAX) {
 		return s, fmt.Errorf("data path has %d statistics, this build knows %d", sluiceStatSTAT_MAX, len(fields))
 	}

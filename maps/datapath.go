@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -62,6 +63,9 @@ type Options struct {
 	// noStoreRelease keeps the sample publication's full barrier where the
 	// kernel has a store-release (publish.go), so tests cover both.
 	noStoreRelease bool
+	// latencyExpire, when set, replaces how long a request may stay
+	// pending unanswered (bpf/latency.h latency_expire_ns), for tests.
+	latencyExpire time.Duration
 }
 
 // DefaultOptions are the defaults of the configuration.
@@ -155,6 +159,9 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 		"bench_rewind":           boolByte(opts.benchRewind),
 		"flow_cache_on":          boolByte(!opts.noFlowCache),
 		"flow_seed":              flowSeed(),
+	}
+	if opts.latencyExpire > 0 {
+		vars["latency_expire_ns"] = uint64(opts.latencyExpire)
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {

@@ -28,6 +28,12 @@ import (
 // their entries move when MaxEntities changes.
 var entityIndexed = []string{"counters", "classes", "rates", "clocks", "buckets"}
 
+// grownByAppending are the maps whose values a release may lengthen by
+// fields appended at their end (struct conn_state's lat): an older value
+// is carried over as the new value's start, the rest zeroed (a connection
+// an earlier agent entered has no latency state yet).
+var grownByAppending = []string{"conns4", "conns6"}
+
 // migrate loads the data path into a new pin directory beside opts.PinDir,
 // copies the old pins' entries into it and swaps it into place. old is the
 // flock on opts.PinDir, held throughout and released at the end.
@@ -161,8 +167,14 @@ func fits(path string, spec *ebpf.MapSpec) bool {
 func (d *Datapath) Migrated() []string { return d.migrated }
 
 // copyMap copies every entry of from into to, which must have the same
-// type, key and value sizes; it returns how many it copied.
+// type, key and value sizes (or, for grownByAppending maps, longer
+// values); it returns how many it copied.
 func copyMap(name string, from, to *ebpf.Map) (int, error) {
+	grown := slices.Contains(grownByAppending, name) && from.Type() == to.Type() && from.KeySize() == to.KeySize() &&
+		from.ValueSize() < to.ValueSize()
+	if grown {
+		return copyGrown(name, from, to)
+	}
 	if from.Type() != to.Type() || from.KeySize() != to.KeySize() || from.ValueSize() != to.ValueSize() {
 		return 0, fmt.Errorf("%s changed layout (%v key %d value %d, now %v key %d value %d): unload the old pins first",
 			name, from.Type(), from.KeySize(), from.ValueSize(), to.Type(), to.KeySize(), to.ValueSize())
@@ -192,6 +204,30 @@ func copyMap(name string, from, to *ebpf.Map) (int, error) {
 		}
 		n++
 		value = newValue()
+	}
+	if err := it.Err(); err != nil {
+		return n, fmt.Errorf("read pinned %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// copyGrown copies a hash map's entries into one with longer values: each
+// old value is the start of the new one, the rest zero.
+func copyGrown(name string, from, to *ebpf.Map) (int, error) {
+	old := make([]byte, from.ValueSize())
+	if n := countEntries(from, reflect.ValueOf(old)); n > int(to.MaxEntries()) {
+		return 0, fmt.Errorf("%s holds %d entries; the new one holds %d", name, n, to.MaxEntries())
+	}
+	key := make([]byte, from.KeySize())
+	n := 0
+	it := from.Iterate()
+	for it.Next(&key, old) {
+		value := make([]byte, to.ValueSize())
+		copy(value, old)
+		if err := to.Put(key, value); err != nil {
+			return n, fmt.Errorf("copy %s: %w", name, err)
+		}
+		n++
 	}
 	if err := it.Err(); err != nil {
 		return n, fmt.Errorf("read pinned %s: %w", name, err)

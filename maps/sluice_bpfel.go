@@ -64,6 +64,20 @@ type sluiceConnState struct {
 	Bound sluiceConnEntities
 	Track sluiceTrack
 	Born  uint64
+	Lat   struct {
+		_          structs.HostLayout
+		FirstNs    uint64
+		LastNs     uint64
+		EndSeq     uint32
+		CorrId     int32
+		RespSeq    uint32
+		ApiKey     uint16
+		RespSynced uint8
+		HdrHave    uint8
+		Hdr        [8]uint8
+		CandSeq    uint32
+		CandSize   uint32
+	}
 }
 
 type sluiceDatapathSettings struct {
@@ -115,13 +129,15 @@ type sluiceFlowEntry4 struct {
 	Key  sluiceConnKey4
 	Pad  uint32
 	View struct {
-		_          structs.HostLayout
-		Jiffies    uint64
-		Bound      sluiceConnEntities
-		Epoch      uint32
-		QuietUntil uint32
-		Track      uint8
-		Pad        [7]uint8
+		_              structs.HostLayout
+		Jiffies        uint64
+		Bound          sluiceConnEntities
+		Epoch          uint32
+		QuietUntil     uint32
+		Track          uint8
+		RespTrack      uint8
+		Pad            [2]uint8
+		RespQuietUntil uint32
 	}
 }
 
@@ -130,14 +146,30 @@ type sluiceFlowEntry6 struct {
 	Key  sluiceConnKey
 	Pad  uint32
 	View struct {
-		_          structs.HostLayout
-		Jiffies    uint64
-		Bound      sluiceConnEntities
-		Epoch      uint32
-		QuietUntil uint32
-		Track      uint8
-		Pad        [7]uint8
+		_              structs.HostLayout
+		Jiffies        uint64
+		Bound          sluiceConnEntities
+		Epoch          uint32
+		QuietUntil     uint32
+		Track          uint8
+		RespTrack      uint8
+		Pad            [2]uint8
+		RespQuietUntil uint32
 	}
+}
+
+type sluiceLatencyEvent struct {
+	_        structs.HostLayout
+	Key      sluiceConnKey
+	_        [4]byte
+	Bound    sluiceConnEntities
+	ConnBorn uint64
+	FirstNs  uint64
+	LastNs   uint64
+	RespNs   uint64
+	CorrId   int32
+	ApiKey   uint16
+	Pad      uint16
 }
 
 type sluicePeerKey struct {
@@ -193,7 +225,12 @@ const (
 	sluiceStatSTAT_EXEMPT_BYTES_PRODUCE sluiceStat = 8
 	sluiceStatSTAT_EXEMPT_BYTES_FETCH   sluiceStat = 9
 	sluiceStatSTAT_UNPROVEN             sluiceStat = 10
-	sluiceStatSTAT_MAX                  sluiceStat = 11
+	sluiceStatSTAT_LATENCY_EVENTS       sluiceStat = 11
+	sluiceStatSTAT_LATENCY_DROPS        sluiceStat = 12
+	sluiceStatSTAT_LATENCY_EXPIRED      sluiceStat = 13
+	sluiceStatSTAT_RESP_DESYNCS         sluiceStat = 14
+	sluiceStatSTAT_RESP_RESYNCS         sluiceStat = 15
+	sluiceStatSTAT_MAX                  sluiceStat = 16
 )
 
 type sluiceTrack struct {
@@ -233,6 +270,7 @@ const (
 	sluiceMapFlows4               = "flows4"
 	sluiceMapFlows6               = "flows6"
 	sluiceMapIdentities           = "identities"
+	sluiceMapLatencyEvents        = "latency_events"
 	sluiceMapListeners            = "listeners"
 	sluiceMapPeerEntities         = "peer_entities"
 	sluiceMapRates                = "rates"
@@ -248,11 +286,13 @@ const (
 	sluiceVarFirstRequestsSampled = "first_requests_sampled"
 	sluiceVarFlowCacheOn          = "flow_cache_on"
 	sluiceVarFlowSeed             = "flow_seed"
+	sluiceVarLatencyExpireNs      = "latency_expire_ns"
 	sluiceVarMaxEntities          = "max_entities"
 	sluiceVarSampleBytes          = "sample_bytes"
 	sluiceVarSlotsPerCpu          = "slots_per_cpu"
 	sluiceVarUnusedConnIdentity   = "unused_conn_identity"
 	sluiceVarUnusedEntityName     = "unused_entity_name"
+	sluiceVarUnusedLatencyEvent   = "unused_latency_event"
 	sluiceVarUnusedSample         = "unused_sample"
 	sluiceVarUnusedStat           = "unused_stat"
 )
@@ -309,27 +349,28 @@ type sluiceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceMapSpecs struct {
-	BindQueue    *ebpf.MapSpec `ebpf:"bind_queue"`
-	Buckets      *ebpf.MapSpec `ebpf:"buckets"`
-	Classes      *ebpf.MapSpec `ebpf:"classes"`
-	Clocks       *ebpf.MapSpec `ebpf:"clocks"`
-	CoarseClocks *ebpf.MapSpec `ebpf:"coarse_clocks"`
-	Conns4       *ebpf.MapSpec `ebpf:"conns4"`
-	Conns6       *ebpf.MapSpec `ebpf:"conns6"`
-	Counters     *ebpf.MapSpec `ebpf:"counters"`
-	EntityNames  *ebpf.MapSpec `ebpf:"entity_names"`
-	Exempt       *ebpf.MapSpec `ebpf:"exempt"`
-	FlowEpochs   *ebpf.MapSpec `ebpf:"flow_epochs"`
-	Flows4       *ebpf.MapSpec `ebpf:"flows4"`
-	Flows6       *ebpf.MapSpec `ebpf:"flows6"`
-	Identities   *ebpf.MapSpec `ebpf:"identities"`
-	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
-	PeerEntities *ebpf.MapSpec `ebpf:"peer_entities"`
-	Rates        *ebpf.MapSpec `ebpf:"rates"`
-	SampleRings  *ebpf.MapSpec `ebpf:"sample_rings"`
-	SampleSlots  *ebpf.MapSpec `ebpf:"sample_slots"`
-	Settings     *ebpf.MapSpec `ebpf:"settings"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	BindQueue     *ebpf.MapSpec `ebpf:"bind_queue"`
+	Buckets       *ebpf.MapSpec `ebpf:"buckets"`
+	Classes       *ebpf.MapSpec `ebpf:"classes"`
+	Clocks        *ebpf.MapSpec `ebpf:"clocks"`
+	CoarseClocks  *ebpf.MapSpec `ebpf:"coarse_clocks"`
+	Conns4        *ebpf.MapSpec `ebpf:"conns4"`
+	Conns6        *ebpf.MapSpec `ebpf:"conns6"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	EntityNames   *ebpf.MapSpec `ebpf:"entity_names"`
+	Exempt        *ebpf.MapSpec `ebpf:"exempt"`
+	FlowEpochs    *ebpf.MapSpec `ebpf:"flow_epochs"`
+	Flows4        *ebpf.MapSpec `ebpf:"flows4"`
+	Flows6        *ebpf.MapSpec `ebpf:"flows6"`
+	Identities    *ebpf.MapSpec `ebpf:"identities"`
+	LatencyEvents *ebpf.MapSpec `ebpf:"latency_events"`
+	Listeners     *ebpf.MapSpec `ebpf:"listeners"`
+	PeerEntities  *ebpf.MapSpec `ebpf:"peer_entities"`
+	Rates         *ebpf.MapSpec `ebpf:"rates"`
+	SampleRings   *ebpf.MapSpec `ebpf:"sample_rings"`
+	SampleSlots   *ebpf.MapSpec `ebpf:"sample_slots"`
+	Settings      *ebpf.MapSpec `ebpf:"settings"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // sluiceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -340,11 +381,13 @@ type sluiceVariableSpecs struct {
 	FirstRequestsSampled *ebpf.VariableSpec `ebpf:"first_requests_sampled"`
 	FlowCacheOn          *ebpf.VariableSpec `ebpf:"flow_cache_on"`
 	FlowSeed             *ebpf.VariableSpec `ebpf:"flow_seed"`
+	LatencyExpireNs      *ebpf.VariableSpec `ebpf:"latency_expire_ns"`
 	MaxEntities          *ebpf.VariableSpec `ebpf:"max_entities"`
 	SampleBytes          *ebpf.VariableSpec `ebpf:"sample_bytes"`
 	SlotsPerCpu          *ebpf.VariableSpec `ebpf:"slots_per_cpu"`
 	UnusedConnIdentity   *ebpf.VariableSpec `ebpf:"unused_conn_identity"`
 	UnusedEntityName     *ebpf.VariableSpec `ebpf:"unused_entity_name"`
+	UnusedLatencyEvent   *ebpf.VariableSpec `ebpf:"unused_latency_event"`
 	UnusedSample         *ebpf.VariableSpec `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.VariableSpec `ebpf:"unused_stat"`
 }
@@ -369,27 +412,28 @@ func (o *sluiceObjects) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceMaps struct {
-	BindQueue    *ebpf.Map `ebpf:"bind_queue"`
-	Buckets      *ebpf.Map `ebpf:"buckets"`
-	Classes      *ebpf.Map `ebpf:"classes"`
-	Clocks       *ebpf.Map `ebpf:"clocks"`
-	CoarseClocks *ebpf.Map `ebpf:"coarse_clocks"`
-	Conns4       *ebpf.Map `ebpf:"conns4"`
-	Conns6       *ebpf.Map `ebpf:"conns6"`
-	Counters     *ebpf.Map `ebpf:"counters"`
-	EntityNames  *ebpf.Map `ebpf:"entity_names"`
-	Exempt       *ebpf.Map `ebpf:"exempt"`
-	FlowEpochs   *ebpf.Map `ebpf:"flow_epochs"`
-	Flows4       *ebpf.Map `ebpf:"flows4"`
-	Flows6       *ebpf.Map `ebpf:"flows6"`
-	Identities   *ebpf.Map `ebpf:"identities"`
-	Listeners    *ebpf.Map `ebpf:"listeners"`
-	PeerEntities *ebpf.Map `ebpf:"peer_entities"`
-	Rates        *ebpf.Map `ebpf:"rates"`
-	SampleRings  *ebpf.Map `ebpf:"sample_rings"`
-	SampleSlots  *ebpf.Map `ebpf:"sample_slots"`
-	Settings     *ebpf.Map `ebpf:"settings"`
-	Stats        *ebpf.Map `ebpf:"stats"`
+	BindQueue     *ebpf.Map `ebpf:"bind_queue"`
+	Buckets       *ebpf.Map `ebpf:"buckets"`
+	Classes       *ebpf.Map `ebpf:"classes"`
+	Clocks        *ebpf.Map `ebpf:"clocks"`
+	CoarseClocks  *ebpf.Map `ebpf:"coarse_clocks"`
+	Conns4        *ebpf.Map `ebpf:"conns4"`
+	Conns6        *ebpf.Map `ebpf:"conns6"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	EntityNames   *ebpf.Map `ebpf:"entity_names"`
+	Exempt        *ebpf.Map `ebpf:"exempt"`
+	FlowEpochs    *ebpf.Map `ebpf:"flow_epochs"`
+	Flows4        *ebpf.Map `ebpf:"flows4"`
+	Flows6        *ebpf.Map `ebpf:"flows6"`
+	Identities    *ebpf.Map `ebpf:"identities"`
+	LatencyEvents *ebpf.Map `ebpf:"latency_events"`
+	Listeners     *ebpf.Map `ebpf:"listeners"`
+	PeerEntities  *ebpf.Map `ebpf:"peer_entities"`
+	Rates         *ebpf.Map `ebpf:"rates"`
+	SampleRings   *ebpf.Map `ebpf:"sample_rings"`
+	SampleSlots   *ebpf.Map `ebpf:"sample_slots"`
+	Settings      *ebpf.Map `ebpf:"settings"`
+	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *sluiceMaps) Close() error {
@@ -408,6 +452,7 @@ func (m *sluiceMaps) Close() error {
 		m.Flows4,
 		m.Flows6,
 		m.Identities,
+		m.LatencyEvents,
 		m.Listeners,
 		m.PeerEntities,
 		m.Rates,
@@ -426,11 +471,13 @@ type sluiceVariables struct {
 	FirstRequestsSampled *ebpf.Variable `ebpf:"first_requests_sampled"`
 	FlowCacheOn          *ebpf.Variable `ebpf:"flow_cache_on"`
 	FlowSeed             *ebpf.Variable `ebpf:"flow_seed"`
+	LatencyExpireNs      *ebpf.Variable `ebpf:"latency_expire_ns"`
 	MaxEntities          *ebpf.Variable `ebpf:"max_entities"`
 	SampleBytes          *ebpf.Variable `ebpf:"sample_bytes"`
 	SlotsPerCpu          *ebpf.Variable `ebpf:"slots_per_cpu"`
 	UnusedConnIdentity   *ebpf.Variable `ebpf:"unused_conn_identity"`
 	UnusedEntityName     *ebpf.Variable `ebpf:"unused_entity_name"`
+	UnusedLatencyEvent   *ebpf.Variable `ebpf:"unused_latency_event"`
 	UnusedSample         *ebpf.Variable `ebpf:"unused_sample"`
 	UnusedStat           *ebpf.Variable `ebpf:"unused_stat"`
 }
