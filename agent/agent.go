@@ -132,6 +132,9 @@ type Agent struct {
 	// seriesStale: entities came, went or changed pinning since it ran.
 	ownSeries   []bool
 	seriesStale bool
+	// lat: request latency per entity and API, from the data path's
+	// measurements (ObserveLatency).
+	lat *latencyBook
 }
 
 // direction is one direction's control-loop state.
@@ -276,6 +279,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		intervalChanged: make(chan time.Duration, 1),
 		elapsed:         make([]float64, cfg.RateWindow),
 		elapsedSum:      make([]float64, cfg.RateWindow+1),
+		lat:             newLatencyBook(),
 	}
 	// Read under a.mu, so a reload's listener protocols apply at once.
 	a.learner.SetSASLListeners(func(c maps.ConnKey) bool {

@@ -361,5 +361,6 @@ func (a *Agent) clearEntity(id uint32) error {
 		dc.dropped[id] = 0
 	}
 	a.ownSeries[id] = false
+	a.lat.forget(entity.ID(id))
 	return nil
 }

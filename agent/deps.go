@@ -71,6 +71,13 @@ type Samples interface {
 	Close() error
 }
 
+// LatencyEvents delivers the data path's request latency measurements
+// (maps.LatencyReader); Read returns maps.ErrClosed once closed.
+type LatencyEvents interface {
+	Read() (maps.LatencyEvent, error)
+	Close() error
+}
+
 // Clock is the agent's time source; tests drive it by hand.
 type Clock interface {
 	Now() time.Time
@@ -105,6 +112,7 @@ func NewLoadedDataPath(d *maps.Datapath) (*LoadedDataPath, error) {
 func (l *LoadedDataPath) ReadCounters(dst *[2][]maps.Counters) error { return l.reader.Read(dst) }
 
 var (
-	_ DataPath = (*LoadedDataPath)(nil)
-	_ Samples  = (*maps.SampleReader)(nil)
+	_ DataPath      = (*LoadedDataPath)(nil)
+	_ Samples       = (*maps.SampleReader)(nil)
+	_ LatencyEvents = (*maps.LatencyReader)(nil)
 )

@@ -180,6 +180,8 @@ type collector struct {
 	connsTracked, connsReaped, connsRebound, rebinds, identityErrors          *prometheus.Desc
 	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn *prometheus.Desc
 	dpFailOpen, dpUnproven                                                    *prometheus.Desc
+	// request latency at the NIC (latencybook.go)
+	latency, latencyFirst, dpLatency, dpResponses *prometheus.Desc
 }
 
 func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
@@ -242,6 +244,13 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		dpExemptConn:  d("datapath_exempt_connections_total", "Connections marked exempt (exempt_peers)."),
 		dpFailOpen:    d("datapath_fail_open_packets_total", "Governed segments passed unshaped because the agent's heartbeat was older than stale_after."),
 		dpUnproven:    d("datapath_unproven_segments_total", "Segments of connections the broker had not answered yet, charged to the unknown entity."),
+
+		latency: d("request_duration_seconds", "Request latency at the NIC: from a request's last byte arriving to its response's first byte leaving, by the entity of the request's direction and api (produce, fetch, other). Fetch includes the broker's long-poll wait (fetch.max.wait.ms). One sampled request per connection is measured at a time.",
+			"direction", "entity_type", "entity", "api"),
+		latencyFirst: d("request_duration_from_first_byte_seconds", "Request latency at the NIC from the request's first byte arriving (its own transfer included) to its response's first byte leaving.",
+			"direction", "entity_type", "entity", "api"),
+		dpLatency:   d("datapath_latency_requests_total", "Requests the data path made pending for a latency measurement, by outcome: measured, ring_full (the measurement was lost: the agent had not read the ring), expired (never answered: acks=0 produce, or response tracking lost).", "outcome"),
+		dpResponses: d("datapath_response_tracking_total", "Response framing on egress, by event: desync (an implausible response size or a gap lost it), resync (found again at a measured request's response).", "event"),
 	}
 }
 
@@ -252,13 +261,15 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.entityBytes, c.entityRate, c.reservation, c.limit, c.weight, c.effRes, c.dynLimit, c.active, c.throttled, c.delay, c.held, c.dropped,
 		c.registered, c.maxEntities, c.unconfigured, c.overflowed, c.peerRefused,
 		c.samples, c.replicationClaims, c.unresolved, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
-		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven} {
+		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven,
+		c.latency, c.latencyFirst, c.dpLatency, c.dpResponses} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	defer c.failures.Collect(ch)
+	c.collectLatency(ch)
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -353,6 +364,27 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.dpUnproven, st.Unproven)
 	for d, name := range []string{"produce", "fetch"} {
 		counter(c.exemptBytes, st.ExemptBytes[d], name)
+	}
+	counter(c.dpLatency, st.LatencyEvents, "measured")
+	counter(c.dpLatency, st.LatencyDrops, "ring_full")
+	counter(c.dpLatency, st.LatencyExpired, "expired")
+	counter(c.dpResponses, st.ResponseDesyncs, "desync")
+	counter(c.dpResponses, st.ResponseResyncs, "resync")
+}
+
+// collectLatency exports the latency histograms (bounded as the entity
+// series are: latencybook.go).
+func (c *collector) collectLatency(ch chan<- prometheus.Metric) {
+	for _, h := range c.a.LatencyHistograms() {
+		buckets := make(map[float64]uint64, len(LatencyBuckets))
+		for i, b := range LatencyBuckets {
+			buckets[b] = h.Cumulative[i]
+		}
+		desc := c.latency
+		if h.FromFirstByte {
+			desc = c.latencyFirst
+		}
+		ch <- prometheus.MustNewConstHistogram(desc, h.Count, h.Sum, buckets, h.Direction, h.EntityType, h.Entity, h.API)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -86,6 +87,10 @@ var labelBounds = map[string]string{
 	"goos":        "the build's OS (one value per process)",
 	"goarch":      "the build's architecture (one value per process)",
 	"tags":        "the build's tags (one value per process; empty)",
+	"api":         "`produce`, `fetch`, `other`",
+	"outcome":     "`measured`, `ring_full`, `expired`",
+	"event":       "`desync`, `resync`",
+	"le":          "the histogram's bounds (fixed)",
 }
 
 // metricsDoc renders docs/metrics.md from a scrape's sluice_ families.
@@ -150,6 +155,9 @@ func TestMetricsMatchTheCommittedList(t *testing.T) {
 	r.dp.add(sluicemaps.Fetch, id, 50)
 	m := NewMetrics(r.a, r.dp, MetricsInfo{Build: BuildInfo{Version: "v1.2.3", Revision: "abc"}, Attach: "tcx"})
 	r.cycle() // observed by the histogram now
+	// A produce request of core's, measured at the NIC.
+	r.a.ObserveLatency(sluicemaps.LatencyEvent{Bound: [2]uint32{id, id}, APIKey: 0, FirstByte: time.Second,
+		LastByte: time.Second + time.Millisecond, Response: time.Second + 4*time.Millisecond})
 	families := scrape(t, m)
 
 	var got []string

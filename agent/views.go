@@ -61,6 +61,7 @@ func (a *Agent) runningMode() string {
 
 // view builds the snapshot from the last published cycle.
 func (a *Agent) view() *status.Snapshot {
+	now := a.deps.Clock.Now()
 	s := &status.Snapshot{
 		Time:         a.pubTime,
 		Cycle:        a.cycle,
@@ -95,7 +96,7 @@ func (a *Agent) view() *status.Snapshot {
 			C: status.Bps(sum.C), H: status.Bps(sum.H), Scale: sum.Scale, MinLimit: status.Bps(p.cfg.MinLimit), FloorScale: sum.FloorScale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
 			GreenRatio: sum.GreenRatio, Overcommit: sum.Overcommit, Active: sum.Active, Standby: sum.Standby,
 			Others: status.OthersView{Entities: p.others.entities, Rate: status.Bps(p.others.rate), Bytes: p.others.bytes,
-				HeldBytes: p.others.heldBytes, DroppedPackets: p.others.droppedPackets},
+				HeldBytes: p.others.heldBytes, DroppedPackets: p.others.droppedPackets, Latency: a.lat.quantiles(now, dc.dir, othersEntity)},
 		}
 		if p.cfg.Enabled() {
 			for i, in := range p.inputs {
@@ -115,13 +116,14 @@ func (a *Agent) view() *status.Snapshot {
 					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: status.Bps(held),
 					ShapedBytes: h.Sent, HeldBytes: p.heldBytes[i], DroppedPacketsTotal: p.dropped[i],
 					Configured: a.registry.Pinned(entity.ID(in.Slot)), OwnSeries: p.ownSeries[i],
+					Latency: a.lat.quantiles(now, dc.dir, entity.ID(in.Slot)),
 				})
 			}
 			unknownLimit := status.Bps(allocatorConfig(p.cfg).UnknownLimit())
 			v.Entities = append(v.Entities, status.EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
 				Rate: status.Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit,
 				Sources:   status.SourcesView{Reservation: "headroom H", Weight: "headroom H", Limit: "headroom H"},
-				OwnSeries: true})
+				OwnSeries: true, Latency: a.lat.quantiles(now, dc.dir, entity.UnknownID)})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {
 					return v.Entities[i].Kind < v.Entities[j].Kind

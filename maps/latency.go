@@ -64,8 +64,11 @@ func (r *LatencyReader) SetDeadline(t time.Time) { r.r.SetDeadline(t) }
 func (r *LatencyReader) Read() (LatencyEvent, error) {
 	rec, err := r.r.Read()
 	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			return LatencyEvent{}, os.ErrDeadlineExceeded
+		case errors.Is(err, ringbuf.ErrClosed):
+			return LatencyEvent{}, ErrClosed
 		}
 		return LatencyEvent{}, err
 	}
@@ -87,5 +90,5 @@ func decodeLatencyEvent(raw []byte) (LatencyEvent, error) {
 	}, nil
 }
 
-// Close stops the reader (a blocked Read returns).
+// Close stops the reader (a blocked Read returns ErrClosed).
 func (r *LatencyReader) Close() error { return r.r.Close() }

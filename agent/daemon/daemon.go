@@ -111,8 +111,10 @@ type daemon struct {
 	atts    []*attach.Attachment
 	agent   *agent.Agent // owns the shaper, metadata client and metrics listener once built
 	samples *maps.SampleReader
-	closers []io.Closer
-	hup     chan os.Signal
+	// latencies: the data path's request latency measurements.
+	latencies *maps.LatencyReader
+	closers   []io.Closer
+	hup       chan os.Signal
 	// adopted[i]: atts[i] was left attached by an earlier agent (not
 	// attached by this one).
 	adopted []bool
@@ -189,6 +191,9 @@ func (r *daemon) setup() error {
 		}
 	}
 	if r.samples, err = d.NewSampleReader(); err != nil {
+		return err
+	}
+	if r.latencies, err = d.NewLatencyReader(); err != nil {
 		return err
 	}
 	return nil
@@ -352,8 +357,8 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		r.log.Info("sluice agent running", "interfaces", r.cfg.Interfaces, "listeners", r.cfg.Listeners, "mode", r.cfg.Mode,
 			"metrics", r.cfg.MetricsAddress, "socket", r.cfg.Socket)
 	}
-	err = runAgent(ctx, a, r.samples, ready, r.log)
-	r.samples = nil // closed by Run
+	err = runAgent(ctx, a, r.samples, r.latencies, ready, r.log)
+	r.samples, r.latencies = nil, nil // closed by runAgent
 	NotifyStopping()
 	stopWatching() // a reload under way finishes first
 	r.log.Info("stopping")
@@ -414,6 +419,9 @@ func (r *daemon) cleanup(failed bool) {
 	}
 	if r.samples != nil {
 		r.samples.Close()
+	}
+	if r.latencies != nil {
+		r.latencies.Close()
 	}
 	if r.agent != nil {
 		r.agent.StopMetadata()

@@ -12,11 +12,16 @@ import (
 
 // runAgent cycles the agent every refresh interval and learns from samples until ctx
 // ends. ready is called after the first successful cycle.
-func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, ready func(), log *slog.Logger) error {
+func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, latencies agent.LatencyEvents, ready func(), log *slog.Logger) error {
 	learned := make(chan error, 1)
 	if samples != nil {
 		go func() { learned <- learnLoop(a, samples, log) }()
 		defer func() { samples.Close(); <-learned }()
+	}
+	if latencies != nil {
+		measured := make(chan struct{})
+		go func() { defer close(measured); latencyLoop(a, latencies, log) }()
+		defer func() { latencies.Close(); <-measured }()
 	}
 	if err := a.Cycle(); err != nil {
 		return err
@@ -64,5 +69,21 @@ func learnLoop(a *agent.Agent, samples agent.Samples, log *slog.Logger) error {
 		if err := a.Learn(s); err != nil {
 			log.Debug("sample not learned; the connection keeps its entity", "conn", s.Conn.String(), "err", err)
 		}
+	}
+}
+
+// latencyLoop hands the data path's latency measurements to the agent
+// until the reader is closed.
+func latencyLoop(a *agent.Agent, latencies agent.LatencyEvents, log *slog.Logger) {
+	for {
+		ev, err := latencies.Read()
+		if errors.Is(err, maps.ErrClosed) {
+			return
+		}
+		if err != nil {
+			log.Warn("read latency measurement", "err", err)
+			continue
+		}
+		a.ObserveLatency(ev)
 	}
 }

@@ -75,6 +75,23 @@ type EntityView struct {
 	// OwnSeries: the entity has series of its own in /metrics; otherwise it
 	// is summed into its direction's Others (metrics.entities).
 	OwnSeries bool `json:"own_series"`
+	// Latency: its requests' latency at the NIC, per API, when any were
+	// measured in the last minute (entities with series of their own).
+	Latency []LatencyView `json:"latency,omitempty"`
+}
+
+// LatencyView is an entity's request latency for one API, measured at the
+// NIC: from the request's last byte arriving to its response's first byte
+// leaving. Fetch includes the broker's long-poll wait (fetch.max.wait.ms),
+// so it is time to first byte; produce is the signal to watch.
+type LatencyView struct {
+	API             string  `json:"api"` // produce, fetch or other
+	P50Millis       float64 `json:"p50_ms"`
+	P99Millis       float64 `json:"p99_ms"`
+	Requests        int     `json:"requests"` // measured over the last 10 s
+	P50MinuteMillis float64 `json:"p50_1m_ms"`
+	P99MinuteMillis float64 `json:"p99_1m_ms"`
+	RequestsMinute  int     `json:"requests_1m"`
 }
 
 // SourcesView says where each parameter came from (entity.Source).
@@ -111,6 +128,8 @@ type OthersView struct {
 	Bytes          uint64 `json:"bytes"`
 	HeldBytes      uint64 `json:"held_bytes"`
 	DroppedPackets uint64 `json:"dropped_packets"`
+	// Latency: the aggregate's requests' latency at the NIC, per API.
+	Latency []LatencyView `json:"latency,omitempty"`
 }
 
 // DirectionView is one direction's pool and entities.

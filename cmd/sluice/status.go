@@ -308,6 +308,7 @@ func writeExplain(w io.Writer, d status.DirectionView, e status.EntityView) {
 		e.Weight, e.Sources.Weight, rate(e.Limit), e.Sources.Limit)
 	fmt.Fprintf(w, "  measured        %s over the rate window; throttled last cycle: %v\n", rate(e.Rate), e.Throttled)
 	fmt.Fprintf(w, "  state           %s\n", e.State)
+	writeLatency(w, e.Latency)
 	if e.State != "active" {
 		fmt.Fprintf(w, "  standby limit   min(limit, max(reservation, H = %s, min_limit = %s)) = %s\n", rate(d.H), rate(d.MinLimit), rate(e.DynamicLimit))
 		return
@@ -324,6 +325,18 @@ func writeExplain(w io.Writer, d status.DirectionView, e status.EntityView) {
 	fmt.Fprintf(w, "  step 5  headroom %s of spare left after every claim\n", rate(e.Headroom))
 	fmt.Fprintf(w, "  step 6  limit   clamp(green + extra + headroom, effRes, limit) = %s\n", rate(e.DynamicLimit))
 	fmt.Fprintf(w, "  shaper          queue delay %.1f ms, %d packets dropped last cycle\n\n", e.QueueDelayMillis, e.DroppedPackets)
+}
+
+// writeLatency says the entity's request latency at the NIC, per API.
+func writeLatency(w io.Writer, views []status.LatencyView) {
+	for _, v := range views {
+		what := ""
+		if v.API == "fetch" {
+			what = ", time to first byte: includes the broker's long-poll wait"
+		}
+		fmt.Fprintf(w, "  latency %-7s p50 %.1f ms, p99 %.1f ms over 10 s (%d requests); p50 %.1f ms, p99 %.1f ms over 1 min (%d)   (at the NIC, last byte in to first byte out%s)\n",
+			v.API, v.P50Millis, v.P99Millis, v.Requests, v.P50MinuteMillis, v.P99MinuteMillis, v.RequestsMinute, what)
+	}
 }
 
 func nameOr(n string) string {

@@ -153,3 +153,24 @@ func TestRunCommandExitStatus(t *testing.T) {
 		t.Errorf("a bad flag: %v (exit %d), want 2", err, exitStatus(err))
 	}
 }
+
+// `sluice explain` says an entity's request latency at the NIC per API,
+// fetch marked as time to first byte.
+func TestExplainShowsLatency(t *testing.T) {
+	e := status.EntityView{ID: 5, Kind: "client", Name: "core", State: "standby",
+		Latency: []status.LatencyView{{API: "produce", P50Millis: 3.1, P99Millis: 8.25, Requests: 42, P50MinuteMillis: 3, P99MinuteMillis: 9, RequestsMinute: 250},
+			{API: "fetch", P50Millis: 500, P99Millis: 501, Requests: 2, RequestsMinute: 12}}}
+	snap := &status.Snapshot{Cycle: 3, Mode: "enforce", Shaper: "htb",
+		Directions: [2]status.DirectionView{{Direction: "produce", Enabled: true, Entities: []status.EntityView{e}}, {Direction: "fetch"}}}
+	sock := serveStatus(t, snap)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"explain", "--socket", sock, "core"}, &out, &errOut); err != nil {
+		t.Fatalf("explain: %v %s", err, errOut.String())
+	}
+	for _, want := range []string{"latency produce p50 3.1 ms, p99 8.2 ms over 10 s (42 requests); p50 3.0 ms, p99 9.0 ms over 1 min (250)",
+		"latency fetch   p50 500.0 ms", "includes the broker's long-poll wait"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explain lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/latency"
+	"github.com/sluice-dev/sluice/maps"
+)
+
+// Request latency per entity and API, from the data path's measurements at
+// the NIC (maps.LatencyEvent). A request is charged to the entity of its
+// direction: a fetch to the connection's fetch entity, anything else to
+// its produce entity. Fetch latency includes the broker's long-poll wait
+// (fetch.max.wait.ms): it is time to first byte, not work done; produce
+// latency is the signal to watch.
+//
+// Bounded as the other entity series are (series.go): entities with series
+// of their own have theirs, every other entity's requests go to its
+// direction's "<others>" series, so a client choosing new client-ids
+// cannot grow the book.
+
+// APIClass groups Kafka APIs as latency is reported.
+type APIClass uint8
+
+const (
+	APIProduce APIClass = iota
+	APIFetch
+	APIOther
+	numAPIClasses
+)
+
+func (c APIClass) String() string { return [...]string{"produce", "fetch", "other"}[c] }
+
+func apiClassOf(key uint16) APIClass {
+	switch key {
+	case 0:
+		return APIProduce
+	case 1:
+		return APIFetch
+	}
+	return APIOther
+}
+
+// LatencyBuckets are the exported histograms' upper bounds, in seconds:
+// the internal buckets (latency package, 12 % wide) are too many for a
+// Prometheus series each.
+var LatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// othersEntity keys the "<others>" series of a direction in the book.
+const othersEntity = ^entity.ID(0)
+
+type latencyKey struct {
+	dir entity.Direction
+	id  entity.ID
+	api APIClass
+}
+
+// latencyHistogram is a cumulative Prometheus histogram.
+type latencyHistogram struct {
+	counts []uint64 // per LatencyBuckets bound, not cumulative; the last is +Inf
+	sum    float64  // seconds
+	count  uint64
+}
+
+func (h *latencyHistogram) observe(d time.Duration) {
+	if h.counts == nil {
+		h.counts = make([]uint64, len(LatencyBuckets)+1)
+	}
+	s := d.Seconds()
+	i := 0
+	for i < len(LatencyBuckets) && s > LatencyBuckets[i] {
+		i++
+	}
+	h.counts[i]++
+	h.sum += s
+	h.count++
+}
+
+// latencySeries is one entity × API: the sliding window status reads, and
+// the histograms /metrics exports (from the request's last byte, the
+// broker's time; and from its first byte, which adds the request's own
+// transfer).
+type latencySeries struct {
+	window          latency.Window // from the last byte
+	fromLast, first latencyHistogram
+}
+
+type latencyBook struct {
+	series map[latencyKey]*latencySeries
+	// Measurements not charged: a request whose last byte the data path
+	// did not see still counts from its first; one with an absurd value
+	// (a response before its request) is dropped and counted.
+	dropped uint64
+}
+
+func newLatencyBook() *latencyBook { return &latencyBook{series: map[latencyKey]*latencySeries{}} }
+
+// observe charges one measurement, at now, to id's series (or its
+// direction's others when own is false).
+func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID, own bool, ev maps.LatencyEvent) {
+	fromFirst := ev.FromFirstByte()
+	if fromFirst < 0 || fromFirst > 2*latency.MaxLatency {
+		b.dropped++
+		return
+	}
+	if !own {
+		id = othersEntity
+	}
+	k := latencyKey{dir: dir, id: id, api: apiClassOf(ev.APIKey)}
+	s := b.series[k]
+	if s == nil {
+		s = &latencySeries{}
+		b.series[k] = s
+	}
+	s.first.observe(fromFirst)
+	if fromLast, ok := ev.FromLastByte(); ok {
+		s.fromLast.observe(fromLast)
+		s.window.Observe(now, fromLast)
+	}
+}
+
+// forget drops an entity's series (its id is being reused).
+func (b *latencyBook) forget(id entity.ID) {
+	for k := range b.series {
+		if k.id == id {
+			delete(b.series, k)
+		}
+	}
+}
+
+// quantiles answers id's latency per API at now (nil when none was
+// measured in the last minute).
+func (b *latencyBook) quantiles(now time.Time, dir entity.Direction, id entity.ID) []status.LatencyView {
+	var out []status.LatencyView
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	for api := APIProduce; api < numAPIClasses; api++ {
+		s := b.series[latencyKey{dir: dir, id: id, api: api}]
+		if s == nil {
+			continue
+		}
+		v := status.LatencyView{API: api.String()}
+		p50, n := s.window.Quantile(now, 10*time.Second, 0.5)
+		p99, _ := s.window.Quantile(now, 10*time.Second, 0.99)
+		p50m, nm := s.window.Quantile(now, time.Minute, 0.5)
+		p99m, _ := s.window.Quantile(now, time.Minute, 0.99)
+		v.P50Millis, v.P99Millis, v.Requests = ms(p50), ms(p99), n
+		v.P50MinuteMillis, v.P99MinuteMillis, v.RequestsMinute = ms(p50m), ms(p99m), nm
+		if nm > 0 {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// ObserveLatency takes one request latency the data path measured, charged
+// to the entity of its request's direction under its API.
+func (a *Agent) ObserveLatency(ev maps.LatencyEvent) {
+	dir := entity.Produce
+	if apiClassOf(ev.APIKey) == APIFetch {
+		dir = entity.Fetch
+	}
+	id := ev.Bound[dir]
+	if id == maps.NotGoverned {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	own := int(id) < len(a.ownSeries) && a.ownSeries[id]
+	a.lat.observe(a.deps.Clock.Now(), dir, entity.ID(id), own, ev)
+}
+
+// LatencyHistogram is one exported latency series: cumulative counts at
+// each LatencyBuckets bound, then +Inf.
+type LatencyHistogram struct {
+	Direction, EntityType, Entity, API string
+	// FromFirstByte: measured from the request's first byte (else its last).
+	FromFirstByte bool
+	Cumulative    []uint64
+	Sum           float64
+	Count         uint64
+}
+
+// LatencyHistograms lists every latency series, for /metrics.
+func (a *Agent) LatencyHistograms() []LatencyHistogram {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []LatencyHistogram
+	for k, s := range a.lat.series {
+		typ, name := othersType, othersName
+		switch {
+		case k.id == othersEntity:
+		case k.id == entity.UnknownID:
+			typ, name = "unknown", ""
+		default:
+			key, ok := a.registry.Key(k.id)
+			if !ok {
+				continue // released; its series goes with it (forget)
+			}
+			typ, name = key.Kind.String(), key.Name
+		}
+		for _, h := range []struct {
+			first bool
+			h     *latencyHistogram
+		}{{false, &s.fromLast}, {true, &s.first}} {
+			if h.h.count == 0 {
+				continue
+			}
+			cum := make([]uint64, len(h.h.counts))
+			var run uint64
+			for i, c := range h.h.counts {
+				run += c
+				cum[i] = run
+			}
+			out = append(out, LatencyHistogram{Direction: k.dir.String(), EntityType: typ, Entity: name, API: k.api.String(),
+				FromFirstByte: h.first, Cumulative: cum, Sum: h.h.sum, Count: h.h.count})
+		}
+	}
+	return out
+}
