@@ -11,8 +11,9 @@
 // Bounded: one pending request per connection, in the connection's own
 // entry (struct latency_track); a request becomes pending only when it is
 // sampled (the per-connection sample budget, kafka.h take_sample) and none
-// is pending; one that is never answered (acks=0 produce, a stream whose
-// sync was lost) is given up after latency_expire_ns. Measurements go to the
+// is pending, or the one pending has waited a second on a stream not
+// followed; one never answered (acks=0 produce) is given up after
+// latency_expire_ns. Measurements go to the
 // agent through the latency_events ring buffer.
 //
 // Synchronisation: a connection entered by the data path has no response
@@ -36,10 +37,14 @@
 // latency bucket the agent keeps, 60 s). Set through spec.Variables.
 volatile const __u64 latency_expire_ns = 120000000000ull;
 
+// How long a pending request holds its place on a stream not followed.
+// Set through spec.Variables.
+volatile const __u64 latency_unsynced_wait_ns = 1000000000ull;
+
 // Responses looked for in one egress segment (a GSO segment can carry many
-// small ones; past this many the stream loses sync until the next pending
-// request's response).
-#define MAX_RESPONSES_PER_SEGMENT 16
+// small ones; past this many the stream loses sync until a pending
+// request's response starts a segment).
+#define MAX_RESPONSES_PER_SEGMENT 32
 
 // The smallest response: its correlation id. A size with the top bit set
 // is no Kafka size.
@@ -67,7 +72,12 @@ static __always_inline void latency_on_request(struct __sk_buff *skb, struct con
 	__u32 req_seq = l->cand_seq, size = l->cand_size;
 	l->cand_size = 0;
 	__u64 now = bpf_ktime_get_ns();
-	if (latency_pending(l, now))
+	// A pending request keeps its place while the response stream is
+	// followed (its answer cannot have gone by unseen). While it is not,
+	// one that has waited a second gives its place to a newer request: its
+	// response may have started mid-segment, where no sync is found, and it
+	// would hold the connection's measurements until it expired.
+	if (latency_pending(l, now) && (l->resp_synced || now - l->first_ns < latency_unsynced_wait_ns))
 		return;
 	if (l->first_ns)
 		stat_inc(STAT_LATENCY_EXPIRED);

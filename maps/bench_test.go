@@ -91,6 +91,23 @@ func BenchmarkDatapath(b *testing.B) {
 			seg: requestStart(40000),
 		},
 		{
+			// A governed egress segment at which a response starts, with
+			// no request of the connection pending: response tracking
+			// follows the boundary (bpf/latency.h).
+			name:  "response-start",
+			opts:  func(o *Options) { o.benchRewind = true },
+			setup: func(h *harness) { responseTracked(h, 40000, false) },
+			seg:   responseStart(40000),
+		},
+		{
+			// The same, answering the pending request: a measurement is
+			// sent to the agent (latency_events).
+			name:  "response-start-measured",
+			opts:  func(o *Options) { o.benchRewind = true },
+			setup: func(h *harness) { responseTracked(h, 40000, true) },
+			seg:   responseStart(40000),
+		},
+		{
 			name: "request-start-cut",
 			// Two fragments a run: room for every one of a batch.
 			opts:  func(o *Options) { requestStartOptions(o); o.SampleSlotsPerCPU = 65536 },
@@ -140,16 +157,24 @@ func BenchmarkDatapath(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer rd.Close()
+			lr, err := h.d.NewLatencyReader()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lr.Close()
 			frame := c.seg.frame()
 			// Runs per syscall: enough that the first run's cold caches
 			// do not count (at 256, ~50 ns a packet); a CPU's sample ring
-			// holds them all.
-			const repeat = 20000
+			// holds them all (and the latency ring a measured batch).
+			repeat := 20000
+			if c.name == "response-start-measured" {
+				repeat = 2000
+			}
 			var total time.Duration
 			runs := 0
 			for b.Loop() {
 				prog := h.d.IngressProgram()
-				if c.name == "governed-egress" {
+				if c.seg.src.Port() == brokerPort {
 					prog = h.d.EgressProgram()
 				}
 				// A signal interrupts a run and the library starts it
@@ -163,6 +188,7 @@ func BenchmarkDatapath(b *testing.B) {
 				runs++
 				b.StopTimer()
 				drainQuiet(rd)
+				drainLatencyQuiet(lr)
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(total.Nanoseconds())/float64(runs), "ns/pkt")
@@ -172,12 +198,55 @@ func BenchmarkDatapath(b *testing.B) {
 				if st.Samples == 0 || st.RingBufferDrops != 0 {
 					b.Fatalf("%s benchmark sampled %d and dropped %d: it must measure sending every sample", c.name, st.Samples, st.RingBufferDrops)
 				}
+			case "response-start-measured":
+				if st.LatencyEvents == 0 || st.LatencyDrops != 0 {
+					b.Fatalf("%s measured %d and dropped %d: it must measure sending every measurement", c.name, st.LatencyEvents, st.LatencyDrops)
+				}
+			case "response-start":
+				if st.ResponseDesyncs != 0 || st.LatencyEvents != 0 {
+					b.Fatalf("%s: %d desyncs, %d measurements: it must follow a response start and measure nothing", c.name, st.ResponseDesyncs, st.LatencyEvents)
+				}
 			case "request-start-unsampled":
 				if st.Samples != 0 || st.BudgetDrops == 0 {
 					b.Fatalf("request-start-unsampled sampled %d (budget drops %d): it must measure request starts the budget does not cover", st.Samples, st.BudgetDrops)
 				}
 			}
 		})
+	}
+}
+
+// responseTracked enters the client's connection from port, bound to
+// entity 5, with its response stream followed from sequence 100 (as if an
+// earlier response had synchronised it) and, when pending, a produce
+// request with correlation id 7 awaiting its answer.
+func responseTracked(h *harness, port uint16, pending bool) {
+	enterBound(h, port)
+	_, key := h.d.table(connKey(client4, broker4, port))
+	var st sluiceConnState
+	if err := h.d.objs.Conns4.Lookup(key, &st); err != nil {
+		h.t.Fatal(err)
+	}
+	st.Lat.RespSynced, st.Lat.RespSeq = 1, 100
+	if pending {
+		st.Lat.FirstNs, st.Lat.LastNs, st.Lat.CorrId = uint64(MonotonicNow()), uint64(MonotonicNow()), 7
+	}
+	if err := h.d.objs.Conns4.Put(key, &st); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// responseStart is a full-sized egress segment at sequence 100 of the
+// connection from port that starts a response to correlation id 7.
+func responseStart(port uint16) segment {
+	return fromBroker(client4, broker4, port, 100, kafkaResp(7, 1400-8))
+}
+
+func drainLatencyQuiet(r *LatencyReader) {
+	for {
+		r.SetDeadline(time.Now())
+		if _, err := r.Read(); err != nil {
+			return
+		}
 	}
 }
 

@@ -63,9 +63,10 @@ type Options struct {
 	// noStoreRelease keeps the sample publication's full barrier where the
 	// kernel has a store-release (publish.go), so tests cover both.
 	noStoreRelease bool
-	// latencyExpire, when set, replaces how long a request may stay
-	// pending unanswered (bpf/latency.h latency_expire_ns), for tests.
-	latencyExpire time.Duration
+	// latencyExpire and latencyUnsyncedWait, when set, replace how long a
+	// request may stay pending unanswered, and hold its place on a stream
+	// not followed (bpf/latency.h), for tests.
+	latencyExpire, latencyUnsyncedWait time.Duration
 }
 
 // DefaultOptions are the defaults of the configuration.
@@ -162,6 +163,9 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 	}
 	if opts.latencyExpire > 0 {
 		vars["latency_expire_ns"] = uint64(opts.latencyExpire)
+	}
+	if opts.latencyUnsyncedWait > 0 {
+		vars["latency_unsynced_wait_ns"] = uint64(opts.latencyUnsyncedWait)
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {

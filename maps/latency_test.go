@@ -3,6 +3,7 @@ package maps
 import (
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -172,5 +173,128 @@ func TestLatencyExpiresAndResyncs(t *testing.T) {
 	st, _ := h.d.Stats()
 	if st.LatencyExpired != 1 || st.ResponseDesyncs != 1 || st.ResponseResyncs != 2 {
 		t.Errorf("stats %+v: want one request given up, one desync, two syncs", st)
+	}
+}
+
+// Pipelined requests and their responses cut at random points (headers
+// split at every offset, several in one segment), with now and then a
+// response stream the data path cannot follow (an implausible size): every
+// measurement names a request that was sent, once, with its api, and never
+// a response before its request; the stream is found again after each
+// loss. Seeded: a failure is reproducible.
+func TestLatencyUnderRandomCuts(t *testing.T) {
+	h := newHarness(t, testOptions())
+	r, err := h.d.NewLatencyReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rng := rand.New(rand.NewPCG(34, 1))
+	// cut splits b into segments of at most 1400 bytes, each cut at a
+	// random point half the time (a test run takes at most a page).
+	cut := func(b []byte) [][]byte {
+		var out [][]byte
+		for len(b) > 0 {
+			n := min(len(b), 1400)
+			if rng.IntN(2) == 0 && n > 1 {
+				n = 1 + rng.IntN(n-1)
+			}
+			out = append(out, b[:n])
+			b = b[n:]
+		}
+		return out
+	}
+	apis := map[int32]uint16{}
+	seen := map[int32]bool{}
+	measured := 0
+	for round := 0; round < 20; round++ {
+		c := newLatencyConn(h, 0, uint16(41000+round))
+		// Batches of pipelined requests, each answered before the next
+		// batch: each batch's first request is the pending one.
+		for batch := 0; batch < 3; batch++ {
+			var reqs, resps []byte
+			n := 1 + rng.IntN(5)
+			for i := 0; i < n; i++ {
+				corr := int32(round*100 + batch*10 + i)
+				api := uint16(rng.IntN(3))
+				apis[corr] = api
+				reqs = append(reqs, kafkaReq(api, corr, rng.IntN(3000))...)
+				resps = append(resps, kafkaResp(corr, rng.IntN(2000))...)
+			}
+			for _, seg := range cut(reqs) {
+				c.send(seg)
+			}
+			if round%5 == 4 && batch == 1 { // a stream it cannot follow: an implausible size where a response starts
+				c.answer([]byte{0x80, 0, 0, 0, 1, 2, 3, 4})
+			}
+			for _, seg := range cut(resps) {
+				c.answer(seg)
+			}
+		}
+		for _, ev := range drainLatency(t, r) {
+			api, sent := apis[ev.CorrelationID]
+			switch {
+			case !sent:
+				t.Errorf("round %d: a measurement of correlation id %d, which no request carried", round, ev.CorrelationID)
+			case seen[ev.CorrelationID]:
+				t.Errorf("round %d: correlation id %d measured twice", round, ev.CorrelationID)
+			case api != ev.APIKey:
+				t.Errorf("round %d: id %d measured as api %d, sent as %d", round, ev.CorrelationID, ev.APIKey, api)
+			case ev.Response < ev.FirstByte || (ev.LastByte != 0 && (ev.LastByte < ev.FirstByte || ev.LastByte > ev.Response)):
+				t.Errorf("round %d: id %d: first %v last %v response %v", round, ev.CorrelationID, ev.FirstByte, ev.LastByte, ev.Response)
+			}
+			seen[ev.CorrelationID] = true
+			measured++
+		}
+	}
+	st, _ := h.d.Stats()
+	t.Logf("measured %d requests over 20 connections; %+v", measured, st)
+	// Every batch's first request is pending and answered: 60, less the
+	// ones whose header a request segment cut (not measured) or whose
+	// response starts mid-segment on a stream not yet, or no longer,
+	// followed. An implausible size on a followed stream loses it (a stream
+	// not followed yet ignores it).
+	if measured < 40 || st.ResponseDesyncs == 0 {
+		t.Errorf("measured %d requests (want most of 60), %d desyncs (want the unfollowable streams')", measured, st.ResponseDesyncs)
+	}
+}
+
+// A pending request whose response started mid-segment on a stream not
+// followed yet (so no sync was found) gives its place, after
+// latency_unsynced_wait_ns, to a newer request, whose response then
+// synchronises the stream; on a followed stream a pending request keeps
+// its place however long it waits.
+func TestLatencyUnsyncedPendingGivesWay(t *testing.T) {
+	opts := testOptions()
+	opts.latencyUnsyncedWait = 30 * time.Millisecond
+	h := newHarness(t, opts)
+	r, err := h.d.NewLatencyReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := newLatencyConn(h, 0, 40600)
+	c.send(kafkaReq(0, 31, 10)) // pending
+	// Its response after another's in one segment: no sync, no measurement.
+	c.answer(append(kafkaResp(30, 20), kafkaResp(31, 5)...))
+	c.send(kafkaReq(0, 32, 10)) // too soon: 31 keeps its place
+	c.answer(kafkaResp(32, 5))
+	if evs := drainLatency(t, r); len(evs) != 0 {
+		t.Fatalf("%+v: nothing can be measured yet", evs)
+	}
+	time.Sleep(40 * time.Millisecond) // the wait is what is tested
+	c.send(kafkaReq(0, 33, 10))       // takes 31's place
+	c.answer(kafkaResp(33, 5))
+	evs := drainLatency(t, r)
+	if len(evs) != 1 || evs[0].CorrelationID != 33 {
+		t.Fatalf("%+v, want 33 measured", evs)
+	}
+	// Followed now: a pending request keeps its place past the wait.
+	c.send(kafkaReq(0, 34, 10))
+	time.Sleep(40 * time.Millisecond)
+	c.send(kafkaReq(0, 35, 10))
+	c.answer(append(kafkaResp(34, 5), kafkaResp(35, 5)...))
+	if evs := drainLatency(t, r); len(evs) != 1 || evs[0].CorrelationID != 34 {
+		t.Fatalf("%+v, want 34 measured (pending on a followed stream)", evs)
 	}
 }

@@ -256,45 +256,46 @@ type sluiceTrack struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	sluiceMapBindQueue            = "bind_queue"
-	sluiceMapBuckets              = "buckets"
-	sluiceMapClasses              = "classes"
-	sluiceMapClocks               = "clocks"
-	sluiceMapCoarseClocks         = "coarse_clocks"
-	sluiceMapConns4               = "conns4"
-	sluiceMapConns6               = "conns6"
-	sluiceMapCounters             = "counters"
-	sluiceMapEntityNames          = "entity_names"
-	sluiceMapExempt               = "exempt"
-	sluiceMapFlowEpochs           = "flow_epochs"
-	sluiceMapFlows4               = "flows4"
-	sluiceMapFlows6               = "flows6"
-	sluiceMapIdentities           = "identities"
-	sluiceMapLatencyEvents        = "latency_events"
-	sluiceMapListeners            = "listeners"
-	sluiceMapPeerEntities         = "peer_entities"
-	sluiceMapRates                = "rates"
-	sluiceMapSampleRings          = "sample_rings"
-	sluiceMapSampleSlots          = "sample_slots"
-	sluiceMapSettings             = "settings"
-	sluiceMapStats                = "stats"
-	sluiceProgSluiceBind          = "sluice_bind"
-	sluiceProgSluiceEgress        = "sluice_egress"
-	sluiceProgSluiceEgressSelect  = "sluice_egress_select"
-	sluiceProgSluiceIngress       = "sluice_ingress"
-	sluiceVarBenchRewind          = "bench_rewind"
-	sluiceVarFirstRequestsSampled = "first_requests_sampled"
-	sluiceVarFlowCacheOn          = "flow_cache_on"
-	sluiceVarFlowSeed             = "flow_seed"
-	sluiceVarLatencyExpireNs      = "latency_expire_ns"
-	sluiceVarMaxEntities          = "max_entities"
-	sluiceVarSampleBytes          = "sample_bytes"
-	sluiceVarSlotsPerCpu          = "slots_per_cpu"
-	sluiceVarUnusedConnIdentity   = "unused_conn_identity"
-	sluiceVarUnusedEntityName     = "unused_entity_name"
-	sluiceVarUnusedLatencyEvent   = "unused_latency_event"
-	sluiceVarUnusedSample         = "unused_sample"
-	sluiceVarUnusedStat           = "unused_stat"
+	sluiceMapBindQueue             = "bind_queue"
+	sluiceMapBuckets               = "buckets"
+	sluiceMapClasses               = "classes"
+	sluiceMapClocks                = "clocks"
+	sluiceMapCoarseClocks          = "coarse_clocks"
+	sluiceMapConns4                = "conns4"
+	sluiceMapConns6                = "conns6"
+	sluiceMapCounters              = "counters"
+	sluiceMapEntityNames           = "entity_names"
+	sluiceMapExempt                = "exempt"
+	sluiceMapFlowEpochs            = "flow_epochs"
+	sluiceMapFlows4                = "flows4"
+	sluiceMapFlows6                = "flows6"
+	sluiceMapIdentities            = "identities"
+	sluiceMapLatencyEvents         = "latency_events"
+	sluiceMapListeners             = "listeners"
+	sluiceMapPeerEntities          = "peer_entities"
+	sluiceMapRates                 = "rates"
+	sluiceMapSampleRings           = "sample_rings"
+	sluiceMapSampleSlots           = "sample_slots"
+	sluiceMapSettings              = "settings"
+	sluiceMapStats                 = "stats"
+	sluiceProgSluiceBind           = "sluice_bind"
+	sluiceProgSluiceEgress         = "sluice_egress"
+	sluiceProgSluiceEgressSelect   = "sluice_egress_select"
+	sluiceProgSluiceIngress        = "sluice_ingress"
+	sluiceVarBenchRewind           = "bench_rewind"
+	sluiceVarFirstRequestsSampled  = "first_requests_sampled"
+	sluiceVarFlowCacheOn           = "flow_cache_on"
+	sluiceVarFlowSeed              = "flow_seed"
+	sluiceVarLatencyExpireNs       = "latency_expire_ns"
+	sluiceVarLatencyUnsyncedWaitNs = "latency_unsynced_wait_ns"
+	sluiceVarMaxEntities           = "max_entities"
+	sluiceVarSampleBytes           = "sample_bytes"
+	sluiceVarSlotsPerCpu           = "slots_per_cpu"
+	sluiceVarUnusedConnIdentity    = "unused_conn_identity"
+	sluiceVarUnusedEntityName      = "unused_entity_name"
+	sluiceVarUnusedLatencyEvent    = "unused_latency_event"
+	sluiceVarUnusedSample          = "unused_sample"
+	sluiceVarUnusedStat            = "unused_stat"
 )
 
 // loadSluice returns the embedded CollectionSpec for sluice.
@@ -377,19 +378,20 @@ type sluiceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceVariableSpecs struct {
-	BenchRewind          *ebpf.VariableSpec `ebpf:"bench_rewind"`
-	FirstRequestsSampled *ebpf.VariableSpec `ebpf:"first_requests_sampled"`
-	FlowCacheOn          *ebpf.VariableSpec `ebpf:"flow_cache_on"`
-	FlowSeed             *ebpf.VariableSpec `ebpf:"flow_seed"`
-	LatencyExpireNs      *ebpf.VariableSpec `ebpf:"latency_expire_ns"`
-	MaxEntities          *ebpf.VariableSpec `ebpf:"max_entities"`
-	SampleBytes          *ebpf.VariableSpec `ebpf:"sample_bytes"`
-	SlotsPerCpu          *ebpf.VariableSpec `ebpf:"slots_per_cpu"`
-	UnusedConnIdentity   *ebpf.VariableSpec `ebpf:"unused_conn_identity"`
-	UnusedEntityName     *ebpf.VariableSpec `ebpf:"unused_entity_name"`
-	UnusedLatencyEvent   *ebpf.VariableSpec `ebpf:"unused_latency_event"`
-	UnusedSample         *ebpf.VariableSpec `ebpf:"unused_sample"`
-	UnusedStat           *ebpf.VariableSpec `ebpf:"unused_stat"`
+	BenchRewind           *ebpf.VariableSpec `ebpf:"bench_rewind"`
+	FirstRequestsSampled  *ebpf.VariableSpec `ebpf:"first_requests_sampled"`
+	FlowCacheOn           *ebpf.VariableSpec `ebpf:"flow_cache_on"`
+	FlowSeed              *ebpf.VariableSpec `ebpf:"flow_seed"`
+	LatencyExpireNs       *ebpf.VariableSpec `ebpf:"latency_expire_ns"`
+	LatencyUnsyncedWaitNs *ebpf.VariableSpec `ebpf:"latency_unsynced_wait_ns"`
+	MaxEntities           *ebpf.VariableSpec `ebpf:"max_entities"`
+	SampleBytes           *ebpf.VariableSpec `ebpf:"sample_bytes"`
+	SlotsPerCpu           *ebpf.VariableSpec `ebpf:"slots_per_cpu"`
+	UnusedConnIdentity    *ebpf.VariableSpec `ebpf:"unused_conn_identity"`
+	UnusedEntityName      *ebpf.VariableSpec `ebpf:"unused_entity_name"`
+	UnusedLatencyEvent    *ebpf.VariableSpec `ebpf:"unused_latency_event"`
+	UnusedSample          *ebpf.VariableSpec `ebpf:"unused_sample"`
+	UnusedStat            *ebpf.VariableSpec `ebpf:"unused_stat"`
 }
 
 // sluiceObjects contains all objects after they have been loaded into the kernel.
@@ -467,19 +469,20 @@ func (m *sluiceMaps) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceVariables struct {
-	BenchRewind          *ebpf.Variable `ebpf:"bench_rewind"`
-	FirstRequestsSampled *ebpf.Variable `ebpf:"first_requests_sampled"`
-	FlowCacheOn          *ebpf.Variable `ebpf:"flow_cache_on"`
-	FlowSeed             *ebpf.Variable `ebpf:"flow_seed"`
-	LatencyExpireNs      *ebpf.Variable `ebpf:"latency_expire_ns"`
-	MaxEntities          *ebpf.Variable `ebpf:"max_entities"`
-	SampleBytes          *ebpf.Variable `ebpf:"sample_bytes"`
-	SlotsPerCpu          *ebpf.Variable `ebpf:"slots_per_cpu"`
-	UnusedConnIdentity   *ebpf.Variable `ebpf:"unused_conn_identity"`
-	UnusedEntityName     *ebpf.Variable `ebpf:"unused_entity_name"`
-	UnusedLatencyEvent   *ebpf.Variable `ebpf:"unused_latency_event"`
-	UnusedSample         *ebpf.Variable `ebpf:"unused_sample"`
-	UnusedStat           *ebpf.Variable `ebpf:"unused_stat"`
+	BenchRewind           *ebpf.Variable `ebpf:"bench_rewind"`
+	FirstRequestsSampled  *ebpf.Variable `ebpf:"first_requests_sampled"`
+	FlowCacheOn           *ebpf.Variable `ebpf:"flow_cache_on"`
+	FlowSeed              *ebpf.Variable `ebpf:"flow_seed"`
+	LatencyExpireNs       *ebpf.Variable `ebpf:"latency_expire_ns"`
+	LatencyUnsyncedWaitNs *ebpf.Variable `ebpf:"latency_unsynced_wait_ns"`
+	MaxEntities           *ebpf.Variable `ebpf:"max_entities"`
+	SampleBytes           *ebpf.Variable `ebpf:"sample_bytes"`
+	SlotsPerCpu           *ebpf.Variable `ebpf:"slots_per_cpu"`
+	UnusedConnIdentity    *ebpf.Variable `ebpf:"unused_conn_identity"`
+	UnusedEntityName      *ebpf.Variable `ebpf:"unused_entity_name"`
+	UnusedLatencyEvent    *ebpf.Variable `ebpf:"unused_latency_event"`
+	UnusedSample          *ebpf.Variable `ebpf:"unused_sample"`
+	UnusedStat            *ebpf.Variable `ebpf:"unused_stat"`
 }
 
 // sluicePrograms contains all programs after they have been loaded into the kernel.

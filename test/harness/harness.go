@@ -24,6 +24,7 @@ import (
 
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent/status"
@@ -64,6 +65,11 @@ type Options struct {
 	TLS bool
 	// Queues gives the veth pair this many TX and RX queues (default 1).
 	Queues int
+	// ProduceDelay, when set, holds each Produce request this long before
+	// kfake handles it (kfake yields meanwhile, as a broker waiting on its
+	// replicas would): a broker whose latency a test can tell from noise.
+	// Called from kfake's goroutines.
+	ProduceDelay func() time.Duration
 }
 
 // SASLUser is a login kfake accepts.
@@ -171,6 +177,15 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 	if err != nil {
 		w.Close()
 		return nil, err
+	}
+	if o.ProduceDelay != nil {
+		c := w.Kafka
+		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			d := o.ProduceDelay()
+			c.SleepControl(func() { time.Sleep(d) })
+			return nil, nil, false // handled by kfake as usual, after the delay
+		})
 	}
 	if len(o.SASL) > 0 && !o.TLS { // (asking a TLS listener would need a handshake; no world has both)
 		if err := advertiseSaslHandshakeV0(w.Kafka, pair.Broker.Dial, w.Bootstrap()); err != nil {

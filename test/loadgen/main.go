@@ -47,6 +47,8 @@ type opts struct {
 	randomIDs                                    bool          // raw churn: a new client-id per connection
 	saslMechanism, saslUser, saslPassword        string        // franz: log in with SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
 	tlsCA, sourceAddr                            string        // franz: connect with TLS trusting this CA; from this local address
+	latencyOut                                   string        // franz produce: write each Produce request's wait for its response here (latency.go)
+	maxInflight                                  int           // franz produce: Produce requests in flight per connection (>1 turns idempotence off)
 }
 
 // saslOpts is franz's login for -sasl-mechanism (none when unset), and
@@ -103,6 +105,8 @@ func main() {
 	flag.StringVar(&o.tlsCA, "tls-ca", "", "franz: connect with TLS, trusting the CA certificate(s) in this PEM file")
 	flag.StringVar(&o.sourceAddr, "source-addr", "", "franz: connect from this local address")
 	flag.BoolVar(&o.randomIDs, "random-ids", false, "raw churn: every connection names a new client-id (-client-id as prefix)")
+	flag.IntVar(&o.maxInflight, "max-inflight", 1, "franz produce: Produce requests in flight per connection (more than 1 turns idempotent writes off, as Kafka requires)")
+	flag.StringVar(&o.latencyOut, "latency-out", "", "franz produce: write each Produce request's wait for its response (µs, JSON) to this file at the end")
 	flag.Parse()
 	if o.valueBytes < 12 {
 		log.Fatalf("-value-bytes %d: values carry an 8-byte sequence number and a 4-byte CRC-32, so at least 12", o.valueBytes)
@@ -330,13 +334,25 @@ func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append(login, kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID), kgo.DefaultProduceTopic(o.topic),
+	var latencies produceLatencies
+	copts := append(login, kgo.SeedBrokers(o.bootstrap), kgo.ClientID(o.clientID), kgo.DefaultProduceTopic(o.topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.MaxBufferedRecords(64), kgo.ProducerLinger(0))...)
+		kgo.MaxBufferedRecords(64), kgo.ProducerLinger(0), kgo.WithHooks(&latencies))
+	if o.maxInflight > 1 {
+		copts = append(copts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(o.maxInflight))
+	}
+	cl, err := kgo.NewClient(copts...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if o.latencyOut != "" {
+		defer func() {
+			if err := latencies.write(o.latencyOut); err != nil {
+				log.Printf("write %s: %v", o.latencyOut, err)
+			}
+		}()
+	}
 	template := value(o.valueBytes)
 	start := time.Now()
 	var sent int64
