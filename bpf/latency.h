@@ -28,6 +28,7 @@
 #include <linux/bpf.h>
 #include "include/bpf_helpers.h"
 #include "include/bpf_endian.h"
+#include "clock.h"
 #include "helpers.h"
 #include "maps.h"
 #include "packet.h"
@@ -56,10 +57,17 @@ static __always_inline __u32 be32_at(const __u8 *b)
 	return (__u32)b[0] << 24 | (__u32)b[1] << 16 | (__u32)b[2] << 8 | b[3];
 }
 
+// latency_age is how long the pending request has waited at now (0 when
+// now, read from the coarse clock, lags its precise arrival time).
+static __always_inline __u64 latency_age(const struct latency_track *l, __u64 now)
+{
+	return (__s64)(now - l->first_ns) > 0 ? now - l->first_ns : 0;
+}
+
 // latency_pending: a request is pending and not yet given up.
 static __always_inline int latency_pending(const struct latency_track *l, __u64 now)
 {
-	return l->first_ns && now - l->first_ns < latency_expire_ns;
+	return l->first_ns && latency_age(l, now) < latency_expire_ns;
 }
 
 // latency_on_request makes the segment's first sampled request start
@@ -71,13 +79,16 @@ static __always_inline void latency_on_request(struct __sk_buff *skb, struct con
 	struct latency_track *l = &st->lat;
 	__u32 req_seq = l->cand_seq, size = l->cand_size;
 	l->cand_size = 0;
-	__u64 now = bpf_ktime_get_ns();
+	// Whether the pending request keeps its place needs no finer clock
+	// than the coarse one (a tick, the same clock behind): the precise
+	// one is read only for a request that becomes pending.
+	__u64 now = coarse_now();
 	// A pending request keeps its place while the response stream is
 	// followed (its answer cannot have gone by unseen). While it is not,
 	// one that has waited a second gives its place to a newer request: its
 	// response may have started mid-segment, where no sync is found, and it
 	// would hold the connection's measurements until it expired.
-	if (latency_pending(l, now) && (l->resp_synced || now - l->first_ns < latency_unsynced_wait_ns))
+	if (latency_pending(l, now) && (l->resp_synced || latency_age(l, now) < latency_unsynced_wait_ns))
 		return;
 	if (l->first_ns)
 		stat_inc(STAT_LATENCY_EXPIRED);
@@ -86,8 +97,9 @@ static __always_inline void latency_on_request(struct __sk_buff *skb, struct con
 	// is not measured.
 	__u8 h[12];
 	if (seq_before(req_seq, seq) || end - req_seq < sizeof(h) || end - req_seq > 0xffff ||
-	    bpf_skb_load_bytes(skb, poff + (req_seq - seq), h, sizeof(h)) < 0)
+	    load(skb, poff + (req_seq - seq), h, sizeof(h)) < 0)
 		return;
+	now = bpf_ktime_get_ns();
 	l->api_key = (__u16)h[4] << 8 | h[5];
 	l->corr_id = (__s32)be32_at(h + 8);
 	l->end_seq = req_seq + 4 + size;
@@ -117,19 +129,23 @@ static __always_inline void latency_quiet_until(const struct conn_state *st, __u
 static __always_inline void emit_latency(const struct parsed *seg, struct conn_state *st, __u64 now)
 {
 	struct latency_track *l = &st->lat;
-	struct latency_event ev = {};
-	conn_key_of(seg, &ev.key);
-	ev.bound = st->bound;
-	ev.conn_born = st->born;
-	ev.first_ns = l->first_ns;
-	ev.last_ns = l->last_ns;
-	ev.resp_ns = now;
-	ev.corr_id = l->corr_id;
-	ev.api_key = l->api_key;
-	if (bpf_ringbuf_output(&latency_events, &ev, sizeof(ev), 0) < 0)
+	// Written in place in the ring (no copy through the stack).
+	struct latency_event *ev = bpf_ringbuf_reserve(&latency_events, sizeof(*ev), 0);
+	if (!ev) {
 		stat_inc(STAT_LATENCY_DROPS);
-	else
-		stat_inc(STAT_LATENCY_EVENTS);
+		return;
+	}
+	__builtin_memset(ev, 0, sizeof(*ev)); // padding included: the ring's memory is reused
+	conn_key_of(seg, &ev->key);
+	ev->bound = st->bound;
+	ev->conn_born = st->born;
+	ev->first_ns = l->first_ns;
+	ev->last_ns = l->last_ns;
+	ev->resp_ns = now;
+	ev->corr_id = l->corr_id;
+	ev->api_key = l->api_key;
+	bpf_ringbuf_submit(ev, 0);
+	stat_inc(STAT_LATENCY_EVENTS);
 }
 
 // response_start takes the response whose header (size, correlation id)
