@@ -86,9 +86,10 @@ func (a *Agent) view() *status.Snapshot {
 		},
 		Connections: status.ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,
 			Rebinds: copyCounts(a.conns.Rebinds), IdentityErrors: a.conns.IdentityErrors},
-		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
-		KafkaQuotas:  a.kafka.view(),
-		Objectives:   a.objectiveViews(),
+		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
+		KafkaQuotas:          a.kafka.view(),
+		Objectives:           a.objectiveViews(),
+		ObjectiveTransitions: a.objectiveTransitions,
 	}
 	for _, dc := range a.dirs {
 		p := &dc.pub

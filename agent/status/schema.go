@@ -194,8 +194,10 @@ type Snapshot struct {
 	// UnexemptBrokers are the cluster's other brokers that exempt_peers
 	// does not cover: their replication from this broker is governed.
 	UnexemptBrokers []string `json:"unexempt_brokers,omitempty"`
-	// Objectives: the configured latency objectives, and what defends them.
-	Objectives []ObjectiveView `json:"objectives,omitempty"`
+	// Objectives: the configured latency objectives, and what defends them;
+	// ObjectiveTransitions counts their breakers' state changes.
+	Objectives           []ObjectiveView `json:"objectives,omitempty"`
+	ObjectiveTransitions uint64          `json:"objective_transitions"`
 }
 
 // ReloadResult is the verdict on one configuration reload: applied whole,
