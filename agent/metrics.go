@@ -252,13 +252,13 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 			"direction", "entity_type", "entity", "api"),
 		latencyFirst: d("request_duration_from_first_byte_seconds", "Request latency at the NIC from the request's first byte arriving (its own transfer included) to its response's first byte leaving.",
 			"direction", "entity_type", "entity", "api"),
-		dpLatency:   d("datapath_latency_requests_total", "Requests the data path made pending for a latency measurement, by outcome: measured, ring_full (the measurement was lost: the agent had not read the ring), expired (never answered: acks=0 produce, or response tracking lost).", "outcome"),
+		dpLatency: d("datapath_latency_requests_total", "Requests the data path made pending for a latency measurement, by outcome: measured, ring_full (the measurement was lost: the agent had not read the ring), expired (never answered: acks=0 produce, or response tracking lost).", "outcome"),
 		objectiveLevel: d("latency_objective_level", "What a latency objective's breaker holds the direction's best-effort traffic to, as a fraction of its usage when the breaker opened (1: nothing held).",
 			"direction", "entity_type", "entity"),
 		objectiveOpen: d("latency_objective_state", "1 for a latency objective's breaker state now (closed, open, half_open), 0 for the others.",
 			"direction", "entity_type", "entity", "state"),
 		objectiveTransitions: d("latency_objective_transitions_total", "Latency objectives' breaker state changes (each is logged)."),
-		dpResponses: d("datapath_response_tracking_total", "Response framing on egress, by event: desync (an implausible response size or a gap lost it), resync (found again at a measured request's response).", "event"),
+		dpResponses:          d("datapath_response_tracking_total", "Response framing on egress, by event: desync (an implausible response size or a gap lost it), resync (found again at a measured request's response).", "event"),
 	}
 }
 
