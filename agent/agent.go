@@ -135,6 +135,10 @@ type Agent struct {
 	// lat: request latency per entity and API, from the data path's
 	// measurements (ObserveLatency).
 	lat *latencyBook
+	// objectives: the configured latency objectives and their breakers
+	// (objectives.go); objectiveTransitions counts their state changes.
+	objectives           []*objective
+	objectiveTransitions uint64
 }
 
 // direction is one direction's control-loop state.
@@ -142,6 +146,9 @@ type direction struct {
 	dir   entity.Direction
 	cfg   config.Direction
 	alloc *allocator.Allocator
+	// heldBy[id]: the latency objective that trimmed the entity's limit
+	// this cycle (objectives.go).
+	heldBy map[uint32]string
 	// Per entity id: the rate window (bytes per interval), the last counter
 	// reading, and the rate last written to the shaper (NaN: none yet).
 	window    []float64
@@ -191,6 +198,7 @@ type published struct {
 	heldBytes []uint64
 	dropped   []uint64
 	ownSeries []bool
+	heldBy    map[uint32]string
 	others    aggregate
 	unknown   struct {
 		rate  float64
@@ -302,6 +310,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			applied[i] = math.NaN()
 		}
 		a.dirs[d] = &direction{
+			heldBy:     map[uint32]string{},
 			dir:        d,
 			cfg:        dc,
 			alloc:      alloc,

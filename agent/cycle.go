@@ -28,6 +28,7 @@ func (a *Agent) Cycle() error {
 }
 
 func (a *Agent) runCycle() error {
+	a.syncObjectives()
 	start := a.deps.Clock.Now()
 	a.cycle++
 	a.forgetPending()
@@ -173,6 +174,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		return err
 	}
 	dc.summary = summary
+	a.defendObjectives(dc, a.deps.Clock.Now())
 	if summary.OvercommitChanged {
 		if summary.Overcommit {
 			a.log.Info("overcommit entered: reservations exceed the distributable capacity",

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -182,6 +183,8 @@ type collector struct {
 	dpFailOpen, dpUnproven                                                    *prometheus.Desc
 	// request latency at the NIC (latencybook.go)
 	latency, latencyFirst, dpLatency, dpResponses *prometheus.Desc
+	// latency objectives (objectives.go)
+	objectiveLevel, objectiveOpen, objectiveTransitions *prometheus.Desc
 }
 
 func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
@@ -249,8 +252,13 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 			"direction", "entity_type", "entity", "api"),
 		latencyFirst: d("request_duration_from_first_byte_seconds", "Request latency at the NIC from the request's first byte arriving (its own transfer included) to its response's first byte leaving.",
 			"direction", "entity_type", "entity", "api"),
-		dpLatency:   d("datapath_latency_requests_total", "Requests the data path made pending for a latency measurement, by outcome: measured, ring_full (the measurement was lost: the agent had not read the ring), expired (never answered: acks=0 produce, or response tracking lost).", "outcome"),
-		dpResponses: d("datapath_response_tracking_total", "Response framing on egress, by event: desync (an implausible response size or a gap lost it), resync (found again at a measured request's response).", "event"),
+		dpLatency: d("datapath_latency_requests_total", "Requests the data path made pending for a latency measurement, by outcome: measured, ring_full (the measurement was lost: the agent had not read the ring), expired (never answered: acks=0 produce, or response tracking lost).", "outcome"),
+		objectiveLevel: d("latency_objective_level", "What a latency objective's breaker holds the direction's best-effort traffic to, as a fraction of its usage when the breaker opened (1: nothing held).",
+			"direction", "entity_type", "entity"),
+		objectiveOpen: d("latency_objective_state", "1 for a latency objective's breaker state now (closed, open, half_open), 0 for the others.",
+			"direction", "entity_type", "entity", "state"),
+		objectiveTransitions: d("latency_objective_transitions_total", "Latency objectives' breaker state changes (each is logged)."),
+		dpResponses:          d("datapath_response_tracking_total", "Response framing on egress, by event: desync (an implausible response size or a gap lost it), resync (found again at a measured request's response).", "event"),
 	}
 }
 
@@ -262,7 +270,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.registered, c.maxEntities, c.unconfigured, c.overflowed, c.peerRefused,
 		c.samples, c.replicationClaims, c.unresolved, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
 		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven,
-		c.latency, c.latencyFirst, c.dpLatency, c.dpResponses} {
+		c.latency, c.latencyFirst, c.dpLatency, c.dpResponses, c.objectiveLevel, c.objectiveOpen, c.objectiveTransitions} {
 		ch <- d
 	}
 }
@@ -329,6 +337,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			counter(c.dropped, d.Others.DroppedPackets, l...)
 		}
+		for _, o := range s.Objectives {
+			kind, name, _ := strings.Cut(o.Entity, ":")
+			gauge(c.objectiveLevel, o.Level, o.Direction, kind, name)
+			for _, st := range []string{"closed", "open", "half_open"} {
+				gauge(c.objectiveOpen, boolValue(o.State == st), o.Direction, kind, name, st)
+			}
+		}
+		counter(c.objectiveTransitions, s.ObjectiveTransitions)
 		gauge(c.registered, float64(s.Entities))
 		gauge(c.maxEntities, float64(s.MaxEntities))
 		gauge(c.unconfigured, float64(s.Unconfigured))

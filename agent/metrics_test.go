@@ -147,7 +147,7 @@ func familyLine(f *dto.MetricFamily) string {
 // types and labels, plus Go's and the process's; a failed data path read
 // is counted, not a failed scrape.
 func TestMetricsMatchTheCommittedList(t *testing.T) {
-	r := newRig(t, "entities: {clients: {core: {consumer_byte_reservation: 100, consumer_byte_rate: 400}}}\n")
+	r := newRig(t, "entities: {clients: {core: {consumer_byte_reservation: 100, consumer_byte_rate: 400, produce_latency_objective: {p99: 50ms}}}}\n")
 	r.sh.kind = "police" // a BPF shaper: held bytes are counted
 	id := r.learn(46000, "core", apiVersions()).Fetch
 	r.learn(46001, "stranger", apiVersions())

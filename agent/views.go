@@ -38,6 +38,7 @@ func (a *Agent) publish(now time.Time) {
 			p.dropped = append(p.dropped, dc.dropped[in.Slot])
 			p.ownSeries = append(p.ownSeries, a.ownSeries[in.Slot])
 		}
+		p.heldBy = cloneHeldBy(dc.heldBy)
 		p.others = dc.others
 		p.unknown.bytes = a.counters[dc.dir][entity.UnknownID].Bytes
 		w, u := a.cfg.RateWindow, int(entity.UnknownID)
@@ -85,8 +86,10 @@ func (a *Agent) view() *status.Snapshot {
 		},
 		Connections: status.ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,
 			Rebinds: copyCounts(a.conns.Rebinds), IdentityErrors: a.conns.IdentityErrors},
-		CycleSeconds: a.cfg.RefreshInterval.Seconds(),
-		KafkaQuotas:  a.kafka.view(),
+		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
+		KafkaQuotas:          a.kafka.view(),
+		Objectives:           a.objectiveViews(),
+		ObjectiveTransitions: a.objectiveTransitions,
 	}
 	for _, dc := range a.dirs {
 		p := &dc.pub
@@ -116,7 +119,7 @@ func (a *Agent) view() *status.Snapshot {
 					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: status.Bps(held),
 					ShapedBytes: h.Sent, HeldBytes: p.heldBytes[i], DroppedPacketsTotal: p.dropped[i],
 					Configured: a.registry.Pinned(entity.ID(in.Slot)), OwnSeries: p.ownSeries[i],
-					Latency: a.lat.quantiles(now, dc.dir, entity.ID(in.Slot)),
+					Latency: a.lat.quantiles(now, dc.dir, entity.ID(in.Slot)), HeldBy: p.heldBy[in.Slot],
 				})
 			}
 			unknownLimit := status.Bps(allocatorConfig(p.cfg).UnknownLimit())

@@ -277,6 +277,12 @@ type Quota struct {
 	ProducerByteReservation *float64
 	ConsumerByteReservation *float64
 	QuotaWeight             *float64
+	// Latency objectives (#34): the p99 the entity's produce requests, and
+	// its fetches' time to first byte, should stay under at the NIC; a
+	// breaker takes bandwidth from best-effort traffic to defend them.
+	// Only from the file (Kafka's quota store has no such thing).
+	ProduceLatencyObjective *time.Duration
+	FetchLatencyObjective   *time.Duration
 }
 
 // Entities is the per-entity configuration. Each map's "<default>" entry

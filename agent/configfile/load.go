@@ -58,7 +58,8 @@ var schema = map[string][]string{
 
 var directionKeys = []string{"capacity", "safety_ratio", "min_demand", "activity_threshold", "min_limit", "memory_cycles", "overcommit_confirm_cycles"}
 
-var quotaKeys = []string{"producer_byte_rate", "consumer_byte_rate", "producer_byte_reservation", "consumer_byte_reservation", "quota_weight"}
+var quotaKeys = []string{"producer_byte_rate", "consumer_byte_rate", "producer_byte_reservation", "consumer_byte_reservation", "quota_weight",
+	"produce_latency_objective", "fetch_latency_objective"}
 
 // Parse validates a YAML document into a Config. Global keys go through
 // Viper, so SLUICE_… environment variables override them. The entities
@@ -670,6 +671,18 @@ func (l *loader) quota(path string, v any) (config.Quota, bool) {
 			dst = &q.ProducerByteReservation
 		case "consumer_byte_reservation":
 			dst = &q.ConsumerByteReservation
+		case "produce_latency_objective", "fetch_latency_objective":
+			d, ok := l.objective(path+"."+k, m[k])
+			if !ok {
+				good = false
+				continue
+			}
+			if k == "produce_latency_objective" {
+				q.ProduceLatencyObjective = &d
+			} else {
+				q.FetchLatencyObjective = &d
+			}
+			continue
 		case "quota_weight":
 			f, err := toFloat(m[k])
 			if err != nil || !(f > 0) || math.IsInf(f, 0) {
@@ -705,6 +718,22 @@ func (l *loader) quota(path string, v any) (config.Quota, bool) {
 		}
 	}
 	return q, good
+}
+
+// objective decodes a latency objective, {p99: DURATION}: more than 0 and
+// at most the 60 s the latency buckets reach.
+func (l *loader) objective(path string, v any) (time.Duration, bool) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 || m["p99"] == nil {
+		l.fail(path, "must be {p99: DURATION}, for example {p99: 50ms}")
+		return 0, false
+	}
+	d, err := time.ParseDuration(fmt.Sprint(m["p99"]))
+	if err != nil || d <= 0 || d > time.Minute {
+		l.fail(path+".p99", "%v: want a duration more than 0 and at most 60s", m["p99"])
+		return 0, false
+	}
+	return d, true
 }
 
 // Typed readers over Viper (file value, or SLUICE_… environment override).

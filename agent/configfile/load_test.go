@@ -163,6 +163,11 @@ kafka_quotas: imports`, []string{`kafka_quotas: "imports" is not off or import (
 mode: enforcing`, []string{`mode: "enforcing" is not a mode (enforce or shadow) (did you mean enforce?)`}},
 		{"shaper", minimal + `
 shaper: tbf`, []string{`shaper: "tbf" is not a shaper`}},
+		{"latency objective", minimal + `
+entities:
+  clients:
+    core: {produce_latency_objective: {p99: 0s}, fetch_latency_objective: 50ms}`, []string{
+			"entities.clients.core.fetch_latency_objective: must be {p99: DURATION}", "entities.clients.core.produce_latency_objective.p99: 0s: want a duration more than 0 and at most 60s"}},
 		{"produce_shaper", minimal + `
 produce_shaper: polic`, []string{`produce_shaper: "polic" is not a produce shaper (auto, police) (did you mean police?)`}},
 		{"produce_shaper with edt", minimal + `
@@ -576,5 +581,21 @@ func TestEmptyExemptPeersIsWarned(t *testing.T) {
 		if got != want {
 			t.Errorf("mode %s: exempt_peers warned %v, want %v", mode, got, want)
 		}
+	}
+}
+
+// A latency objective reads as its p99 on the entity's quota.
+func TestLatencyObjectiveReads(t *testing.T) {
+	cfg, err := Parse([]byte(minimal + `
+entities:
+  clients:
+    core: {producer_byte_reservation: 10MB, produce_latency_objective: {p99: 50ms}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := cfg.Entities.Clients["core"]
+	if q.ProduceLatencyObjective == nil || *q.ProduceLatencyObjective != 50*time.Millisecond || q.FetchLatencyObjective != nil {
+		t.Errorf("core's objectives: %v %v", q.ProduceLatencyObjective, q.FetchLatencyObjective)
 	}
 }

@@ -78,6 +78,20 @@ type EntityView struct {
 	// Latency: its requests' latency at the NIC, per API, when any were
 	// measured in the last minute (entities with series of their own).
 	Latency []LatencyView `json:"latency,omitempty"`
+	// HeldBy: the latency objective that trimmed its limit this cycle.
+	HeldBy string `json:"held_by,omitempty"`
+}
+
+// ObjectiveView is a latency objective and its breaker's state.
+type ObjectiveView struct {
+	Entity          string  `json:"entity"`
+	Direction       string  `json:"direction"`
+	ObjectiveMillis float64 `json:"objective_p99_ms"`
+	P99Millis       float64 `json:"p99_ms"` // over the last 10 s
+	Requests        int     `json:"requests"`
+	State           string  `json:"state"` // closed, open, half_open
+	Level           float64 `json:"level"` // what best-effort traffic is held to (1: nothing)
+	Why             string  `json:"why"`
 }
 
 // LatencyView is an entity's request latency for one API, measured at the
@@ -180,6 +194,10 @@ type Snapshot struct {
 	// UnexemptBrokers are the cluster's other brokers that exempt_peers
 	// does not cover: their replication from this broker is governed.
 	UnexemptBrokers []string `json:"unexempt_brokers,omitempty"`
+	// Objectives: the configured latency objectives, and what defends them;
+	// ObjectiveTransitions counts their breakers' state changes.
+	Objectives           []ObjectiveView `json:"objectives,omitempty"`
+	ObjectiveTransitions uint64          `json:"objective_transitions"`
 }
 
 // ReloadResult is the verdict on one configuration reload: applied whole,

@@ -112,6 +112,13 @@ func writeStatus(w io.Writer, s *status.Snapshot) {
 		fmt.Fprintf(w, "kafka quotas: %d clients, client <default> %v, %d users, %d skipped, %d left out for room; %d imports, %d failed, last %s\n\n",
 			k.Clients, k.ClientDefault, k.Users, k.Skipped, k.LeftOut, k.Imports, k.Failures, last)
 	}
+	for _, o := range s.Objectives {
+		fmt.Fprintf(w, "latency objective %s %s p99 %.0f ms: %s, p99 %.1f ms over 10 s (%d requests), best-effort held to %.2f: %s\n",
+			o.Entity, o.Direction, o.ObjectiveMillis, o.State, o.P99Millis, o.Requests, o.Level, o.Why)
+	}
+	if len(s.Objectives) > 0 {
+		fmt.Fprintln(w)
+	}
 	for _, d := range s.Directions {
 		if !d.Enabled {
 			fmt.Fprintf(w, "%s: not governed (capacity -1)\n\n", d.Direction)
@@ -323,7 +330,11 @@ func writeExplain(w io.Writer, d status.DirectionView, e status.EntityView) {
 	fmt.Fprintf(w, "  step 3  green   min(effRes, demand) = %s\n", rate(e.Green))
 	fmt.Fprintf(w, "  step 4  extra   %s from spare, water-filled by weight\n", rate(e.Extra))
 	fmt.Fprintf(w, "  step 5  headroom %s of spare left after every claim\n", rate(e.Headroom))
-	fmt.Fprintf(w, "  step 6  limit   clamp(green + extra + headroom, effRes, limit) = %s\n", rate(e.DynamicLimit))
+	if e.HeldBy != "" {
+		fmt.Fprintf(w, "  step 6  limit   clamp(green + extra + headroom, effRes, limit), then held to %s by %s\n", rate(e.DynamicLimit), e.HeldBy)
+	} else {
+		fmt.Fprintf(w, "  step 6  limit   clamp(green + extra + headroom, effRes, limit) = %s\n", rate(e.DynamicLimit))
+	}
 	fmt.Fprintf(w, "  shaper          queue delay %.1f ms, %d packets dropped last cycle\n\n", e.QueueDelayMillis, e.DroppedPackets)
 }
 

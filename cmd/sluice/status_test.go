@@ -174,3 +174,27 @@ func TestExplainShowsLatency(t *testing.T) {
 		}
 	}
 }
+
+// status lists the latency objectives; explain says whose objective holds
+// an entity's limit.
+func TestStatusShowsObjectives(t *testing.T) {
+	e := status.EntityView{ID: 6, Kind: "client", Name: "bulk", State: "active", DynamicLimit: 4e6, HeldBy: "core's produce latency objective (p99 50ms)"}
+	snap := &status.Snapshot{Cycle: 3, Mode: "enforce", Shaper: "htb",
+		Objectives: []status.ObjectiveView{{Entity: "client:core", Direction: "produce", ObjectiveMillis: 50, P99Millis: 210, Requests: 300, State: "open", Level: 0.64, Why: "p99 210ms still over 50ms"}},
+		Directions: [2]status.DirectionView{{Direction: "produce", Enabled: true, Entities: []status.EntityView{e}}, {Direction: "fetch"}}}
+	sock := serveStatus(t, snap)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"status", "--socket", sock}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "latency objective client:core produce p99 50 ms: open, p99 210.0 ms over 10 s (300 requests), best-effort held to 0.64") {
+		t.Errorf("status:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"explain", "--socket", sock, "bulk"}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "then held to 3.815MiB/s by core's produce latency objective (p99 50ms)") {
+		t.Errorf("explain:\n%s", out.String())
+	}
+}
