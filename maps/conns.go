@@ -1,6 +1,7 @@
 package maps
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -198,9 +199,12 @@ func PinnedBindings(dir string) ([]Binding, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open pinned %s: %w", name, err)
 		}
-		if name == "conns4" {
+		switch {
+		case table.ValueSize() != uint32(binary.Size(sluiceConnState{})):
+			err = eachEarlierConn(table, name == "conns4", collect)
+		case name == "conns4":
 			err = eachConn(table, fromRaw4, collect)
-		} else {
+		default:
 			err = eachConn(table, fromRaw, collect)
 		}
 		table.Close()
@@ -209,4 +213,42 @@ func PinnedBindings(dir string) ([]Binding, error) {
 		}
 	}
 	return all, nil
+}
+
+// eachEarlierConn reads a connection table an earlier release pinned whose
+// values are shorter (fields appended since: maps/migrate.go
+// grownByAppending): each value is the start of this release's, the rest
+// zero.
+func eachEarlierConn(table *ebpf.Map, v4 bool, fn func(Binding)) error {
+	full := binary.Size(sluiceConnState{})
+	if int(table.ValueSize()) > full || int(table.ValueSize()) < full-binary.Size(sluiceConnState{}.Lat) {
+		return fmt.Errorf("values of %d bytes: a layout this build does not know (its own are %d)", table.ValueSize(), full)
+	}
+	key, value := make([]byte, table.KeySize()), make([]byte, table.ValueSize())
+	padded := make([]byte, full)
+	it := table.Iterate()
+	for it.Next(&key, &value) {
+		clear(padded)
+		copy(padded, value)
+		var st sluiceConnState
+		if err := binary.Read(bytes.NewReader(padded), binary.NativeEndian, &st); err != nil {
+			return err
+		}
+		var conn ConnKey
+		if v4 {
+			var k sluiceConnKey4
+			if err := binary.Read(bytes.NewReader(key), binary.NativeEndian, &k); err != nil {
+				return err
+			}
+			conn = fromRaw4(k)
+		} else {
+			var k sluiceConnKey
+			if err := binary.Read(bytes.NewReader(key), binary.NativeEndian, &k); err != nil {
+				return err
+			}
+			conn = fromRaw(k)
+		}
+		fn(Binding{Conn: conn, Produce: st.Bound.Entity[0], Fetch: st.Bound.Entity[1], Closing: st.Track.Closing != 0})
+	}
+	return it.Err()
 }

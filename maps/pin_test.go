@@ -309,6 +309,10 @@ func TestPinnedConnectionsCarriedIntoLongerValues(t *testing.T) {
 	}
 	old.Close()
 
+	// Tools and tests read what the earlier release left, as it is.
+	if left, err := PinnedBindings(opts.PinDir); err != nil || len(left) != 1 || left[0].Conn != key || left[0].Produce != 9 || left[0].Fetch != 10 {
+		t.Errorf("the earlier release's bindings read as %+v %v, want %s bound to 9/10", left, err, key)
+	}
 	if _, err := Load(opts); !errors.Is(err, ErrIncompatiblePins) {
 		t.Fatalf("longer values without Migrate: %v, want ErrIncompatiblePins", err)
 	}
