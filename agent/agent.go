@@ -295,6 +295,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	})
 	ids := a.registry.Limit()
 	a.ownSeries, a.seriesStale = make([]bool, ids), true
+	a.syncObjectives()
 	for _, d := range entity.Directions {
 		a.counters[d] = make([]maps.Counters, ids)
 		dc := directionConfig(cfg, d)

@@ -28,7 +28,6 @@ func (a *Agent) Cycle() error {
 }
 
 func (a *Agent) runCycle() error {
-	a.syncObjectives()
 	start := a.deps.Clock.Now()
 	a.cycle++
 	a.forgetPending()

@@ -33,7 +33,8 @@ type objective struct {
 }
 
 // syncObjectives makes the agent's objectives the configuration's,
-// keeping the breakers of those that did not change.
+// keeping the breakers of those that did not change: at start and when a
+// reload puts a configuration in force.
 func (a *Agent) syncObjectives() {
 	want := entity.Objectives(a.cfg.Entities)
 	kept := make([]*objective, 0, len(want))
@@ -125,14 +126,6 @@ func (a *Agent) objectiveViews() []status.ObjectiveView {
 		out = append(out, status.ObjectiveView{Entity: o.Key.String(), Direction: o.Direction.String(),
 			ObjectiveMillis: float64(o.P99) / float64(time.Millisecond), P99Millis: float64(o.p99) / float64(time.Millisecond),
 			Requests: o.samples, State: o.breaker.State().String(), Level: o.breaker.Level(), Why: o.verdict.Why})
-	}
-	return out
-}
-
-func cloneHeldBy(m map[uint32]string) map[uint32]string {
-	out := make(map[uint32]string, len(m))
-	for k, v := range m {
-		out[k] = v
 	}
 	return out
 }

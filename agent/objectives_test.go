@@ -60,3 +60,33 @@ func TestLatencyObjectiveTakesFromBestEffort(t *testing.T) {
 		t.Errorf("transitions %d, want open, half open and closed", r.a.objectiveTransitions)
 	}
 }
+
+// A reload that adds an objective puts it in force at once; one that keeps
+// it keeps its breaker; one that drops it ends it.
+func TestLatencyObjectiveFollowsReloads(t *testing.T) {
+	r := newRig(t, "")
+	r.cycle()
+	if s := r.cycle(); len(s.Objectives) != 0 {
+		t.Fatalf("objectives with none configured: %+v", s.Objectives)
+	}
+	with := baseConfig + "entities: {clients: {core: {produce_latency_objective: {p99: 50ms}}}}\n"
+	if err := reloadWith(t, r, with); err != nil {
+		t.Fatal(err)
+	}
+	first := r.a.objectives[0].breaker
+	if s := r.cycle(); len(s.Objectives) != 1 || s.Objectives[0].Entity != "client:core" || s.Objectives[0].ObjectiveMillis != 50 {
+		t.Fatalf("after the reload: %+v", s.Objectives)
+	}
+	if err := reloadWith(t, r, with+"update_threshold: 0.1\n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.a.objectives) != 1 || r.a.objectives[0].breaker != first {
+		t.Error("an unchanged objective lost its breaker across a reload")
+	}
+	if err := reloadWith(t, r, baseConfig); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.cycle(); len(s.Objectives) != 0 {
+		t.Errorf("a dropped objective stayed: %+v", s.Objectives)
+	}
+}

@@ -450,6 +450,7 @@ func (tx *reloadTx) shaperStep() reloadStep {
 func (tx *reloadTx) swap() {
 	a, old, next := tx.a, tx.old, tx.next
 	a.cfg = next
+	a.syncObjectives()
 	tx.forgetStale()
 	a.registry.SetUnconfiguredBudget(next.MaxUnconfiguredEntities)
 	a.newPerPeer.SetRate(next.NewEntitiesPerPeer)

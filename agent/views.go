@@ -5,6 +5,7 @@ package agent
 
 import (
 	"fmt"
+	stdmaps "maps"
 	"math"
 	"sort"
 	"time"
@@ -38,7 +39,10 @@ func (a *Agent) publish(now time.Time) {
 			p.dropped = append(p.dropped, dc.dropped[in.Slot])
 			p.ownSeries = append(p.ownSeries, a.ownSeries[in.Slot])
 		}
-		p.heldBy = cloneHeldBy(dc.heldBy)
+		p.heldBy = nil // copied only while an objective holds someone: most cycles, nobody
+		if len(dc.heldBy) > 0 {
+			p.heldBy = stdmaps.Clone(dc.heldBy)
+		}
 		p.others = dc.others
 		p.unknown.bytes = a.counters[dc.dir][entity.UnknownID].Bytes
 		w, u := a.cfg.RateWindow, int(entity.UnknownID)

@@ -50,16 +50,24 @@ func fromRaw4(r sluiceConnKey4) ConnKey {
 
 // table returns the connection table of k's address family and k's key in it.
 func (d *Datapath) table(k ConnKey) (*ebpf.Map, any) {
-	if k.Peer.Addr().Unmap().Is4() {
-		peer, local := k.Peer.Addr().Unmap().As4(), k.Local.Addr().Unmap().As4()
-		return d.objs.Conns4, sluiceConnKey4{
-			PeerAddr:  binary.NativeEndian.Uint32(peer[:]),
-			LocalAddr: binary.NativeEndian.Uint32(local[:]),
-			PeerPort:  k.Peer.Port(),
-			LocalPort: k.Local.Port(),
-		}
+	if key, ok := k.raw4(); ok {
+		return d.objs.Conns4, key
 	}
 	return d.objs.Conns6, k.raw()
+}
+
+// raw4 is k as the IPv4 table keys it (ok false for an IPv6 connection).
+func (k ConnKey) raw4() (sluiceConnKey4, bool) {
+	if !k.Peer.Addr().Unmap().Is4() {
+		return sluiceConnKey4{}, false
+	}
+	peer, local := k.Peer.Addr().Unmap().As4(), k.Local.Addr().Unmap().As4()
+	return sluiceConnKey4{
+		PeerAddr:  binary.NativeEndian.Uint32(peer[:]),
+		LocalAddr: binary.NativeEndian.Uint32(local[:]),
+		PeerPort:  k.Peer.Port(),
+		LocalPort: k.Local.Port(),
+	}, true
 }
 
 // Binding is a connection's entity per direction (produce, fetch).

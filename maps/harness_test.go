@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -143,4 +144,37 @@ type runOpts struct{ Data []byte }
 
 func (r runOpts) opts() *ebpf.RunOptions {
 	return &ebpf.RunOptions{Data: r.Data, Context: skbContext{}}
+}
+
+// pinnedAndClosed loads a data path pinned in a fresh bpffs and closes it,
+// leaving its pins as an agent that exited leaves them; it returns the
+// options (PinDir set).
+func pinnedAndClosed(t *testing.T) Options {
+	t.Helper()
+	netns.RequireRoot(t, "loads BPF programs")
+	opts := testOptions()
+	opts.PinDir = filepath.Join(bpffs(t), "sluice")
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	return opts
+}
+
+// policeRuns passes seg n times through the ingress program and counts
+// the verdicts: passed, or dropped by the police bucket.
+func (h *harness) policeRuns(seg segment, n int) (passed, dropped int) {
+	h.t.Helper()
+	for i := 0; i < n; i++ {
+		switch v, _ := h.run(Produce, seg); v {
+		case actUnspec:
+			passed++
+		case actShot:
+			dropped++
+		default:
+			h.t.Fatalf("verdict %d, want pass or drop", v)
+		}
+	}
+	return passed, dropped
 }

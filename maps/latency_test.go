@@ -28,6 +28,17 @@ func kafkaResp(corr int32, n int) []byte {
 	return append(b, make([]byte, n)...)
 }
 
+// latencyReader opens the data path's latency ring, closed with the test.
+func latencyReader(t *testing.T, h *harness) *LatencyReader {
+	t.Helper()
+	r, err := h.d.NewLatencyReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 func drainLatency(t *testing.T, r *LatencyReader) []LatencyEvent {
 	t.Helper()
 	var out []LatencyEvent
@@ -80,11 +91,7 @@ func TestLatencyMatchesResponses(t *testing.T) {
 	for fam, f := range families {
 		t.Run(f.name, func(t *testing.T) {
 			h := newHarness(t, testOptions())
-			r, err := h.d.NewLatencyReader()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
+			r := latencyReader(t, h)
 			c := newLatencyConn(h, fam, 40500)
 
 			// A: one segment each way.
@@ -142,11 +149,7 @@ func TestLatencyExpiresAndResyncs(t *testing.T) {
 	opts := testOptions()
 	opts.latencyExpire = 40 * time.Millisecond
 	h := newHarness(t, opts)
-	r, err := h.d.NewLatencyReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := latencyReader(t, h)
 	c := newLatencyConn(h, 0, 40501)
 	c.send(kafkaReq(0, 21, 10)) // never answered
 	// The expiry is what is tested: time has to pass.
@@ -184,11 +187,7 @@ func TestLatencyExpiresAndResyncs(t *testing.T) {
 // loss. Seeded: a failure is reproducible.
 func TestLatencyUnderRandomCuts(t *testing.T) {
 	h := newHarness(t, testOptions())
-	r, err := h.d.NewLatencyReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := latencyReader(t, h)
 	rng := rand.New(rand.NewPCG(34, 1))
 	// cut splits b into segments of at most 1400 bytes, each cut at a
 	// random point half the time (a test run takes at most a page).
@@ -268,11 +267,7 @@ func TestLatencyUnsyncedPendingGivesWay(t *testing.T) {
 	opts := testOptions()
 	opts.latencyUnsyncedWait = 30 * time.Millisecond
 	h := newHarness(t, opts)
-	r, err := h.d.NewLatencyReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := latencyReader(t, h)
 	c := newLatencyConn(h, 0, 40600)
 	c.send(kafkaReq(0, 31, 10)) // pending
 	// Its response after another's in one segment: no sync, no measurement.

@@ -275,14 +275,7 @@ func TestPinnedStateMigratesToOtherSizes(t *testing.T) {
 // each old value is the new one's start, its new fields zero. Without the
 // migration the same pins are refused.
 func TestPinnedConnectionsCarriedIntoLongerValues(t *testing.T) {
-	netns.RequireRoot(t, "loads BPF programs")
-	opts := testOptions()
-	opts.PinDir = filepath.Join(bpffs(t), "sluice")
-	d, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
+	opts := pinnedAndClosed(t)
 	// The earlier release's conns4: the value without the latency state.
 	latencyState := binary.Size(sluiceConnState{}.Lat)
 	full := binary.Size(sluiceConnState{})
@@ -293,7 +286,7 @@ func TestPinnedConnectionsCarriedIntoLongerValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := connKey(client4, broker4, 40200)
-	_, k4 := d.table(key)
+	k4, _ := key.raw4()
 	value := make([]byte, spec.ValueSize)
 	binary.NativeEndian.PutUint32(value[0:], 9)  // produce entity
 	binary.NativeEndian.PutUint32(value[4:], 10) // fetch entity
@@ -317,7 +310,7 @@ func TestPinnedConnectionsCarriedIntoLongerValues(t *testing.T) {
 		t.Fatalf("longer values without Migrate: %v, want ErrIncompatiblePins", err)
 	}
 	opts.Migrate = true
-	d, err = Load(opts)
+	d, err := Load(opts)
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}

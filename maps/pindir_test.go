@@ -82,14 +82,7 @@ func TestPinPathsSluiceRefuses(t *testing.T) {
 // load that died, reports them, and leaves anything else in the directory
 // (which then stays).
 func TestUnpinRemovesOnlyItsOwnPins(t *testing.T) {
-	netns.RequireRoot(t, "loads BPF programs")
-	opts := testOptions()
-	opts.PinDir = filepath.Join(bpffs(t), "sluice")
-	d, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
+	opts := pinnedAndClosed(t)
 	foreign, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -138,14 +131,7 @@ func TestUnpinRemovesOnlyItsOwnPins(t *testing.T) {
 // keeps its record of host objects until they are gone); a second Unpin
 // takes both.
 func TestUnpinKeepsWhatItIsAskedTo(t *testing.T) {
-	netns.RequireRoot(t, "loads BPF programs")
-	opts := testOptions()
-	opts.PinDir = filepath.Join(bpffs(t), "sluice")
-	d, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
+	opts := pinnedAndClosed(t)
 	if err := RecordOwned(opts.PinDir, OwnedIFB, 7, "slifb7"); err != nil {
 		t.Fatal(err)
 	}

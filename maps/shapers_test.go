@@ -137,17 +137,7 @@ func TestPoliceDropsBeyondTheBucket(t *testing.T) {
 	h := shaped(t, ShaperPolice, 0, 0, 5000)
 	h.d.SetEntityRates(Produce, []EntityRate{{Entity: 5, BytesPerSecond: 1000}})
 	seg := toBroker(client4, broker4, 40400, 1, flagACK, make([]byte, 1000))
-	var passed, dropped int
-	for i := 0; i < 10; i++ {
-		switch v, _ := h.run(Produce, seg); v {
-		case actUnspec:
-			passed++
-		case actShot:
-			dropped++
-		default:
-			t.Fatalf("verdict %d", v)
-		}
-	}
+	passed, dropped := h.policeRuns(seg, 10)
 	// The bucket starts empty and refills at most 1 s × 1000 B/s, capped at
 	// the burst: one segment's worth passes, the rest are dropped.
 	if passed != 1 || dropped != 9 {
@@ -182,17 +172,7 @@ func TestHTBPoliceSplitsTheDirections(t *testing.T) {
 		t.Errorf("produce without a rate: verdict %d priority %#x, want a plain pass", v, p)
 	}
 	h.d.SetEntityRates(Produce, []EntityRate{{Entity: 5, BytesPerSecond: 1000}})
-	var passed, dropped int
-	for i := 0; i < 10; i++ {
-		switch v, _ := h.run(Produce, seg); v {
-		case actUnspec:
-			passed++
-		case actShot:
-			dropped++
-		default:
-			t.Fatalf("produce: verdict %d, want pass or drop", v)
-		}
-	}
+	passed, dropped := h.policeRuns(seg, 10)
 	if passed < 1 || passed > 2 || dropped != 10-passed {
 		t.Errorf("produce at 1000 B/s: passed %d dropped %d, want the bucket's one or two segments through and the rest dropped", passed, dropped)
 	}

@@ -74,7 +74,9 @@ func bashCompletion(cmds []completedCommand) string {
 				fileFlags = append(fileFlags, f.spelling)
 			}
 		}
-		flagCases = append(flagCases, fmt.Sprintf("\t\t%s) flags=%q ;;", c.name, strings.Join(spellings, " ")))
+		if c.name != "completion" { // its word is the shell, completed above
+			flagCases = append(flagCases, fmt.Sprintf("\t\t%s) flags=%q ;;", c.name, strings.Join(spellings, " ")))
+		}
 	}
 	for w, flags := range words {
 		valueCases = append(valueCases, fmt.Sprintf("\t\t%s) COMPREPLY=($(compgen -W %q -- \"$cur\")); return ;;", strings.Join(flags, "|"), w))

@@ -288,7 +288,7 @@ type explanation struct {
 type output struct{ value *string }
 
 func outputFlag(fs *flagSet) output {
-	return output{fs.String("o", "text", "output format: text or json (the status socket's schema)")}
+	return output{fs.String("o", "text", "output format: text or json")}
 }
 
 func (o output) check() error {

@@ -27,19 +27,22 @@ func TestDebVersion(t *testing.T) {
 	}
 }
 
+// olderNewer are versions deploy/version.sh gives, each pair older first.
+var olderNewer = [][2]string{
+	{"0.151-gffff000", "0.152-g0000aaa"}, // hashes in the wrong order
+	{"0.99-gabc", "0.100-gabc"},
+	{"0.152-gabc", "0.152-gabc-dirty"},
+	{"0.500-gabc", "v1.0.0"},
+	{"v1.0.0", "v1.0.0-1-gabc"},
+}
+
 // Packages built from later commits sort as newer, by dpkg's own rules.
 func TestDebVersionsSortByAge(t *testing.T) {
 	dpkg, err := exec.LookPath("dpkg")
 	if err != nil {
 		t.Fatalf("dpkg is needed to compare versions as apt does: %v", err)
 	}
-	for _, pair := range [][2]string{
-		{"0.151-gffff000", "0.152-g0000aaa"}, // hashes in the wrong order
-		{"0.99-gabc", "0.100-gabc"},
-		{"0.152-gabc", "0.152-gabc-dirty"},
-		{"0.500-gabc", "v1.0.0"},
-		{"v1.0.0", "v1.0.0-1-gabc"},
-	} {
+	for _, pair := range olderNewer {
 		older, _ := debVersion(pair[0])
 		newer, _ := debVersion(pair[1])
 		if err := exec.Command(dpkg, "--compare-versions", older, "lt", newer).Run(); err != nil {
@@ -54,13 +57,7 @@ func TestRPMVersionsSortByAge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rpm is needed to compare versions as it does (make deps installs it): %v", err)
 	}
-	for _, pair := range [][2]string{
-		{"0.151-gffff000", "0.152-g0000aaa"},
-		{"0.99-gabc", "0.100-gabc"},
-		{"0.152-gabc", "0.152-gabc-dirty"},
-		{"0.500-gabc", "v1.0.0"},
-		{"v1.0.0", "v1.0.0-1-gabc"},
-	} {
+	for _, pair := range olderNewer {
 		older, err1 := rpmVersion(pair[0])
 		newer, err2 := rpmVersion(pair[1])
 		if err1 != nil || err2 != nil || strings.Contains(older+newer, "+") {
