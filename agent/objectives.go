@@ -12,13 +12,13 @@ import (
 
 // Latency objectives (#34 item 3): an entity's configured p99 for its
 // produce requests (or its fetches' time to first byte), measured at the
-// NIC over the trailing 10 s every cycle, and defended by a breaker
-// (latency.Breaker): after three windows over the objective it opens and
-// takes bandwidth from the direction's best-effort entities (no
-// reservation), the largest first, never below min_limit
-// (allocator.TrimLargest), lower on each bad window; after a cool-down it
-// probes, raising them in steps, and closes once the objective has held
-// three windows. Reservations and weights keep their meaning: only
+// NIC every cycle, and defended by a breaker (latency.Breaker): after
+// three 10 s windows over the objective it opens and takes bandwidth from
+// the direction's best-effort entities (no reservation), the largest
+// first, never below min_limit (allocator.TrimLargest), lower on each bad
+// window, each judged on the requests since the last change; after a
+// cool-down it probes, raising them in steps, and closes once the
+// objective has held three windows, the last at full level. Reservations and weights keep their meaning: only
 // best-effort traffic gives.
 
 type objective struct {
@@ -73,7 +73,7 @@ func (a *Agent) defendObjectives(dc *direction, now time.Time) {
 		if id, ok := a.registry.Lookup(o.Key); ok {
 			own = id
 			if s := a.lat.series[latencyKey{dir: dc.dir, id: id, api: api}]; s != nil {
-				o.p99, o.samples = s.window.Quantile(now, 10*time.Second, 0.99)
+				o.p99, o.samples = s.window.QuantileSince(now, o.breaker.Since(now), 0.99)
 			}
 		}
 		o.verdict = o.breaker.Evaluate(now, o.p99, o.samples)

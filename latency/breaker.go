@@ -14,8 +14,16 @@ type Objective struct {
 	// Recover is how many consecutive windows under P99, half open, close it.
 	Recover int
 	// CoolDown is how long the breaker stays open after its last bad window
-	// before it probes (half open).
-	CoolDown time.Duration
+	// before it probes (half open). A probe that misses doubles it, up to
+	// MaxCoolDown, so that lasting contention is probed less and less
+	// often; closing restores it.
+	CoolDown, MaxCoolDown time.Duration
+	// Window is the span a closed breaker judges: the trailing window.
+	// Open or half open, it judges only what came after its last change
+	// of level (at most Window): the samples of an older level say
+	// nothing of the new one, and judging them would lower the level
+	// again for every second they stay in the window.
+	Window time.Duration
 	// MinSamples: a window with fewer requests decides nothing (too few to
 	// have a 99th percentile).
 	MinSamples int
@@ -26,11 +34,12 @@ type Objective struct {
 	Floor float64
 }
 
-// DefaultObjective is p99 with the design's defaults: 3 windows to trip and
-// to recover, a 10 s cool-down, 20 samples a window, steps of 0.8, a floor
-// of 0.05.
+// DefaultObjective is p99 with the design's defaults: a 10 s window, 3
+// windows to trip and to recover, a 10 s cool-down doubling up to 80 s,
+// 20 samples a window, steps of 0.8, a floor of 0.05.
 func DefaultObjective(p99 time.Duration) Objective {
-	return Objective{P99: p99, Trip: 3, Recover: 3, CoolDown: 10 * time.Second, MinSamples: 20, Step: 0.8, Floor: 0.05}
+	return Objective{P99: p99, Window: 10 * time.Second, Trip: 3, Recover: 3, CoolDown: 10 * time.Second, MaxCoolDown: 80 * time.Second,
+		MinSamples: 20, Step: 0.8, Floor: 0.05}
 }
 
 // Validate says what is wrong with an objective, naming the field.
@@ -40,8 +49,10 @@ func (o Objective) Validate() error {
 		return fmt.Errorf("p99 %v: want more than 0 and at most %v", o.P99, MaxLatency)
 	case o.Trip < 1 || o.Recover < 1:
 		return fmt.Errorf("trip %d, recover %d: want at least 1 window each", o.Trip, o.Recover)
-	case o.CoolDown < 0:
-		return fmt.Errorf("cool-down %v: want 0 or more", o.CoolDown)
+	case o.Window < time.Second:
+		return fmt.Errorf("window %v: want at least 1s", o.Window)
+	case o.CoolDown < 0 || o.MaxCoolDown < o.CoolDown:
+		return fmt.Errorf("cool-down %v (at most %v): want 0 or more, and a maximum no lower", o.CoolDown, o.MaxCoolDown)
 	case o.MinSamples < 1:
 		return fmt.Errorf("min samples %d: want at least 1", o.MinSamples)
 	case !(o.Step > 0 && o.Step < 1):
@@ -79,10 +90,31 @@ type Breaker struct {
 	level     float64
 	bad, good int
 	lastBad   time.Time
+	// changed is when the level last changed; coolDown the present one.
+	changed  time.Time
+	coolDown time.Duration
 }
 
 // NewBreaker starts closed at level 1. The objective must be valid.
-func NewBreaker(o Objective) *Breaker { return &Breaker{obj: o, level: 1} }
+func NewBreaker(o Objective) *Breaker { return &Breaker{obj: o, level: 1, coolDown: o.CoolDown} }
+
+// Since is where the window the next evaluation at now must be given
+// starts: the objective's window back from now while closed; open or half
+// open, the level's last change (at most the window back), so that each
+// level is judged on the requests that met it.
+func (b *Breaker) Since(now time.Time) time.Time {
+	from := now.Add(time.Second - b.obj.Window) // the window's seconds, now's included
+	if b.state != Closed && b.changed.After(from) {
+		return b.changed
+	}
+	return from
+}
+
+func (b *Breaker) setLevel(now time.Time, level float64) {
+	if level != b.level {
+		b.level, b.changed = level, now
+	}
+}
 
 // Verdict is one evaluation's outcome.
 type Verdict struct {
@@ -96,7 +128,7 @@ type Verdict struct {
 }
 
 // Evaluate takes one window's p99 and sample count at now (once a cycle,
-// over the trailing 10 s) and moves the breaker.
+// over the requests since Since(now)) and moves the breaker.
 func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdict {
 	from := b.state
 	why := ""
@@ -110,7 +142,8 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 			b.bad++
 			why = fmt.Sprintf("p99 %v over %v (%d of %d windows)", p99, b.obj.P99, b.bad, b.obj.Trip)
 			if b.bad >= b.obj.Trip {
-				b.state, b.level, b.lastBad = Open, max(b.obj.Floor, b.obj.Step), now
+				b.state, b.lastBad = Open, now
+				b.setLevel(now, max(b.obj.Floor, b.obj.Step))
 				why = fmt.Sprintf("p99 %v over %v for %d windows: best-effort traffic held to %.2f", p99, b.obj.P99, b.bad, b.level)
 			}
 		case good:
@@ -122,28 +155,29 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 	case Open:
 		switch {
 		case bad:
-			b.level, b.lastBad = max(b.obj.Floor, b.level*b.obj.Step), now
+			b.lastBad = now
+			b.setLevel(now, max(b.obj.Floor, b.level*b.obj.Step))
 			why = fmt.Sprintf("p99 %v still over %v: best-effort traffic held to %.2f", p99, b.obj.P99, b.level)
-		case now.Sub(b.lastBad) >= b.obj.CoolDown:
+		case now.Sub(b.lastBad) >= b.coolDown:
 			b.state, b.good = HalfOpen, 0
-			why = fmt.Sprintf("no window over %v for %v: probing", b.obj.P99, b.obj.CoolDown)
+			why = fmt.Sprintf("no window over %v for %v: probing", b.obj.P99, b.coolDown)
 		default:
-			why = fmt.Sprintf("holding at %.2f for the cool-down", b.level)
+			why = fmt.Sprintf("holding at %.2f for the cool-down (%v)", b.level, b.coolDown)
 		}
 	case HalfOpen:
 		switch {
 		case bad:
-			b.state, b.good = Open, 0
-			b.level, b.lastBad = max(b.obj.Floor, b.level*b.obj.Step), now
-			why = fmt.Sprintf("p99 %v over %v while probing: held to %.2f again", p99, b.obj.P99, b.level)
+			b.state, b.good, b.lastBad = Open, 0, now
+			b.coolDown = min(b.obj.MaxCoolDown, 2*b.coolDown)
+			b.setLevel(now, max(b.obj.Floor, b.level*b.obj.Step))
+			why = fmt.Sprintf("p99 %v over %v while probing: held to %.2f again, next probe after %v", p99, b.obj.P99, b.level, b.coolDown)
+		case good && b.level >= 1 && b.good+1 >= b.obj.Recover:
+			b.state, b.bad, b.good, b.coolDown = Closed, 0, 0, b.obj.CoolDown
+			why = fmt.Sprintf("p99 within %v for %d windows, the last at full level: released", b.obj.P99, b.obj.Recover)
 		case good:
 			b.good++
-			b.level = min(1, b.level/b.obj.Step)
+			b.setLevel(now, min(1, b.level/b.obj.Step))
 			why = fmt.Sprintf("p99 %v within %v (%d of %d windows): raised to %.2f", p99, b.obj.P99, b.good, b.obj.Recover, b.level)
-			if b.good >= b.obj.Recover {
-				b.state, b.level, b.bad = Closed, 1, 0
-				why = fmt.Sprintf("p99 within %v for %d windows: released", b.obj.P99, b.good)
-			}
 		default:
 			why = fmt.Sprintf("%d requests in the window, fewer than %d: no decision", samples, b.obj.MinSamples)
 		}

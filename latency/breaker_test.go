@@ -8,9 +8,11 @@ import (
 
 // The breaker's worked sequence (docs/design.md §9): three bad windows
 // open it and lower best-effort traffic; while open each bad window
-// lowers it again; a window with too few requests decides nothing; after
-// the cool-down with no bad window it probes, raising in steps; a bad
-// window while probing opens it again; three good ones close it.
+// lowers it again, judged only on what came after the last change; a
+// window with too few requests decides nothing; after the cool-down with
+// no bad window it probes, raising in steps; a bad window while probing
+// opens it again and doubles the cool-down; good windows raise it back
+// to full, and it closes once three were good, the last at full level.
 func TestBreakerSequence(t *testing.T) {
 	o := DefaultObjective(50 * time.Millisecond)
 	if err := o.Validate(); err != nil {
@@ -23,35 +25,49 @@ func TestBreakerSequence(t *testing.T) {
 		at      int // seconds after t0
 		p99     time.Duration
 		samples int
+		since   int // seconds after t0: the window the breaker asks to be judged on starts there
 		state   State
 		level   float64
 		changed bool
 	}{
-		{0, 40 * ms, 100, Closed, 1, false},
-		{1, 80 * ms, 100, Closed, 1, false},  // bad 1
-		{2, 80 * ms, 5, Closed, 1, false},    // too few: no decision
-		{3, 80 * ms, 100, Closed, 1, false},  // bad 2
-		{4, 40 * ms, 100, Closed, 1, false},  // good: the count starts again
-		{5, 80 * ms, 100, Closed, 1, false},  // bad 1
-		{6, 80 * ms, 100, Closed, 1, false},  // bad 2
-		{7, 80 * ms, 100, Open, 0.8, true},   // bad 3: open
-		{8, 70 * ms, 100, Open, 0.64, false}, // still bad: lower
-		{9, 45 * ms, 100, Open, 0.64, false}, // good: hold for the cool-down
-		{17, 45 * ms, 100, Open, 0.64, false},
-		{18, 45 * ms, 100, HalfOpen, 0.64, true}, // 10 s since the last bad window
-		{19, 45 * ms, 100, HalfOpen, 0.8, false}, // good 1: raise
-		{20, 60 * ms, 100, Open, 0.64, true},     // bad while probing
-		{30, 45 * ms, 100, HalfOpen, 0.64, true},
-		{31, 45 * ms, 100, HalfOpen, 0.8, false},
-		{32, 45 * ms, 3, HalfOpen, 0.8, false}, // too few
-		{33, 45 * ms, 100, HalfOpen, 1, false},
-		{34, 45 * ms, 100, Closed, 1, true}, // good 3: closed
+		{0, 40 * ms, 100, -9, Closed, 1, false},
+		{1, 80 * ms, 100, -8, Closed, 1, false},      // bad 1
+		{2, 80 * ms, 5, -7, Closed, 1, false},        // too few: no decision
+		{3, 80 * ms, 100, -6, Closed, 1, false},      // bad 2
+		{4, 40 * ms, 100, -5, Closed, 1, false},      // good: the count starts again
+		{5, 80 * ms, 100, -4, Closed, 1, false},      // bad 1
+		{6, 80 * ms, 100, -3, Closed, 1, false},      // bad 2
+		{7, 80 * ms, 100, -2, Open, 0.8, true},       // bad 3: open
+		{8, 70 * ms, 100, 7, Open, 0.64, false},      // still bad since the change: lower
+		{9, 45 * ms, 100, 8, Open, 0.64, false},      // good: hold for the cool-down
+		{17, 45 * ms, 100, 8, Open, 0.64, false},     // (the window grows with the level's age)
+		{18, 45 * ms, 100, 9, HalfOpen, 0.64, true},  // 10 s since the last bad window
+		{19, 45 * ms, 100, 10, HalfOpen, 0.8, false}, // good 1: raise
+		{20, 60 * ms, 100, 19, Open, 0.64, true},     // bad while probing: the cool-down doubles
+		{30, 45 * ms, 100, 21, Open, 0.64, false},    // 10 s is no longer enough
+		{40, 45 * ms, 100, 31, HalfOpen, 0.64, true}, // 20 s
+		{41, 45 * ms, 100, 32, HalfOpen, 0.8, false},
+		{42, 45 * ms, 3, 41, HalfOpen, 0.8, false}, // too few
+		{43, 45 * ms, 100, 41, HalfOpen, 1, false},
+		{44, 45 * ms, 100, 43, Closed, 1, true}, // good 3, at full level: closed
+		{45, 45 * ms, 100, 36, Closed, 1, false},
 	}
 	for _, s := range steps {
-		v := b.Evaluate(t0.Add(time.Duration(s.at)*time.Second), s.p99, s.samples)
+		now := t0.Add(time.Duration(s.at) * time.Second)
+		if since := b.Since(now); !since.Equal(t0.Add(time.Duration(s.since) * time.Second)) {
+			t.Fatalf("at %d s: judged since %v, want %d s", s.at, since.Sub(t0), s.since)
+		}
+		v := b.Evaluate(now, s.p99, s.samples)
 		if v.State != s.state || abs(v.Level-s.level) > 1e-9 || v.Changed != s.changed || v.Why == "" {
 			t.Fatalf("at %d s (p99 %v, %d samples): %+v, want %v level %g changed %v", s.at, s.p99, s.samples, v, s.state, s.level, s.changed)
 		}
+	}
+	// Closing restored the cool-down: the next probe comes after 10 s.
+	for _, at := range []int{46, 47, 48} {
+		b.Evaluate(t0.Add(time.Duration(at)*time.Second), 80*ms, 100)
+	}
+	if v := b.Evaluate(t0.Add(58*time.Second), 45*ms, 100); v.State != HalfOpen {
+		t.Fatalf("10 s after opening again: %+v, want half open (the cool-down back at 10 s)", v)
 	}
 	// The level never goes below the floor, however long it stays bad.
 	for i := range 100 {
@@ -71,6 +87,8 @@ func TestObjectiveValidate(t *testing.T) {
 		{func(o *Objective) { o.P99 = 2 * time.Minute }, "p99"},
 		{func(o *Objective) { o.Trip = 0 }, "trip"},
 		{func(o *Objective) { o.CoolDown = -time.Second }, "cool-down"},
+		{func(o *Objective) { o.MaxCoolDown = time.Second }, "cool-down"},
+		{func(o *Objective) { o.Window = 0 }, "window"},
 		{func(o *Objective) { o.MinSamples = 0 }, "min samples"},
 		{func(o *Objective) { o.Step = 1 }, "step"},
 		{func(o *Objective) { o.Floor = 0 }, "floor"},

@@ -108,12 +108,24 @@ func (w *Window) Quantile(now time.Time, span time.Duration, q float64) (time.Du
 // Counts sums the buckets over the span ending at now.
 func (w *Window) Counts(now time.Time, span time.Duration) ([]uint64, int) {
 	seconds := int64(min(max(span/time.Second, 1), windowSeconds))
-	end := now.Unix()
+	return w.countsFrom(now.Unix()-seconds+1, now.Unix())
+}
+
+// QuantileSince is Quantile over the seconds from since's (included, so
+// that what came in the rest of that second counts) to now's, at most a
+// minute.
+func (w *Window) QuantileSince(now, since time.Time, q float64) (time.Duration, int) {
+	counts, total := w.countsFrom(max(since.Unix(), now.Unix()-windowSeconds+1), now.Unix())
+	return quantile(counts, total, q), total
+}
+
+// countsFrom sums the slots of the seconds first to end, both included.
+func (w *Window) countsFrom(first, end int64) ([]uint64, int) {
 	out := make([]uint64, NumBuckets)
 	total := 0
 	for i := range w.slots {
 		s := &w.slots[i]
-		if s.counts == nil || s.second > end || s.second <= end-seconds {
+		if s.counts == nil || s.second > end || s.second < first {
 			continue
 		}
 		for b, c := range s.counts {

@@ -114,3 +114,38 @@ func BenchmarkQuantile(b *testing.B) {
 		w.Quantile(now, 10*time.Second, 0.99)
 	}
 }
+
+// QuantileSince counts the seconds from since's to now's, both included,
+// and no further back than the window keeps.
+func TestWindowQuantileSince(t *testing.T) {
+	var w Window
+	t0 := time.Unix(1_800_000_000, 0)
+	for s := range 70 {
+		for range s + 1 { // second s holds s+1 requests of s+1 ms
+			w.Observe(t0.Add(time.Duration(s)*time.Second+300*time.Millisecond), time.Duration(s+1)*time.Millisecond)
+		}
+	}
+	now := t0.Add(69*time.Second + 900*time.Millisecond)
+	for _, c := range []struct {
+		since time.Time
+		n     int
+	}{
+		{t0.Add(69*time.Second + 500*time.Millisecond), 70}, // now's second only
+		{t0.Add(67 * time.Second), 68 + 69 + 70},
+		{t0, 0}, // clamped to the window: seconds 10 to 69
+	} {
+		_, n := w.QuantileSince(now, c.since, 0.99)
+		want := c.n
+		if want == 0 {
+			for s := 10; s < 70; s++ {
+				want += s + 1
+			}
+		}
+		if n != want {
+			t.Errorf("since %v: %d requests, want %d", c.since.Sub(t0), n, want)
+		}
+	}
+	if p99, _ := w.QuantileSince(now, t0.Add(69*time.Second), 0.99); p99 < 60*time.Millisecond || p99 > 80*time.Millisecond {
+		t.Errorf("p99 of second 69's 70 ms requests: %v", p99)
+	}
+}
