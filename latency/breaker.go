@@ -27,19 +27,23 @@ type Objective struct {
 	// MinSamples: a window with fewer requests decides nothing (too few to
 	// have a 99th percentile).
 	MinSamples int
-	// Step is the factor the level falls by on each bad window while open,
-	// and rises by (1/Step) on each good window while half open.
+	// Step is the factor the level falls by on each bad window while open
+	// or half open.
 	Step float64
+	// Raise is what the level rises by on each good window while half open:
+	// added, not multiplied, so that a probe nears the level that failed
+	// last in small steps and misses it by little.
+	Raise float64
 	// Floor is the lowest level.
 	Floor float64
 }
 
 // DefaultObjective is p99 with the design's defaults: a 10 s window, 3
 // windows to trip and to recover, a 10 s cool-down doubling up to 80 s,
-// 20 samples a window, steps of 0.8, a floor of 0.05.
+// 20 samples a window, steps down of 0.8 and up of 0.05, a floor of 0.05.
 func DefaultObjective(p99 time.Duration) Objective {
 	return Objective{P99: p99, Window: 10 * time.Second, Trip: 3, Recover: 3, CoolDown: 10 * time.Second, MaxCoolDown: 80 * time.Second,
-		MinSamples: 20, Step: 0.8, Floor: 0.05}
+		MinSamples: 20, Step: 0.8, Raise: 0.05, Floor: 0.05}
 }
 
 // Validate says what is wrong with an objective, naming the field.
@@ -57,6 +61,8 @@ func (o Objective) Validate() error {
 		return fmt.Errorf("min samples %d: want at least 1", o.MinSamples)
 	case !(o.Step > 0 && o.Step < 1):
 		return fmt.Errorf("step %g: want between 0 and 1", o.Step)
+	case !(o.Raise > 0 && o.Raise <= 1):
+		return fmt.Errorf("raise %g: want more than 0 and at most 1", o.Raise)
 	case !(o.Floor > 0 && o.Floor <= 1):
 		return fmt.Errorf("floor %g: want more than 0 and at most 1", o.Floor)
 	}
@@ -176,7 +182,7 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 			why = fmt.Sprintf("p99 within %v for %d windows, the last at full level: released", b.obj.P99, b.obj.Recover)
 		case good:
 			b.good++
-			b.setLevel(now, min(1, b.level/b.obj.Step))
+			b.setLevel(now, min(1, b.level+b.obj.Raise))
 			why = fmt.Sprintf("p99 %v within %v (%d of %d windows): raised to %.2f", p99, b.obj.P99, b.good, b.obj.Recover, b.level)
 		default:
 			why = fmt.Sprintf("%d requests in the window, fewer than %d: no decision", samples, b.obj.MinSamples)

@@ -12,7 +12,8 @@ import (
 // window with too few requests decides nothing; after the cool-down with
 // no bad window it probes, raising in steps; a bad window while probing
 // opens it again and doubles the cool-down; good windows raise it back
-// to full, and it closes once three were good, the last at full level.
+// to full by 0.05 each, and it closes once three were good, the last at
+// full level.
 func TestBreakerSequence(t *testing.T) {
 	o := DefaultObjective(50 * time.Millisecond)
 	if err := o.Validate(); err != nil {
@@ -31,26 +32,23 @@ func TestBreakerSequence(t *testing.T) {
 		changed bool
 	}{
 		{0, 40 * ms, 100, -9, Closed, 1, false},
-		{1, 80 * ms, 100, -8, Closed, 1, false},      // bad 1
-		{2, 80 * ms, 5, -7, Closed, 1, false},        // too few: no decision
-		{3, 80 * ms, 100, -6, Closed, 1, false},      // bad 2
-		{4, 40 * ms, 100, -5, Closed, 1, false},      // good: the count starts again
-		{5, 80 * ms, 100, -4, Closed, 1, false},      // bad 1
-		{6, 80 * ms, 100, -3, Closed, 1, false},      // bad 2
-		{7, 80 * ms, 100, -2, Open, 0.8, true},       // bad 3: open
-		{8, 70 * ms, 100, 7, Open, 0.64, false},      // still bad since the change: lower
-		{9, 45 * ms, 100, 8, Open, 0.64, false},      // good: hold for the cool-down
-		{17, 45 * ms, 100, 8, Open, 0.64, false},     // (the window grows with the level's age)
-		{18, 45 * ms, 100, 9, HalfOpen, 0.64, true},  // 10 s since the last bad window
-		{19, 45 * ms, 100, 10, HalfOpen, 0.8, false}, // good 1: raise
-		{20, 60 * ms, 100, 19, Open, 0.64, true},     // bad while probing: the cool-down doubles
-		{30, 45 * ms, 100, 21, Open, 0.64, false},    // 10 s is no longer enough
-		{40, 45 * ms, 100, 31, HalfOpen, 0.64, true}, // 20 s
-		{41, 45 * ms, 100, 32, HalfOpen, 0.8, false},
-		{42, 45 * ms, 3, 41, HalfOpen, 0.8, false}, // too few
-		{43, 45 * ms, 100, 41, HalfOpen, 1, false},
-		{44, 45 * ms, 100, 43, Closed, 1, true}, // good 3, at full level: closed
-		{45, 45 * ms, 100, 36, Closed, 1, false},
+		{1, 80 * ms, 100, -8, Closed, 1, false},       // bad 1
+		{2, 80 * ms, 5, -7, Closed, 1, false},         // too few: no decision
+		{3, 80 * ms, 100, -6, Closed, 1, false},       // bad 2
+		{4, 40 * ms, 100, -5, Closed, 1, false},       // good: the count starts again
+		{5, 80 * ms, 100, -4, Closed, 1, false},       // bad 1
+		{6, 80 * ms, 100, -3, Closed, 1, false},       // bad 2
+		{7, 80 * ms, 100, -2, Open, 0.8, true},        // bad 3: open
+		{8, 70 * ms, 100, 7, Open, 0.64, false},       // still bad since the change: lower
+		{9, 45 * ms, 100, 8, Open, 0.64, false},       // good: hold for the cool-down
+		{17, 45 * ms, 100, 8, Open, 0.64, false},      // (the window grows with the level's age)
+		{18, 45 * ms, 100, 9, HalfOpen, 0.64, true},   // 10 s since the last bad window
+		{19, 45 * ms, 100, 10, HalfOpen, 0.69, false}, // good 1: raise by 0.05
+		{20, 60 * ms, 100, 19, Open, 0.552, true},     // bad while probing: the cool-down doubles
+		{30, 45 * ms, 100, 21, Open, 0.552, false},    // 10 s is no longer enough
+		{40, 45 * ms, 100, 31, HalfOpen, 0.552, true}, // 20 s
+		{41, 45 * ms, 100, 32, HalfOpen, 0.602, false},
+		{42, 45 * ms, 3, 41, HalfOpen, 0.602, false}, // too few
 	}
 	for _, s := range steps {
 		now := t0.Add(time.Duration(s.at) * time.Second)
@@ -62,11 +60,28 @@ func TestBreakerSequence(t *testing.T) {
 			t.Fatalf("at %d s (p99 %v, %d samples): %+v, want %v level %g changed %v", s.at, s.p99, s.samples, v, s.state, s.level, s.changed)
 		}
 	}
+	// Good windows raise it by 0.05 each to full level; the next good one
+	// closes it.
+	at := 43
+	for want := 0.652; want < 1; want += 0.05 {
+		if v := b.Evaluate(t0.Add(time.Duration(at)*time.Second), 45*ms, 100); v.State != HalfOpen || abs(v.Level-want) > 1e-9 {
+			t.Fatalf("at %d s: %+v, want half open at %g", at, v, want)
+		}
+		at++
+	}
+	if v := b.Evaluate(t0.Add(time.Duration(at)*time.Second), 45*ms, 100); v.State != HalfOpen || v.Level != 1 {
+		t.Fatalf("at %d s: %+v, want half open at full level", at, v)
+	}
+	at++
+	if v := b.Evaluate(t0.Add(time.Duration(at)*time.Second), 45*ms, 100); v.State != Closed || !v.Changed {
+		t.Fatalf("at %d s: %+v, want closed (good at full level)", at, v)
+	}
 	// Closing restored the cool-down: the next probe comes after 10 s.
-	for _, at := range []int{46, 47, 48} {
+	for range 3 {
+		at++
 		b.Evaluate(t0.Add(time.Duration(at)*time.Second), 80*ms, 100)
 	}
-	if v := b.Evaluate(t0.Add(58*time.Second), 45*ms, 100); v.State != HalfOpen {
+	if v := b.Evaluate(t0.Add(time.Duration(at+10)*time.Second), 45*ms, 100); v.State != HalfOpen {
 		t.Fatalf("10 s after opening again: %+v, want half open (the cool-down back at 10 s)", v)
 	}
 	// The level never goes below the floor, however long it stays bad.
@@ -92,6 +107,7 @@ func TestObjectiveValidate(t *testing.T) {
 		{func(o *Objective) { o.MinSamples = 0 }, "min samples"},
 		{func(o *Objective) { o.Step = 1 }, "step"},
 		{func(o *Objective) { o.Floor = 0 }, "floor"},
+		{func(o *Objective) { o.Raise = 0 }, "raise"},
 	} {
 		o := DefaultObjective(50 * time.Millisecond)
 		c.mutate(&o)
