@@ -121,6 +121,11 @@ test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespa
 e2e: $(BPF_OBJ) ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
 	$(GO) test -count=1 -v -timeout 20m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
 
+.PHONY: latency-plot
+latency-plot: $(BPF_OBJ) ## the latency testbed's four runs as tail CDFs: docs/latency.png and latency-results.json (root)
+	$(GO) test -count=1 -v -timeout 10m -run '^TestScenarioLatencyTestbed$$' ./test/e2e/ -args -results $(CURDIR)/latency-results.json -latency-cdf $(CURDIR)/latency-testbed.json
+	$(GO) run ./test/latencyplot -in latency-testbed.json -out docs/latency.png
+
 .PHONY: adversarial
 adversarial: $(BPF_OBJ) ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)
 	$(GO) test -count=1 -v -timeout 30m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json

@@ -163,7 +163,7 @@ func run(out string) error {
 		}
 	}
 	path, _ := filepath.Abs(out)
-	if err := plot(path, samples, story); err != nil {
+	if err := drawStory(path, samples, story); err != nil {
 		return err
 	}
 	fmt.Printf("\nwrote %s: each entity's rate measured by the kernel (solid) against its dynamic limit (dotted) and reservation (dashed); sluice's own counter faint\n", path)

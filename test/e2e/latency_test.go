@@ -102,12 +102,7 @@ func latencyAccuracy(t *testing.T, name string, perSecond float64, delay bool) {
 		clientMicros = append(clientMicros, one...)
 	}
 	slices.Sort(clientMicros)
-	quantile := func(q float64) float64 { // the client's, exactly (ms)
-		if len(clientMicros) == 0 {
-			return 0
-		}
-		return clientMicros[min(len(clientMicros)-1, int(math.Ceil(q*float64(len(clientMicros))))-1)] / 1000
-	}
+	quantile := func(q float64) float64 { return quantileOf(clientMicros, q) / 1000 } // the client's, exactly (ms)
 	var sluice status.LatencyView
 	if e := entityOf(s, maps.Produce, "client", "core"); e != nil {
 		for _, v := range e.Latency {

@@ -70,6 +70,13 @@ type Options struct {
 	// replicas would): a broker whose latency a test can tell from noise.
 	// Called from kfake's goroutines.
 	ProduceDelay func() time.Duration
+	// DiskBytesPerSecond, when set, gives the broker a disk: every Produce
+	// request's record bytes are written by one writer at this rate, in
+	// the order the requests came, before the request is handled (and
+	// before ProduceDelay, the wait for replicas). One tenant's backlog
+	// then delays every other's produce, inside the broker, where the NIC
+	// sees it: the latency testbed's bottleneck.
+	DiskBytesPerSecond float64
 }
 
 // SASLUser is a login kfake accepts.
@@ -178,11 +185,14 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 		w.Close()
 		return nil, err
 	}
-	if o.ProduceDelay != nil {
-		c := w.Kafka
-		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+	if o.ProduceDelay != nil || o.DiskBytesPerSecond > 0 {
+		c, disk := w.Kafka, &disk{bytesPerSecond: o.DiskBytesPerSecond}
+		c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 			c.KeepControl()
-			d := o.ProduceDelay()
+			d := disk.write(time.Now(), req.(*kmsg.ProduceRequest))
+			if o.ProduceDelay != nil {
+				d += o.ProduceDelay()
+			}
 			c.SleepControl(func() { time.Sleep(d) })
 			return nil, nil, false // handled by kfake as usual, after the delay
 		})
@@ -194,6 +204,39 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 		}
 	}
 	return w, nil
+}
+
+// disk is a broker's log disk: one writer at a fixed rate, first come
+// first served.
+type disk struct {
+	bytesPerSecond float64
+	mu             sync.Mutex
+	free           time.Time // when the writer is done with what it has
+}
+
+// write queues a Produce request's record bytes at now and answers how
+// long until they are written (0 with no disk).
+func (d *disk) write(now time.Time, req *kmsg.ProduceRequest) time.Duration {
+	if d.bytesPerSecond <= 0 {
+		return 0
+	}
+	n := 0
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			n += len(p.Records)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.free = later(d.free, now).Add(time.Duration(float64(n) / d.bytesPerSecond * float64(time.Second)))
+	return d.free.Sub(now)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // segmentBytes is the log segment size of a world that keeps records.

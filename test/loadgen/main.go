@@ -49,6 +49,7 @@ type opts struct {
 	tlsCA, sourceAddr                            string        // franz: connect with TLS trusting this CA; from this local address
 	latencyOut                                   string        // franz produce: write each Produce request's wait for its response here (latency.go)
 	maxInflight                                  int           // franz produce: Produce requests in flight per connection (>1 turns idempotence off)
+	batchMaxBytes                                int           // franz produce: a record batch's largest size (0: franz's default)
 }
 
 // saslOpts is franz's login for -sasl-mechanism (none when unset), and
@@ -106,6 +107,7 @@ func main() {
 	flag.StringVar(&o.sourceAddr, "source-addr", "", "franz: connect from this local address")
 	flag.BoolVar(&o.randomIDs, "random-ids", false, "raw churn: every connection names a new client-id (-client-id as prefix)")
 	flag.IntVar(&o.maxInflight, "max-inflight", 1, "franz produce: Produce requests in flight per connection (more than 1 turns idempotent writes off, as Kafka requires)")
+	flag.IntVar(&o.batchMaxBytes, "batch-max-bytes", 0, "franz produce: a record batch's largest size in bytes, as Java's batch.size (0: franz's default, about 1 MB)")
 	flag.StringVar(&o.latencyOut, "latency-out", "", "franz produce: write each Produce request's wait for its response (µs, JSON) to this file at the end")
 	flag.Parse()
 	if o.valueBytes < 12 {
@@ -340,6 +342,9 @@ func franzProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error 
 		kgo.MaxBufferedRecords(64), kgo.ProducerLinger(0), kgo.WithHooks(&latencies))
 	if o.maxInflight > 1 {
 		copts = append(copts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(o.maxInflight))
+	}
+	if o.batchMaxBytes > 0 {
+		copts = append(copts, kgo.ProducerBatchMaxBytes(int32(o.batchMaxBytes)))
 	}
 	cl, err := kgo.NewClient(copts...)
 	if err != nil {
