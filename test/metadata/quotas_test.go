@@ -1,4 +1,4 @@
-package metadata
+package metadata_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/metadata"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -38,7 +39,7 @@ func TestImportClusterQuotas(t *testing.T) {
 	if _, err := kadm.NewClient(client).AlterClientQuotas(ctx, alter); err != nil {
 		t.Fatal(err)
 	}
-	quotas := NewClusterQuotas(client, time.Hour, 100, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	quotas := metadata.NewClusterQuotas(client, time.Hour, 100, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := quotas.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestClientQuotasOfRefusesBadValues(t *testing.T) {
 		entry("c", "consumer_byte_rate", 3), entry("a", "consumer_byte_rate", 1), entry("b", "consumer_byte_rate", 2),
 		{Entity: kadm.ClientQuotaEntity{{Type: "ip", Name: name("10.0.0.1")}}, Values: kadm.ClientQuotaValues{{Key: "connection_creation_rate", Value: 5}}},
 	}
-	got, skipped := ClientQuotasOf(described, 2)
+	got, skipped := metadata.ClientQuotasOf(described, 2)
 	if len(got.Clients) != 2 || got.Clients["a"].ConsumerByteRate == nil || got.Clients["b"].ConsumerByteRate == nil {
 		t.Errorf("clients %v, want a and b", got.Clients)
 	}
@@ -98,7 +99,7 @@ func TestClientQuotasOfRefusesBadValues(t *testing.T) {
 // would wrap a kernel field downstream.
 func TestClientQuotasOfHoldsHugeRatesToTheMaximum(t *testing.T) {
 	name := func(s string) *string { return &s }
-	got, skipped := ClientQuotasOf(kadm.DescribedClientQuotas{{Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: name("big")}},
+	got, skipped := metadata.ClientQuotasOf(kadm.DescribedClientQuotas{{Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: name("big")}},
 		Values: kadm.ClientQuotaValues{{Key: "producer_byte_rate", Value: float64(math.MaxInt64)}, {Key: "consumer_byte_rate", Value: 1e300}}}}, 10)
 	q := got.Clients["big"]
 	if skipped != 0 || q.ProducerByteRate == nil || *q.ProducerByteRate != config.MaxRate || q.ConsumerByteRate == nil || *q.ConsumerByteRate != config.MaxRate {
@@ -119,7 +120,7 @@ func TestClientQuotasOfUsers(t *testing.T) {
 		{Entity: kadm.ClientQuotaEntity{{Type: "user", Name: name("<default>")}}, Values: rate},
 		{Entity: kadm.ClientQuotaEntity{{Type: "user", Name: name("bob")}, {Type: "ip", Name: name("10.0.0.1")}}, Values: rate},
 	}
-	got, skipped := ClientQuotasOf(described, 100)
+	got, skipped := metadata.ClientQuotasOf(described, 100)
 	if skipped != 2 {
 		t.Errorf("skipped %d, want 2 (a user spelled <default>, an ip component)", skipped)
 	}

@@ -1,4 +1,4 @@
-package metadata
+package metadata_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/agent/metadata"
 )
 
 // TestLearnTopicIDsFromBrokerMetadata: IDs resolve from the broker's
@@ -32,7 +33,7 @@ func TestLearnTopicIDsFromBrokerMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	topics := NewTopics(client, time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	topics := metadata.NewTopics(client, time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := topics.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +73,12 @@ func TestLearnClientOptionsRejectBadTLSFiles(t *testing.T) {
 	cfg := config.Default()
 	cfg.TLS.Enabled = true
 	cfg.TLS.CAFile = t.TempDir() + "/missing.pem"
-	if _, err := ClientOptions(cfg); err == nil {
+	if _, err := metadata.ClientOptions(cfg); err == nil {
 		t.Error("a missing CA file was accepted")
 	}
 	cfg.TLS.CAFile = ""
 	cfg.SASL = config.SASL{Mechanism: "SCRAM-SHA-512", Username: "u", Password: "p"}
-	if opts, err := ClientOptions(cfg); err != nil || len(opts) < 3 {
+	if opts, err := metadata.ClientOptions(cfg); err != nil || len(opts) < 3 {
 		t.Errorf("SCRAM + TLS: %d options, %v", len(opts), err)
 	}
 }
@@ -88,7 +89,7 @@ func metadataClient(t *testing.T, cluster *kfake.Cluster, more ...kgo.Opt) *kgo.
 	t.Helper()
 	cfg := config.Default()
 	cfg.Bootstrap = cluster.ListenAddrs()
-	opts, err := ClientOptions(cfg)
+	opts, err := metadata.ClientOptions(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestRefreshReadsTheClustersBrokers(t *testing.T) {
 	defer cluster.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	topics := NewTopics(metadataClient(t, cluster), time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	topics := metadata.NewTopics(metadataClient(t, cluster), time.Hour, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := topics.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
