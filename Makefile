@@ -14,7 +14,9 @@ BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h)
 GENERATED  := maps/sluice_bpfel.go
 
 # Every package but the end-to-end scenarios, which `make e2e` runs on its own.
-ALL_PKGS = $(shell $(GO) list ./... | grep -v /test/e2e)
+# Three modules in one workspace (go.work): the agent (.), and test/ and
+# deploy/, which hold what only builds and tests it.
+ALL_PKGS = $(shell $(GO) list ./... ./test/... ./deploy/... | grep -v /test/e2e)
 # The longest package first: go test runs two packages at a time here, and
 # test/agent's namespace tests (about five minutes) listed in order start
 # near the end and run alone.
@@ -40,10 +42,12 @@ VERSION := $(shell ./deploy/version.sh)
 
 .PHONY: build
 build: $(BPF_OBJ) ## build bin/sluice, stamped with its version (deploy/version.sh) and the revision (sluice version)
-	$(GO) build -ldflags "-X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
+	GOWORK=off $(GO) build -ldflags "-X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN) ./cmd/sluice
 
 # Release builds: static (no cgo), stripped, with paths trimmed, for each of
-# these architectures; the BPF object is the same little-endian one.
+# these architectures; the BPF object is the same little-endian one. Built
+# with GOWORK=off, from the agent's go.mod alone: the test and deploy
+# modules' requirements never choose a version the binary links.
 RELEASE_ARCHES := amd64 arm64
 RELEASE_LDFLAGS = -s -w -X main.stampedVersion=$(VERSION) -X main.stampedRevision=$$(git rev-parse HEAD 2>/dev/null)
 
@@ -51,7 +55,7 @@ RELEASE_LDFLAGS = -s -w -X main.stampedVersion=$(VERSION) -X main.stampedRevisio
 packages: build ## dist/: static stripped binaries, .deb and .rpm for amd64 and arm64 (deploy/nfpm.yaml), SHA256SUMS
 	rm -rf dist && mkdir -p dist
 	for arch in $(RELEASE_ARCHES); do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o dist/sluice_$(VERSION)_linux_$$arch ./cmd/sluice || exit 1; \
+		GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o dist/sluice_$(VERSION)_linux_$$arch ./cmd/sluice || exit 1; \
 	done
 	$(GO) run ./deploy/pkg -version $(VERSION) -dist dist -native $(BIN) -arch $$(echo $(RELEASE_ARCHES) | tr ' ' ,)
 	cd dist && sha256sum -- * > SHA256SUMS
@@ -93,7 +97,7 @@ deps: ## install the Debian packages and Go modules the tests need (root)
 		if [ "$$(id -u)" != 0 ]; then echo "deps: need root to install$$missing" >&2; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
-	$(GO) mod download
+	for m in . test deploy; do GOWORK=off $(GO) -C $$m mod download || exit 1; done
 
 $(BPF_OBJ): $(BPF_SRC) maps/gen.go
 	$(MAKE) --no-print-directory generate

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
-	"github.com/sluice-dev/sluice/test/netns"
+	"github.com/sluice-dev/sluice/internal/netns"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/addr"
-	"github.com/sluice-dev/sluice/test/netns"
+	"github.com/sluice-dev/sluice/internal/netns"
 )
 
 // The data path's exempt trie and Go's matching (internal/addr, used for

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/test/netns"
+	"github.com/sluice-dev/sluice/internal/netns"
 
 	"github.com/cilium/ebpf"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/sluice-dev/sluice/test/netns"
+	"github.com/sluice-dev/sluice/internal/netns"
 )
 
 // The verifier's work on each program stays under a third of its limit of

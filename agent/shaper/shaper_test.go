@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
-	"github.com/sluice-dev/sluice/test/netns"
 )
 
 type classes struct{ set map[[2]uint32]uint32 }

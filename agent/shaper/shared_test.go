@@ -13,8 +13,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/sluice-dev/sluice/agent/attach"
+	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
-	"github.com/sluice-dev/sluice/test/netns"
 )
 
 // sharedSetup joins the pair's namespaces by a second veth and returns both

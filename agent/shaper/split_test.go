@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/shaping"
+	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
-	"github.com/sluice-dev/sluice/test/netns"
 )
 
 // recordedRates is a RateWriter that keeps what it was given.

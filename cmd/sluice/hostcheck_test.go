@@ -16,8 +16,8 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
-	"github.com/sluice-dev/sluice/test/netns"
 )
 
 // check-config, as root on the host, predicts what `sluice run` would

@@ -25,9 +25,9 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
-	"github.com/sluice-dev/sluice/test/netns"
 )
 
 var resultsFile = flag.String("results", "../../e2e-results.json", "where to write the scenario results")

@@ -28,8 +28,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
-	"github.com/sluice-dev/sluice/test/netns"
 )
 
 // World is one topology.

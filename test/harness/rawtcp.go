@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluice-dev/sluice/test/netns"
+	"github.com/sluice-dev/sluice/internal/netns"
 )
 
 // Raw TCP for scenarios that forge segments (spoofed RST and FIN) and

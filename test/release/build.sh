@@ -5,6 +5,9 @@
 # version. The upgrade tests (the restart scenario, deb-check) start from it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# The release is its own module: this repository's go.work, found above an
+# OUT inside it, must not take its build over.
+export GOWORK=off
 out=${1:?usage: build.sh OUT [make targets, default: build deb]}
 targets=${2:-build deb}
 version=$(sed -n 's/^version //p' "$here/previous.txt")

@@ -40,8 +40,8 @@ import (
 	"github.com/sluice-dev/sluice/agent/attach"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/agent/shaping"
+	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
-	"github.com/sluice-dev/sluice/test/netns"
 )
 
 // Case is one measured case in shaping-results.json.

@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluice-dev/sluice/agent/shaper"
-	"github.com/sluice-dev/sluice/test/netns"
+	"github.com/sluice-dev/sluice/internal/netns"
 )
 
 // What sluice's tree costs traffic it does not govern on a multi-queue
