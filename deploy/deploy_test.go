@@ -219,6 +219,82 @@ func TestAlertsHaveDescriptionsAndRunbooks(t *testing.T) {
 	}
 }
 
+// The agent exports a latency objective's breaker state as one 0/1 series
+// per state; the panels showing it fold them into one number and map that
+// back to a name and a colour. Each panel's query, run by promtool on each
+// state in turn, gives the number its mapping names after that state.
+func TestObjectiveStatePanelsNameTheStateTheyShow(t *testing.T) {
+	var d struct {
+		Panels []struct {
+			Title       string
+			FieldConfig struct {
+				Defaults struct {
+					Mappings []struct {
+						Type    string
+						Options map[string]struct{ Text, Color string }
+					}
+				}
+			} `json:"fieldConfig"`
+			Targets []struct{ Expr string } `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, dashboardFile)), &d); err != nil {
+		t.Fatal(err)
+	}
+	colour := map[string]string{"closed": "green", "half_open": "orange", "open": "red"}
+	states := []string{"closed", "open", "half_open"} // the agent's order (agent/metrics.go)
+	found := 0
+	for _, p := range d.Panels {
+		if len(p.Targets) != 1 || !strings.Contains(p.Targets[0].Expr, "sluice_latency_objective_state") {
+			continue
+		}
+		found++
+		value := map[string]string{} // state → the number mapped to it
+		for _, m := range p.FieldConfig.Defaults.Mappings {
+			for v, r := range m.Options {
+				if m.Type == "value" && colour[r.Text] != "" {
+					value[r.Text] = v
+					if r.Color != colour[r.Text] {
+						t.Errorf("%s: %s is %s, want %s", p.Title, r.Text, r.Color, colour[r.Text])
+					}
+				}
+			}
+		}
+		if len(value) != len(states) {
+			t.Errorf("%s: mappings name %v, want every state of %v", p.Title, value, states)
+			continue
+		}
+		// One minute per state: the series of the state in force is 1.
+		var series, cases strings.Builder
+		for _, st := range states {
+			values := make([]string, len(states))
+			for i, now := range states {
+				values[i] = "0"
+				if now == st {
+					values[i] = "1"
+				}
+			}
+			fmt.Fprintf(&series, "      - series: 'sluice_latency_objective_state{instance=\"a\", direction=\"produce\", entity_type=\"client\", entity=\"core\", state=\"%s\"}'\n        values: '%s'\n",
+				st, strings.Join(values, " "))
+		}
+		for i, st := range states {
+			fmt.Fprintf(&cases, "      - {expr: 'objective:state', eval_time: %dm, exp_samples: [{labels: 'objective:state{instance=\"a\", direction=\"produce\", entity_type=\"client\", entity=\"core\"}', value: %s}]}\n", i, value[st])
+		}
+		dir := t.TempDir()
+		rulesPath := filepath.Join(dir, "rules.yaml")
+		os.WriteFile(rulesPath, []byte("groups:\n  - name: q\n    rules:\n      - record: objective:state\n        expr: "+quote(fillVariables(p.Targets[0].Expr))+"\n"), 0o644)
+		testPath := filepath.Join(dir, "test.yaml")
+		os.WriteFile(testPath, []byte("rule_files: ["+quote(rulesPath)+"]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"+
+			series.String()+"    promql_expr_test:\n"+cases.String()), 0o644)
+		if out := promtool(t, "test", "rules", testPath); !strings.Contains(out, "SUCCESS") {
+			t.Errorf("%s: promtool test rules:\n%s", p.Title, out)
+		}
+	}
+	if found < 2 {
+		t.Errorf("%d panels show the latency objectives' state, want the state now and its timeline", found)
+	}
+}
+
 func ruleNames(t *testing.T, kind string) []string {
 	var out []string
 	for _, g := range rules(t).Groups {
@@ -252,7 +328,7 @@ func readFile(t *testing.T, path string) string {
 
 // What an operator reads the dashboard by: one shared tooltip, a table
 // legend (last, max, mean) and a multi-series tooltip on every time
-// series, thresholds on every stat (the refresh age against stale_after),
+// series (a legend and that tooltip on every state timeline), thresholds on every stat (the refresh age against stale_after),
 // the table of entities held back now, and cluster and job selectors.
 func TestDashboardReadability(t *testing.T) {
 	var d struct {
@@ -299,6 +375,13 @@ func TestDashboardReadability(t *testing.T) {
 		case "timeseries":
 			if l := p.Options.Legend; l == nil || !l.ShowLegend || l.DisplayMode != "table" || len(l.Calcs) == 0 {
 				t.Errorf("%s: legend %+v, want a table with calculations", p.Title, l)
+			}
+			if p.Options.Tooltip == nil || p.Options.Tooltip.Mode != "multi" {
+				t.Errorf("%s: tooltip %+v, want multi", p.Title, p.Options.Tooltip)
+			}
+		case "state-timeline":
+			if l := p.Options.Legend; l == nil || !l.ShowLegend {
+				t.Errorf("%s: legend %+v, want one", p.Title, l)
 			}
 			if p.Options.Tooltip == nil || p.Options.Tooltip.Mode != "multi" {
 				t.Errorf("%s: tooltip %+v, want multi", p.Title, p.Options.Tooltip)

@@ -6,11 +6,13 @@ package grafana
 
 import (
 	"encoding/json"
+	"fmt"
 
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/statetimeline"
 	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
@@ -67,6 +69,33 @@ func single(title, unit, description string, warn, bad float64, q *prometheus.Da
 func instant(expr, ref string) *prometheus.DataqueryBuilder {
 	return prometheus.NewDataqueryBuilder().Expr(expr).Format(prometheus.PromQueryFormatTable).Instant().RefId(ref).Datasource(datasource)
 }
+
+// latencyQuantile is the q-quantile of a request-latency histogram for one
+// api, per entity: the buckets of the selected hosts summed, so that it is
+// the entity's latency across them (the host selector narrows it to one).
+func latencyQuantile(q, family, api string) string {
+	return fmt.Sprintf(`histogram_quantile(%s, sum by (entity_type, entity, le) (rate(%s_bucket{%s, api="%s"}[$__rate_interval])))`,
+		q, family, entitySel, api)
+}
+
+// objectiveState is a latency objective's breaker state as one number the
+// panels map to a name: the agent exports one 0/1 series per state.
+const objectiveState = `sum without (state) (` +
+	`sluice_latency_objective_state{` + entitySel + `, state="closed"} * 0` +
+	` or sluice_latency_objective_state{` + entitySel + `, state="half_open"} * 1` +
+	` or sluice_latency_objective_state{` + entitySel + `, state="open"} * 2)`
+
+// objectiveStates names objectiveState's numbers: closed green, probing
+// (half_open) orange, open (best-effort traffic held back) red. The
+// thresholds colour the same way where a mapping is not applied.
+var objectiveStates = []dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText,
+	Options: map[string]dashboard.ValueMappingResult{
+		"0": {Text: ptr("closed"), Color: ptr("green"), Index: ptr[int32](0)},
+		"1": {Text: ptr("half_open"), Color: ptr("orange"), Index: ptr[int32](1)},
+		"2": {Text: ptr("open"), Color: ptr("red"), Index: ptr[int32](2)}}}}}
+
+var objectiveThresholds = dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps([]dashboard.Threshold{
+	{Value: nil, Color: "green"}, {Value: ptr(1.0), Color: "orange"}, {Value: ptr(2.0), Color: "red"}})
 
 // Dashboard is the dashboard, as Grafana's JSON model.
 func Dashboard() ([]byte, error) {
@@ -139,6 +168,42 @@ func Dashboard() ([]byte, error) {
 			query(`sluice_entity_queue_delay_seconds{`+entitySel+`}`, "{{entity}} {{direction}}"))).
 		WithPanel(series("Held at the limit", "short", "1 while the shaper held the entity back at its dynamic limit in the last cycle.", 12, 8,
 			query(`sluice_entity_throttled{`+entitySel+`} == 1`, "{{entity}} {{direction}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Request latency (at the NIC)")).
+		WithPanel(series("Produce latency by entity", seconds,
+			"p50 and p99 of Produce requests per entity across the selected hosts: from a request's last byte arriving at the NIC to its response's first byte leaving it (the broker's time, the replicas' wait under acks=all included). One sampled request per connection is measured at a time.", 12, 8,
+			query(latencyQuantile("0.99", "sluice_request_duration_seconds", "produce"), "{{entity}} p99"),
+			query(latencyQuantile("0.5", "sluice_request_duration_seconds", "produce"), "{{entity}} p50"))).
+		WithPanel(series("Fetch time to first byte by entity", seconds,
+			"p99 of Fetch requests per entity: from a request's last byte arriving to its response's first byte leaving. It includes the broker's long-poll wait (fetch.max.wait.ms), so an idle consumer's p99 is that wait, not slowness.", 12, 8,
+			query(latencyQuantile("0.99", "sluice_request_duration_seconds", "fetch"), "{{entity}} p99"))).
+		WithPanel(series("Produce latency from the request's first byte", seconds,
+			"p99 of Produce requests per entity from the request's first byte arriving: the request's own transfer included, which the shaper lengthens for an entity held at its limit. Far above the last-byte p99 means the time is spent arriving, not in the broker.", 12, 8,
+			query(latencyQuantile("0.99", "sluice_request_duration_from_first_byte_seconds", "produce"), "{{entity}} p99 from first byte"))).
+		WithPanel(series("Latency measurements", "short",
+			"Requests per second the data path made pending for a measurement, by outcome: measured; ring_full (lost: the agent had not read the ring); expired (never answered: acks=0 produce, or response tracking lost). Many lost or expired ones make the quantiles above thin.", 12, 8,
+			query(`sum by (instance, outcome) (rate(sluice_datapath_latency_requests_total{`+sel+`}[$__rate_interval]))`, "{{instance}} {{outcome}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Latency objectives")).
+		WithPanel(stat.NewPanelBuilder().Title("Latency objectives now").Span(6).Height(8).Datasource(datasource).
+			Description("Each latency objective's breaker now: closed (the objective is met), open (its direction's best-effort entities are held back), half_open (probing: the hold is being raised).").
+			WithTarget(query(objectiveState, "{{entity}} {{direction}} ({{instance}})").Instant()).
+			Mappings(objectiveStates).Thresholds(objectiveThresholds).
+			ColorMode(common.BigValueColorModeBackground).GraphMode(common.BigValueGraphModeNone).TextMode(common.BigValueTextModeValueAndName)).
+		WithPanel(statetimeline.NewPanelBuilder().Title("Latency objective state").Span(18).Height(8).Datasource(datasource).
+			Description("Each latency objective's breaker over time: closed green, half_open orange, open red. Every change is also logged by the agent and listed by sluice status.").
+			WithTarget(query(objectiveState, "{{entity}} {{direction}} ({{instance}})")).
+			Mappings(objectiveStates).Thresholds(objectiveThresholds).
+			ColorScheme(dashboard.NewFieldColorBuilder().Mode(dashboard.FieldColorModeIdThresholds)).
+			ShowValue(common.VisibilityModeAuto).MergeValues(true).
+			Legend(common.NewVizLegendOptionsBuilder().ShowLegend(true).DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom)).
+			Tooltip(common.NewVizTooltipOptionsBuilder().Mode(common.TooltipDisplayModeMulti).Sort(common.SortOrderDescending))).
+		WithPanel(series("Latency objective level", ratio,
+			"What each objective's breaker holds its direction's best-effort traffic to, as a share of their usage when it opened: 100 % holds nothing back; it falls on each bad window while open and rises while half_open.", 12, 8,
+			query(`sluice_latency_objective_level{`+entitySel+`}`, "{{entity}} {{direction}} ({{instance}})")).Min(0).Max(1)).
+		WithPanel(series("Latency objective transitions", "short",
+			"Breaker state changes per minute on each host, all objectives together (the counter has no per-objective label: the state timeline shows which one changed).", 12, 8,
+			query(`sum by (instance) (rate(sluice_latency_objective_transitions_total{`+sel+`}[$__rate_interval])) * 60`, "{{instance}} transitions/min")))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Attribution")).
 		WithPanel(series("Unknown and overflow share", ratio,
