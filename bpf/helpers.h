@@ -1,7 +1,8 @@
 //go:build ignore
 
 // Helpers the stream trackers share (kafka.h follows requests, latency.h
-// responses): reading packet bytes, sequence arithmetic, statistics.
+// responses): reading packet bytes, sequence arithmetic, statistics, and
+// publishing a slot of a per-CPU ring to the agent.
 #pragma once
 
 #include <linux/bpf.h>
@@ -45,4 +46,17 @@ static __always_inline int seq_before(__u32 a, __u32 b)
 static __always_inline __u32 min_u32(__u32 a, __u32 b)
 {
 	return a < b ? a : b;
+}
+
+// publish_head moves a per-CPU ring's head (the sample rings', kafka.h;
+// the latency rings', latency.h) past a slot just written, so that the
+// agent reading the new head finds the slot's bytes. As written, an atomic
+// exchange: a full barrier. The loader turns it into a store-release where
+// the kernel has one (maps/publish.go), which orders just the slot before
+// the head and spares the CPU a wait for the slot's cache lines. That
+// rewrite needs this to be the data path's only exchange, its result
+// unused (TestOnlyPublicationExchanges).
+static __always_inline void publish_head(struct sample_ring *ring, __u64 head)
+{
+	(void)__sync_lock_test_and_set(&ring->head, head);
 }

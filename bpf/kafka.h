@@ -65,18 +65,6 @@ static __always_inline int copy_sample(struct __sk_buff *skb, __u32 off, __u8 *d
 	return bpf_skb_load_bytes(skb, off, dst, n);
 }
 
-// publish_head moves a ring's head past a slot just written, so that the
-// agent reading the new head finds the slot's bytes. As written, an atomic
-// exchange: a full barrier. The loader turns it into a store-release where
-// the kernel has one (maps/publish.go), which orders just the slot before
-// the head and spares the CPU a wait for the slot's cache lines. That
-// rewrite needs this to be the data path's only exchange, its result
-// unused (TestOnlyPublicationExchanges).
-static __always_inline void publish_head(struct sample_ring *ring, __u64 head)
-{
-	(void)__sync_lock_test_and_set(&ring->head, head);
-}
-
 // emit sends payload bytes [off, off+n) as one fragment of the request
 // starting at req_seq. It returns the bytes sent, or 0.
 static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *seg, const struct conn_state *st,

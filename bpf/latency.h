@@ -14,7 +14,7 @@
 // is pending, or the one pending has waited a second on a stream not
 // followed; one never answered (acks=0 produce) is given up after
 // latency_expire_ns. Measurements go to the
-// agent through the latency_events ring buffer.
+// agent through per-CPU latency rings (maps.h: latency_rings).
 //
 // Synchronisation: a connection entered by the data path has no response
 // position it can trust (the agent may start in the middle of a response);
@@ -41,6 +41,10 @@ volatile const __u64 latency_expire_ns = 120000000000ull;
 // How long a pending request holds its place on a stream not followed.
 // Set through spec.Variables.
 volatile const __u64 latency_unsynced_wait_ns = 1000000000ull;
+
+// Slots of each CPU's latency ring (a power of two). Set through
+// spec.Variables.
+volatile const __u32 latency_slots_per_cpu = 512;
 
 // Responses looked for in one egress segment (a GSO segment can carry many
 // small ones; past this many the stream loses sync until a pending
@@ -125,17 +129,27 @@ static __always_inline void latency_quiet_until(const struct conn_state *st, __u
 		*until = l->end_seq - 1;
 }
 
-// emit_latency sends the pending request's measurement, answered now.
+// emit_latency sends the pending request's measurement, answered now,
+// through this CPU's latency ring (maps.h), as kafka.h's emit sends a
+// sample fragment: the slot written in place, then the head published.
 static __always_inline void emit_latency(const struct parsed *seg, struct conn_state *st, __u64 now)
 {
 	struct latency_track *l = &st->lat;
-	// Written in place in the ring (no copy through the stack).
-	struct latency_event *ev = bpf_ringbuf_reserve(&latency_events, sizeof(*ev), 0);
-	if (!ev) {
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sample_ring *ring = bpf_map_lookup_elem(&latency_rings, &cpu);
+	if (!ring)
+		return;
+	// head is this CPU's alone; tail is the agent's, and a slot is written
+	// only after the agent has moved tail past it (the branch orders them).
+	__u64 head = ring->head;
+	if (head - *(volatile __u64 *)&ring->tail >= latency_slots_per_cpu) {
 		stat_inc(STAT_LATENCY_DROPS);
 		return;
 	}
-	__builtin_memset(ev, 0, sizeof(*ev)); // padding included: the ring's memory is reused
+	__u32 slot = cpu * latency_slots_per_cpu + ((__u32)head & (latency_slots_per_cpu - 1));
+	struct latency_event *ev = bpf_map_lookup_elem(&latency_slots, &slot);
+	if (!ev)
+		return;
 	conn_key_of(seg, &ev->key);
 	ev->bound = st->bound;
 	ev->conn_born = st->born;
@@ -144,7 +158,8 @@ static __always_inline void emit_latency(const struct parsed *seg, struct conn_s
 	ev->resp_ns = now;
 	ev->corr_id = l->corr_id;
 	ev->api_key = l->api_key;
-	bpf_ringbuf_submit(ev, 0);
+	ev->pad = 0;
+	publish_head(ring, head + 1);
 	stat_inc(STAT_LATENCY_EVENTS);
 }
 

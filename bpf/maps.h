@@ -195,8 +195,25 @@ struct {
 
 // Request latency measurements (latency.h) for the agent, one per measured
 // request: at most one pending request per connection, and only sampled
-// ones, so the rate is bounded by the sample budget.
+// ones, so the rate is bounded by the sample budget. Published as samples
+// are: one ring per possible CPU (latency_rings, struct sample_ring's head
+// and tail) over that CPU's run of latency_slots_per_cpu slots here, both
+// memory-mapped and polled by the agent. A BPF ring buffer's reserve and
+// submit (two helper calls, a lock, a full barrier) made a measured
+// response cost as much as a sampled request start, ~30-40 ns more than
+// this does (docs/measurements.md).
 struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
-} latency_events SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * 512); // set by the loader: CPUs * latency_slots_per_cpu
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct latency_event);
+} latency_slots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2); // set by the loader: possible CPUs
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct sample_ring);
+} latency_rings SEC(".maps");

@@ -113,8 +113,9 @@ struct conn_state {
 	struct latency_track lat;
 };
 
-// One measured request, for the agent (latency_events). Times are
-// CLOCK_MONOTONIC (bpf_ktime_get_ns).
+// One measured request, for the agent (a latency_slots slot). Times are
+// CLOCK_MONOTONIC (bpf_ktime_get_ns). The hole after key is never
+// written: it stays zero in every slot.
 struct latency_event {
 	struct conn_key key;
 	struct conn_entities bound; // the connection's entities when it was answered
@@ -271,7 +272,8 @@ _Static_assert(sizeof(struct sample) % 64 == 0, "sample slots are whole cache li
 // bottom halves off; were one ever to nest inside another, the worst is a
 // garbled sample, and the learner takes every sample as untrusted bytes),
 // only the agent writes tail; each on its own cache line, so that the data
-// path's stores do not bounce the agent's line.
+// path's stores do not bounce the agent's line. A CPU's latency ring
+// (latency_rings, over latency_slots) is the same, written by egress only.
 struct sample_ring {
 	__u64 head; // fragments published on this CPU (slot head % slots is next)
 	__u64 pad_head[7];
@@ -331,8 +333,8 @@ enum stat {
 	STAT_EXEMPT_BYTES_PRODUCE, // payload bytes from exempt peers (counted, never held)
 	STAT_EXEMPT_BYTES_FETCH,   // payload bytes to exempt peers
 	STAT_UNPROVEN,         // segments of connections the broker has not answered yet
-	STAT_LATENCY_EVENTS,   // requests measured (latency_events written)
-	STAT_LATENCY_DROPS,    // measurements lost: latency_events was full
+	STAT_LATENCY_EVENTS,   // requests measured (latency ring slots published)
+	STAT_LATENCY_DROPS,    // measurements lost: the CPU's latency ring was full
 	STAT_LATENCY_EXPIRED,  // pending requests given up unanswered (acks=0 produce, lost sync)
 	STAT_RESP_DESYNCS,     // implausible response size at a boundary: lost sync
 	STAT_RESP_RESYNCS,     // re-synchronised on the pending request's response

@@ -3,8 +3,9 @@
 // committed), optionally pins their maps by name under a bpffs directory so
 // they survive an agent restart, and exports domain verbs: bind connections
 // to entities, set listeners, exempt peers and live settings, read counters
-// and statistics, and read request samples stitched from the fragments of
-// per-CPU sample rings. It hands out *ebpf.Program only for attaching.
+// and statistics, read request samples stitched from the fragments of
+// per-CPU sample rings, and read request latency measurements from per-CPU
+// latency rings. It hands out *ebpf.Program only for attaching.
 //
 // Ownership: a Datapath owns its programs and maps and closes them in Close;
 // pinned maps outlive it until Unpin.
@@ -67,6 +68,23 @@ type Options struct {
 	// request may stay pending unanswered, and hold its place on a stream
 	// not followed (bpf/latency.h), for tests.
 	latencyExpire, latencyUnsyncedWait time.Duration
+	// latencySlotsPerCPU, when set, replaces latencySlotsPerCPU (a power
+	// of two), for benchmarks that measure more requests than it holds.
+	latencySlotsPerCPU int
+}
+
+// latencySlotsPerCPU sizes each CPU's latency ring: the measurements a CPU
+// can hold between two polls of the agent (88 bytes each; latency.go).
+// Measured requests are sampled ones, at most one pending per connection:
+// twice the default sample ring's slots leaves room.
+const latencySlotsPerCPU = 512
+
+// latencySlots is the latency ring's slots per CPU with opts.
+func (o Options) latencySlots() int {
+	if o.latencySlotsPerCPU > 0 {
+		return o.latencySlotsPerCPU
+	}
+	return latencySlotsPerCPU
 }
 
 // DefaultOptions are the defaults of the configuration.
@@ -102,11 +120,13 @@ type Datapath struct {
 	exemptSet     map[sluiceExemptKey]bool
 	exemptRead    bool                   // exemptSet holds what the pinned trie held at load
 	peerSet       map[sluicePeerKey]bool // what SetPeerEntities set
-	// sampleReaderOpen: a SampleReader owns the sample rings' tails.
-	sampleReaderOpen atomic.Bool
+	// sampleReaderOpen: a SampleReader owns the sample rings' tails;
+	// latencyReaderOpen: a LatencyReader the latency rings'.
+	sampleReaderOpen, latencyReaderOpen atomic.Bool
 }
 
-// SamplePublication says how the data path publishes samples: a
+// SamplePublication says how the data path publishes samples (and
+// latency measurements, the same way): a
 // store-release, or a full barrier on kernels before 6.15 (publish.go).
 func (d *Datapath) SamplePublication() string { return publication(d.opts) }
 
@@ -122,6 +142,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("first requests sampled %d must not be negative", o.FirstRequestsSampled)
 	case o.SampleSlotsPerCPU < 1 || o.SampleSlotsPerCPU > 1<<16 || o.SampleSlotsPerCPU&(o.SampleSlotsPerCPU-1) != 0:
 		return fmt.Errorf("sample slots per CPU %d must be a power of two in [1, %d]", o.SampleSlotsPerCPU, 1<<16)
+	case o.latencySlots() > 1<<16 || o.latencySlots()&(o.latencySlots()-1) != 0:
+		return fmt.Errorf("latency slots per CPU %d must be a power of two in [1, %d]", o.latencySlots(), 1<<16)
 	}
 	return nil
 }
@@ -148,6 +170,8 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 	}
 	spec.Maps["sample_rings"].MaxEntries = uint32(cpus)
 	spec.Maps["sample_slots"].MaxEntries = uint32(cpus * opts.SampleSlotsPerCPU)
+	spec.Maps["latency_rings"].MaxEntries = uint32(cpus)
+	spec.Maps["latency_slots"].MaxEntries = uint32(cpus * opts.latencySlots())
 	spec.Maps["entity_names"].MaxEntries = uint32(opts.MaxEntities)
 	for _, name := range []string{"rates", "clocks", "buckets"} {
 		spec.Maps[name].MaxEntries = uint32(2 * opts.MaxEntities)
@@ -157,6 +181,7 @@ func Spec(opts Options) (*ebpf.CollectionSpec, error) {
 		"sample_bytes":           uint32(opts.SampleBytes),
 		"first_requests_sampled": uint32(opts.FirstRequestsSampled),
 		"slots_per_cpu":          uint32(opts.SampleSlotsPerCPU),
+		"latency_slots_per_cpu":  uint32(opts.latencySlots()),
 		"bench_rewind":           boolByte(opts.benchRewind),
 		"flow_cache_on":          boolByte(!opts.noFlowCache),
 		"flow_seed":              flowSeed(),

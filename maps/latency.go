@@ -6,9 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
-
-	"github.com/cilium/ebpf/ringbuf"
 )
 
 // LatencyEvent is one request the data path measured at the NIC: from its
@@ -41,38 +40,86 @@ func (e LatencyEvent) FromLastByte() (d time.Duration, ok bool) {
 	return e.Response - e.LastByte, true
 }
 
-// LatencyReader reads the data path's latency measurements. One reader at
-// a time.
+// LatencyReader reads the data path's latency measurements from its
+// per-CPU latency rings, memory-mapped, polling them every pollInterval
+// (the data path publishes a measurement with a store, and wakes nobody).
+// Read is not safe for concurrent use; Close may be called from any
+// goroutine. One reader at a time: the rings' tails are its.
 type LatencyReader struct {
-	r *ringbuf.Reader
+	cpuRings // latency_slots (struct latency_event) and latency_rings
+	d        *Datapath
+	ready    []LatencyEvent
+	deadline time.Time
+	pace     pacer // paces polls while the rings are empty
+	closed   chan struct{}
+	once     sync.Once
+	mu       sync.Mutex // keeps Close from unmapping the rings under a poll
+	// Malformed counts slots that could not be decoded (none can, from
+	// this build's own data path).
+	Malformed uint64
 }
 
-// NewLatencyReader opens the latency_events ring buffer.
+// NewLatencyReader maps the latency rings.
 func (d *Datapath) NewLatencyReader() (*LatencyReader, error) {
-	r, err := ringbuf.NewReader(d.objs.LatencyEvents)
-	if err != nil {
-		return nil, fmt.Errorf("open latency events: %w", err)
+	if !d.latencyReaderOpen.CompareAndSwap(false, true) {
+		return nil, errors.New("a latency reader is already open on this data path")
 	}
-	return &LatencyReader{r: r}, nil
+	rings, err := mapRings(d.objs.LatencySlots, d.objs.LatencyRings, d.opts.latencySlots())
+	if err == nil && rings.slotSize < binary.Size(sluiceLatencyEvent{}) {
+		rings.unmap()
+		err = fmt.Errorf("slots of %d bytes hold no latency event (%d)", rings.slotSize, binary.Size(sluiceLatencyEvent{}))
+	}
+	if err != nil {
+		d.latencyReaderOpen.Store(false)
+		return nil, fmt.Errorf("latency rings: %w", err)
+	}
+	return &LatencyReader{cpuRings: rings, d: d, closed: make(chan struct{})}, nil
 }
 
-// SetDeadline bounds the next Read's wait (os.ErrDeadlineExceeded).
-func (r *LatencyReader) SetDeadline(t time.Time) { r.r.SetDeadline(t) }
+// SetDeadline makes Read return os.ErrDeadlineExceeded after t, once it
+// has delivered every measurement the rings held by then (the zero time:
+// never).
+func (r *LatencyReader) SetDeadline(t time.Time) { r.deadline = t }
 
-// Read waits for the next measurement. A record that does not decode (it
-// cannot, from this build's own data path) is an error naming its size.
+// Read waits for the next measurement.
 func (r *LatencyReader) Read() (LatencyEvent, error) {
-	rec, err := r.r.Read()
-	if err != nil {
-		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return LatencyEvent{}, os.ErrDeadlineExceeded
-		case errors.Is(err, ringbuf.ErrClosed):
-			return LatencyEvent{}, ErrClosed
+	for len(r.ready) == 0 {
+		final := !r.deadline.IsZero() && !time.Now().Before(r.deadline)
+		if err := r.poll(); err != nil {
+			return LatencyEvent{}, err
 		}
-		return LatencyEvent{}, err
+		if len(r.ready) > 0 {
+			break
+		}
+		if final {
+			return LatencyEvent{}, os.ErrDeadlineExceeded
+		}
+		if err := r.pace.wait(r.deadline, r.closed); err != nil {
+			return LatencyEvent{}, err
+		}
 	}
-	return decodeLatencyEvent(rec.RawSample)
+	ev := r.ready[0]
+	r.ready = r.ready[1:]
+	return ev, nil
+}
+
+// poll decodes every CPU's published measurements and hands their slots
+// back to the data path.
+func (r *LatencyReader) poll() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.mapped() {
+		return ErrClosed
+	}
+	r.drain(func(slot []byte) {
+		ev, err := decodeLatencyEvent(slot)
+		if err != nil {
+			r.Malformed++
+			return
+		}
+		r.ready = append(r.ready, ev)
+	})
+	return nil
 }
 
 func decodeLatencyEvent(raw []byte) (LatencyEvent, error) {
@@ -90,5 +137,14 @@ func decodeLatencyEvent(raw []byte) (LatencyEvent, error) {
 	}, nil
 }
 
-// Close stops the reader (a blocked Read returns ErrClosed).
-func (r *LatencyReader) Close() error { return r.r.Close() }
+// Close stops the reader; a blocked Read returns ErrClosed.
+func (r *LatencyReader) Close() error {
+	r.once.Do(func() {
+		close(r.closed)
+		r.mu.Lock()
+		r.unmap()
+		r.mu.Unlock()
+		r.d.latencyReaderOpen.Store(false)
+	})
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 	"time"
 )
@@ -292,4 +293,88 @@ func TestLatencyUnsyncedPendingGivesWay(t *testing.T) {
 	if evs := drainLatency(t, r); len(evs) != 1 || evs[0].CorrelationID != 34 {
 		t.Fatalf("%+v, want 34 measured (pending on a followed stream)", evs)
 	}
+}
+
+// measureOnEachCPU measures a request answered on each CPU, so through
+// each CPU's latency ring, and reads both measurements.
+func measureOnEachCPU(t *testing.T, h *harness) {
+	t.Helper()
+	r := latencyReader(t, h)
+	c := newLatencyConn(h, 0, 42900)
+	for i, cpu := range []int{1, 0} {
+		corr := int32(50 + i)
+		onCPU(t, cpu, func() {
+			c.send(kafkaReq(0, corr, 10))
+			c.answer(kafkaResp(corr, 5))
+		})
+	}
+	got := map[int32]bool{}
+	for _, ev := range drainLatency(t, r) {
+		got[ev.CorrelationID] = true
+	}
+	if len(got) != 2 || !got[50] || !got[51] {
+		t.Fatalf("measured %v, want 50 (answered on CPU 1) and 51 (CPU 0)", got)
+	}
+}
+
+// A CPU's latency ring never overwrites what the agent has not read: when
+// it is full the data path drops the new measurement and counts it, and
+// once the reader has read the ring, measurements flow again.
+func TestLatencyRingFullDropsNewest(t *testing.T) {
+	opts := testOptions()
+	opts.latencySlotsPerCPU = 4
+	opts.FirstRequestsSampled = 100
+	h := newHarness(t, opts)
+	r := latencyReader(t, h)
+	c := newLatencyConn(h, 0, 42950)
+	exchange := func(corrs ...int32) {
+		onCPU(t, 0, func() {
+			for _, corr := range corrs {
+				c.send(kafkaReq(0, corr, 10))
+				c.answer(kafkaResp(corr, 5))
+			}
+		})
+	}
+	ids := func(evs []LatencyEvent) []int32 {
+		var out []int32
+		for _, ev := range evs {
+			out = append(out, ev.CorrelationID)
+		}
+		return out
+	}
+	exchange(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	if got := ids(drainLatency(t, r)); !slices.Equal(got, []int32{1, 2, 3, 4}) {
+		t.Fatalf("measured %v, want the first four (the ring's slots)", got)
+	}
+	if st, _ := h.d.Stats(); st.LatencyEvents != 4 || st.LatencyDrops != 6 {
+		t.Errorf("measured %d, dropped %d; want 4 and 6", st.LatencyEvents, st.LatencyDrops)
+	}
+	exchange(11, 12)
+	if got := ids(drainLatency(t, r)); !slices.Equal(got, []int32{11, 12}) {
+		t.Fatalf("after the read: measured %v, want 11 and 12", got)
+	}
+}
+
+// One reader owns the latency rings' tails: a second is refused until the
+// first closes, and a closed reader's Read says so.
+func TestLatencyReaderIsExclusive(t *testing.T) {
+	h := newHarness(t, testOptions())
+	r, err := h.d.NewLatencyReader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.NewLatencyReader(); err == nil {
+		t.Fatal("a second reader was opened beside the first")
+	}
+	done := make(chan error, 1)
+	go func() { _, err := r.Read(); done <- err }()
+	r.Close()
+	if err := <-done; err != ErrClosed {
+		t.Fatalf("Read on a closed reader: %v, want ErrClosed", err)
+	}
+	r2, err := h.d.NewLatencyReader()
+	if err != nil {
+		t.Fatalf("reopen after close: %v", err)
+	}
+	r2.Close()
 }

@@ -8,16 +8,17 @@ import (
 	"github.com/cilium/ebpf/asm"
 )
 
-// How a sample is published to the agent (bpf/kafka.h, emit): the data
-// path writes the slot, then moves its ring's head, and the agent that
-// reads the new head must find the slot written. The C says so with an
-// atomic exchange, a full barrier: correct everywhere, and dear, because
-// the CPU then waits until every cache line of the slot is its own, one
-// memory or cross-CPU round trip per sample. A store-release orders just
-// what the agent needs (the slot before the head) and is a plain store on
-// x86, an stlr on arm64. Kernels from 6.15 take it (BPF_STORE_REL); clang
-// 19 cannot write it, so the loader turns the exchange into one where the
-// kernel has it.
+// How a sample is published to the agent (bpf/kafka.h, emit), and a
+// latency measurement (bpf/latency.h, emit_latency): the data path writes
+// the slot, then moves its ring's head (bpf/helpers.h, publish_head), and
+// the agent that reads the new head must find the slot written. The C says
+// so with an atomic exchange, a full barrier: correct everywhere, and dear,
+// because the CPU then waits until every cache line of the slot is its
+// own, one memory or cross-CPU round trip per slot. A store-release orders
+// just what the agent needs (the slot before the head) and is a plain store
+// on x86, an stlr on arm64. Kernels from 6.15 take it (BPF_STORE_REL);
+// clang 19 cannot write it, so the loader turns the exchange into one where
+// the kernel has it.
 const (
 	PublishStoreRelease = "store-release"
 	PublishExchange     = "exchange"
@@ -41,13 +42,17 @@ func storeRelease(dst, src asm.Register, off int16) asm.Instruction {
 	return ins
 }
 
-// publishingProgram is the program that emits samples (request tracking
-// follows the client's stream, which only ingress sees).
-const publishingProgram = "sluice_ingress"
+// publishingPrograms are the programs that publish to a ring, and what:
+// request tracking follows the client's stream, which only ingress sees;
+// response tracking the broker's, on egress.
+var publishingPrograms = map[string]string{
+	"sluice_ingress": "samples",
+	"sluice_egress":  "latency measurements",
+}
 
-// useStoreRelease turns the sample publication's exchanges in the
-// publishing program (one for each call of emit that clang inlined) into
-// store-releases. Every 64-bit exchange in the data path is such a
+// useStoreRelease turns the publications' exchanges in the publishing
+// programs (one for each call of emit or emit_latency that clang inlined)
+// into store-releases. Every 64-bit exchange in the data path is such a
 // publication (TestOnlyPublicationExchanges): its result is unused, so the
 // register the exchange would have loaded with the old head is never read,
 // and a store that leaves it be is the same program.
@@ -56,16 +61,16 @@ func useStoreRelease(spec *ebpf.CollectionSpec) error {
 		n := 0
 		for i := range prog.Instructions {
 			if prog.Instructions[i].OpCode == xchgDW {
-				if name != publishingProgram {
-					return fmt.Errorf("%s: an atomic exchange outside the sample publication", name)
+				if publishingPrograms[name] == "" {
+					return fmt.Errorf("%s: an atomic exchange outside a ring publication", name)
 				}
 				ins := &prog.Instructions[i]
 				*ins = storeRelease(ins.Dst, ins.Src, ins.Offset).WithMetadata(ins.Metadata)
 				n++
 			}
 		}
-		if name == publishingProgram && n == 0 {
-			return fmt.Errorf("%s: no sample publication (atomic exchange) found", name)
+		if what := publishingPrograms[name]; what != "" && n == 0 {
+			return fmt.Errorf("%s: no publication of %s (atomic exchange) found", name, what)
 		}
 	}
 	return nil

@@ -34,10 +34,11 @@ func TestStoreReleaseProbeMatchesKernel(t *testing.T) {
 	}
 }
 
-// TestSamplePublication: the loaded program publishes with a store-release
-// where the kernel has one, with an exchange otherwise, and either way the
-// agent reads every sample whole, also when a request's fragments come
-// from two CPUs.
+// TestSamplePublication: the loaded programs publish (samples on ingress,
+// latency measurements on egress) with a store-release where the kernel
+// has one, with an exchange otherwise, and either way the agent reads every
+// sample whole, also when a request's fragments come from two CPUs, and
+// every measurement.
 func TestSamplePublication(t *testing.T) {
 	netns.RequireRoot(t, "loads BPF programs")
 	if !storeReleaseSupported() {
@@ -54,28 +55,31 @@ func TestSamplePublication(t *testing.T) {
 			if got := h.d.SamplePublication(); got != c.want {
 				t.Fatalf("SamplePublication() = %q, want %q", got, c.want)
 			}
-			info, err := h.d.IngressProgram().Info()
-			if err != nil {
-				t.Fatal(err)
-			}
-			insns, err := info.Instructions()
-			if err != nil {
-				t.Fatal(err)
-			}
-			exchanges, releases := 0, 0
-			for _, ins := range insns {
-				switch ins.OpCode {
-				case xchgDW:
-					exchanges++
-				case storeReleaseDW:
-					releases++
+			for name, prog := range map[string]*ebpf.Program{"ingress": h.d.IngressProgram(), "egress": h.d.EgressProgram()} {
+				info, err := prog.Info()
+				if err != nil {
+					t.Fatal(err)
+				}
+				insns, err := info.Instructions()
+				if err != nil {
+					t.Fatal(err)
+				}
+				exchanges, releases := 0, 0
+				for _, ins := range insns {
+					switch ins.OpCode {
+					case xchgDW:
+						exchanges++
+					case storeReleaseDW:
+						releases++
+					}
+				}
+				if c.want == PublishStoreRelease && (exchanges != 0 || releases == 0) ||
+					c.want == PublishExchange && (releases != 0 || exchanges == 0) {
+					t.Fatalf("%s: the verified %s program has %d exchanges and %d store-releases", c.want, name, exchanges, releases)
 				}
 			}
-			if c.want == PublishStoreRelease && (exchanges != 0 || releases == 0) ||
-				c.want == PublishExchange && (releases != 0 || exchanges == 0) {
-				t.Fatalf("%s: the verified program has %d exchanges and %d store-releases", c.want, exchanges, releases)
-			}
 			stitchAcrossCPUs(t, h)
+			measureOnEachCPU(t, h)
 		})
 	}
 }
@@ -89,27 +93,33 @@ func TestUseStoreReleaseRewritesOnlyThePublication(t *testing.T) {
 		return &ebpf.ProgramSpec{Instructions: append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())}
 	}
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
-		publishingProgram: prog(asm.Mov.Imm(asm.R4, 1), xchg),
-		"sluice_egress":   prog(),
+		"sluice_ingress":       prog(asm.Mov.Imm(asm.R4, 1), xchg),
+		"sluice_egress":        prog(asm.Mov.Imm(asm.R4, 2), xchg),
+		"sluice_egress_select": prog(),
 	}}
 	if err := useStoreRelease(spec); err != nil {
 		t.Fatal(err)
 	}
-	got := spec.Programs[publishingProgram].Instructions[1]
-	var raw bytes.Buffer
-	if _, err := got.Marshal(&raw, binary.LittleEndian); err != nil {
-		t.Fatal(err)
-	}
-	// What the kernel reads: BPF_STX|BPF_ATOMIC|BPF_DW, src r4, dst r3,
-	// offset 8, imm BPF_STORE_REL.
-	if want := []byte{0xdb, 0x43, 8, 0, 0x10, 0x01, 0, 0}; !bytes.Equal(raw.Bytes(), want) {
-		t.Fatalf("rewritten to %v, encoded % x, want % x", got, raw.Bytes(), want)
+	for name := range publishingPrograms {
+		got := spec.Programs[name].Instructions[1]
+		var raw bytes.Buffer
+		if _, err := got.Marshal(&raw, binary.LittleEndian); err != nil {
+			t.Fatal(err)
+		}
+		// What the kernel reads: BPF_STX|BPF_ATOMIC|BPF_DW, src r4, dst r3,
+		// offset 8, imm BPF_STORE_REL.
+		if want := []byte{0xdb, 0x43, 8, 0, 0x10, 0x01, 0, 0}; !bytes.Equal(raw.Bytes(), want) {
+			t.Fatalf("%s: rewritten to %v, encoded % x, want % x", name, got, raw.Bytes(), want)
+		}
 	}
 
 	for name, spec := range map[string]*ebpf.CollectionSpec{
 		"exchange in another program": {Programs: map[string]*ebpf.ProgramSpec{
-			publishingProgram: prog(xchg), "sluice_egress": prog(xchg)}},
-		"no publication": {Programs: map[string]*ebpf.ProgramSpec{publishingProgram: prog()}},
+			"sluice_ingress": prog(xchg), "sluice_egress": prog(xchg), "sluice_egress_select": prog(xchg)}},
+		"no sample publication": {Programs: map[string]*ebpf.ProgramSpec{
+			"sluice_ingress": prog(), "sluice_egress": prog(xchg)}},
+		"no latency publication": {Programs: map[string]*ebpf.ProgramSpec{
+			"sluice_ingress": prog(xchg), "sluice_egress": prog()}},
 	} {
 		if err := useStoreRelease(spec); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -118,7 +128,7 @@ func TestUseStoreReleaseRewritesOnlyThePublication(t *testing.T) {
 }
 
 // TestOnlyPublicationExchanges: the rewrite takes every exchange in the
-// data path for a sample publication whose result nobody reads. That holds
+// data path for a ring publication whose result nobody reads. That holds
 // while the C has one exchange, in publish_head, its result cast away.
 func TestOnlyPublicationExchanges(t *testing.T) {
 	files, err := filepath.Glob("../bpf/*.[ch]")
@@ -138,7 +148,7 @@ func TestOnlyPublicationExchanges(t *testing.T) {
 			}
 		}
 	}
-	want := "kafka.h: (void)__sync_lock_test_and_set(&ring->head, head);"
+	want := "helpers.h: (void)__sync_lock_test_and_set(&ring->head, head);"
 	if len(found) != 1 || found[0] != want {
 		t.Fatalf("exchanges in bpf/: %q, want only %q", found, want)
 	}

@@ -7,12 +7,7 @@ import (
 	"os"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
-
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // Sample is the first bytes of one Kafka request on a connection, stitched
@@ -272,17 +267,14 @@ func streamBefore(a, b fragment) bool {
 // memory-mapped, polling them every pollInterval. Read is not safe for
 // concurrent use; Close may be called from any goroutine.
 type SampleReader struct {
-	d      *Datapath
-	slots  []byte // sample_slots: CPUs * perCPU struct sample, read only
-	rings  []byte // sample_rings: one struct sample_ring per CPU
-	cpus   int
-	perCPU uint64
-	st     *stitcher
-	ready  []Sample
+	cpuRings // sample_slots (struct sample) and sample_rings
+	d        *Datapath
+	st       *stitcher
+	ready    []Sample
 	// fresh is the current poll's fragments (reused between polls).
 	fresh    []fragment
 	deadline time.Time
-	timer    *time.Timer // paces polls while the rings are empty
+	pace     pacer // paces polls while the rings are empty
 	closed   chan struct{}
 	once     sync.Once
 	mu       sync.Mutex // keeps Close from unmapping the rings under a poll
@@ -290,69 +282,25 @@ type SampleReader struct {
 	Malformed uint64
 }
 
-// ErrClosed is returned by Read after Close.
-var ErrClosed = errors.New("sample reader closed")
+// ErrClosed is returned by a reader's Read after Close.
+var ErrClosed = errors.New("reader closed")
 
 // incompleteAfter: a sample whose continuation has not come within this
 // time is delivered as it is.
 const incompleteAfter = time.Second
 
-// pollInterval is how often Read looks at the rings when they are empty: a
-// sample reaches the learner within two of them (see stitcher), and each
-// CPU's ring must hold what it samples in one (Options.SampleSlotsPerCPU).
-const pollInterval = 10 * time.Millisecond
-
-// Layout of struct sample_ring (bpf/types.h), checked in tests.
-const (
-	ringOffHead = 0
-	ringOffTail = 64
-	ringSize    = 128
-)
-
 // NewSampleReader maps the sample rings. One reader at a time: the rings'
 // tails are its.
-func (d *Datapath) NewSampleReader() (_ *SampleReader, err error) {
+func (d *Datapath) NewSampleReader() (*SampleReader, error) {
 	if !d.sampleReaderOpen.CompareAndSwap(false, true) {
 		return nil, errors.New("a sample reader is already open on this data path")
 	}
-	r := &SampleReader{d: d, cpus: int(d.objs.SampleRings.MaxEntries()), perCPU: uint64(d.opts.SampleSlotsPerCPU),
-		st: newStitcher(d.opts.SampleBytes), closed: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			r.unmap()
-			d.sampleReaderOpen.Store(false)
-		}
-	}()
-	if r.slots, err = mapMemory(d.objs.SampleSlots, unix.PROT_READ); err != nil {
-		return nil, fmt.Errorf("map sample slots: %w", err)
+	rings, err := mapRings(d.objs.SampleSlots, d.objs.SampleRings, d.opts.SampleSlotsPerCPU)
+	if err != nil {
+		d.sampleReaderOpen.Store(false)
+		return nil, fmt.Errorf("sample rings: %w", err)
 	}
-	if r.rings, err = mapMemory(d.objs.SampleRings, unix.PROT_READ|unix.PROT_WRITE); err != nil {
-		return nil, fmt.Errorf("map sample rings: %w", err)
-	}
-	if len(r.slots) < r.cpus*int(r.perCPU)*sampleSize || len(r.rings) < r.cpus*ringSize {
-		return nil, fmt.Errorf("sample maps are smaller than %d CPUs of %d slots", r.cpus, r.perCPU)
-	}
-	return r, nil
-}
-
-// mapMemory maps a BPF_F_MMAPABLE array's values (laid out back to back
-// from offset 0, each rounded up to 8 bytes). Not the library's
-// Map.Memory: it offers only copying reads and writes, and the rings'
-// head and tail need atomic loads and stores.
-func mapMemory(m *ebpf.Map, prot int) ([]byte, error) {
-	size := int(m.MaxEntries()) * int((m.ValueSize()+7)&^7)
-	page := os.Getpagesize()
-	size = (size + page - 1) / page * page
-	return unix.Mmap(m.FD(), 0, size, prot, unix.MAP_SHARED)
-}
-
-func (r *SampleReader) unmap() {
-	for _, m := range [][]byte{r.slots, r.rings} {
-		if m != nil {
-			_ = unix.Munmap(m)
-		}
-	}
-	r.slots, r.rings = nil, nil
+	return &SampleReader{cpuRings: rings, d: d, st: newStitcher(d.opts.SampleBytes), closed: make(chan struct{})}, nil
 }
 
 // SetDeadline makes Read return os.ErrDeadlineExceeded after t, once it
@@ -372,19 +320,8 @@ func (r *SampleReader) Read() (Sample, error) {
 		if final {
 			return Sample{}, os.ErrDeadlineExceeded
 		}
-		wait := pollInterval
-		if !r.deadline.IsZero() {
-			wait = min(wait, time.Until(r.deadline))
-		}
-		if r.timer == nil {
-			r.timer = time.NewTimer(wait)
-		} else {
-			r.timer.Reset(wait) // Go ≥ 1.23: no stale tick to drain
-		}
-		select {
-		case <-r.closed:
-			return Sample{}, ErrClosed
-		case <-r.timer.C:
+		if err := r.pace.wait(r.deadline, r.closed); err != nil {
+			return Sample{}, err
 		}
 	}
 	s := r.ready[0]
@@ -392,50 +329,27 @@ func (r *SampleReader) Read() (Sample, error) {
 	return s, nil
 }
 
-// ring returns CPU cpu's head and tail in the mapped rings.
-func (r *SampleReader) ring(cpu int) (head, tail *uint64) {
-	return (*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffHead])),
-		(*uint64)(unsafe.Pointer(&r.rings[cpu*ringSize+ringOffTail]))
-}
-
-// slot returns the bytes of CPU cpu's slot at ring position pos.
-func (r *SampleReader) slot(cpu int, pos uint64) []byte {
-	off := (cpu*int(r.perCPU) + int(pos%r.perCPU)) * sampleSize
-	return r.slots[off : off+sampleSize]
-}
-
 // poll reads every CPU's published fragments, hands their slots back to
 // the data path, and stitches.
 func (r *SampleReader) poll(final bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.rings == nil {
+	if !r.mapped() {
 		return ErrClosed
 	}
 	r.fresh = r.fresh[:0]
 	now := MonotonicNow()
-	for cpu := 0; cpu < r.cpus; cpu++ {
-		head, tail := r.ring(cpu)
-		// The atomic load of head orders the slot reads after it; the
-		// atomic store of tail orders them before the data path may
-		// write those slots again.
-		end, next := atomic.LoadUint64(head), atomic.LoadUint64(tail)
-		if end-next > r.perCPU {
-			next = end - r.perCPU // cannot happen while this reader owns tail
+	r.drain(func(slot []byte) {
+		f, err := decodeFragment(slot)
+		if err != nil {
+			r.Malformed++
+			return
 		}
-		for ; next != end; next++ {
-			f, err := decodeFragment(r.slot(cpu, next))
-			if err != nil {
-				r.Malformed++
-				continue
-			}
-			// Copy: the slot is the data path's again once tail moves.
-			f.data = append([]byte(nil), f.data...)
-			f.time = now
-			r.fresh = append(r.fresh, f)
-		}
-		atomic.StoreUint64(tail, end)
-	}
+		// Copy: the slot is the data path's again once tail moves.
+		f.data = append([]byte(nil), f.data...)
+		f.time = now
+		r.fresh = append(r.fresh, f)
+	})
 	r.ready = append(r.ready, r.st.take(r.fresh, now, final)...)
 	return nil
 }

@@ -270,7 +270,8 @@ const (
 	sluiceMapFlows4                = "flows4"
 	sluiceMapFlows6                = "flows6"
 	sluiceMapIdentities            = "identities"
-	sluiceMapLatencyEvents         = "latency_events"
+	sluiceMapLatencyRings          = "latency_rings"
+	sluiceMapLatencySlots          = "latency_slots"
 	sluiceMapListeners             = "listeners"
 	sluiceMapPeerEntities          = "peer_entities"
 	sluiceMapRates                 = "rates"
@@ -287,6 +288,7 @@ const (
 	sluiceVarFlowCacheOn           = "flow_cache_on"
 	sluiceVarFlowSeed              = "flow_seed"
 	sluiceVarLatencyExpireNs       = "latency_expire_ns"
+	sluiceVarLatencySlotsPerCpu    = "latency_slots_per_cpu"
 	sluiceVarLatencyUnsyncedWaitNs = "latency_unsynced_wait_ns"
 	sluiceVarMaxEntities           = "max_entities"
 	sluiceVarSampleBytes           = "sample_bytes"
@@ -350,28 +352,29 @@ type sluiceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sluiceMapSpecs struct {
-	BindQueue     *ebpf.MapSpec `ebpf:"bind_queue"`
-	Buckets       *ebpf.MapSpec `ebpf:"buckets"`
-	Classes       *ebpf.MapSpec `ebpf:"classes"`
-	Clocks        *ebpf.MapSpec `ebpf:"clocks"`
-	CoarseClocks  *ebpf.MapSpec `ebpf:"coarse_clocks"`
-	Conns4        *ebpf.MapSpec `ebpf:"conns4"`
-	Conns6        *ebpf.MapSpec `ebpf:"conns6"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	EntityNames   *ebpf.MapSpec `ebpf:"entity_names"`
-	Exempt        *ebpf.MapSpec `ebpf:"exempt"`
-	FlowEpochs    *ebpf.MapSpec `ebpf:"flow_epochs"`
-	Flows4        *ebpf.MapSpec `ebpf:"flows4"`
-	Flows6        *ebpf.MapSpec `ebpf:"flows6"`
-	Identities    *ebpf.MapSpec `ebpf:"identities"`
-	LatencyEvents *ebpf.MapSpec `ebpf:"latency_events"`
-	Listeners     *ebpf.MapSpec `ebpf:"listeners"`
-	PeerEntities  *ebpf.MapSpec `ebpf:"peer_entities"`
-	Rates         *ebpf.MapSpec `ebpf:"rates"`
-	SampleRings   *ebpf.MapSpec `ebpf:"sample_rings"`
-	SampleSlots   *ebpf.MapSpec `ebpf:"sample_slots"`
-	Settings      *ebpf.MapSpec `ebpf:"settings"`
-	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	BindQueue    *ebpf.MapSpec `ebpf:"bind_queue"`
+	Buckets      *ebpf.MapSpec `ebpf:"buckets"`
+	Classes      *ebpf.MapSpec `ebpf:"classes"`
+	Clocks       *ebpf.MapSpec `ebpf:"clocks"`
+	CoarseClocks *ebpf.MapSpec `ebpf:"coarse_clocks"`
+	Conns4       *ebpf.MapSpec `ebpf:"conns4"`
+	Conns6       *ebpf.MapSpec `ebpf:"conns6"`
+	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	EntityNames  *ebpf.MapSpec `ebpf:"entity_names"`
+	Exempt       *ebpf.MapSpec `ebpf:"exempt"`
+	FlowEpochs   *ebpf.MapSpec `ebpf:"flow_epochs"`
+	Flows4       *ebpf.MapSpec `ebpf:"flows4"`
+	Flows6       *ebpf.MapSpec `ebpf:"flows6"`
+	Identities   *ebpf.MapSpec `ebpf:"identities"`
+	LatencyRings *ebpf.MapSpec `ebpf:"latency_rings"`
+	LatencySlots *ebpf.MapSpec `ebpf:"latency_slots"`
+	Listeners    *ebpf.MapSpec `ebpf:"listeners"`
+	PeerEntities *ebpf.MapSpec `ebpf:"peer_entities"`
+	Rates        *ebpf.MapSpec `ebpf:"rates"`
+	SampleRings  *ebpf.MapSpec `ebpf:"sample_rings"`
+	SampleSlots  *ebpf.MapSpec `ebpf:"sample_slots"`
+	Settings     *ebpf.MapSpec `ebpf:"settings"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // sluiceVariableSpecs contains global variables before they are loaded into the kernel.
@@ -383,6 +386,7 @@ type sluiceVariableSpecs struct {
 	FlowCacheOn           *ebpf.VariableSpec `ebpf:"flow_cache_on"`
 	FlowSeed              *ebpf.VariableSpec `ebpf:"flow_seed"`
 	LatencyExpireNs       *ebpf.VariableSpec `ebpf:"latency_expire_ns"`
+	LatencySlotsPerCpu    *ebpf.VariableSpec `ebpf:"latency_slots_per_cpu"`
 	LatencyUnsyncedWaitNs *ebpf.VariableSpec `ebpf:"latency_unsynced_wait_ns"`
 	MaxEntities           *ebpf.VariableSpec `ebpf:"max_entities"`
 	SampleBytes           *ebpf.VariableSpec `ebpf:"sample_bytes"`
@@ -414,28 +418,29 @@ func (o *sluiceObjects) Close() error {
 //
 // It can be passed to loadSluiceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sluiceMaps struct {
-	BindQueue     *ebpf.Map `ebpf:"bind_queue"`
-	Buckets       *ebpf.Map `ebpf:"buckets"`
-	Classes       *ebpf.Map `ebpf:"classes"`
-	Clocks        *ebpf.Map `ebpf:"clocks"`
-	CoarseClocks  *ebpf.Map `ebpf:"coarse_clocks"`
-	Conns4        *ebpf.Map `ebpf:"conns4"`
-	Conns6        *ebpf.Map `ebpf:"conns6"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	EntityNames   *ebpf.Map `ebpf:"entity_names"`
-	Exempt        *ebpf.Map `ebpf:"exempt"`
-	FlowEpochs    *ebpf.Map `ebpf:"flow_epochs"`
-	Flows4        *ebpf.Map `ebpf:"flows4"`
-	Flows6        *ebpf.Map `ebpf:"flows6"`
-	Identities    *ebpf.Map `ebpf:"identities"`
-	LatencyEvents *ebpf.Map `ebpf:"latency_events"`
-	Listeners     *ebpf.Map `ebpf:"listeners"`
-	PeerEntities  *ebpf.Map `ebpf:"peer_entities"`
-	Rates         *ebpf.Map `ebpf:"rates"`
-	SampleRings   *ebpf.Map `ebpf:"sample_rings"`
-	SampleSlots   *ebpf.Map `ebpf:"sample_slots"`
-	Settings      *ebpf.Map `ebpf:"settings"`
-	Stats         *ebpf.Map `ebpf:"stats"`
+	BindQueue    *ebpf.Map `ebpf:"bind_queue"`
+	Buckets      *ebpf.Map `ebpf:"buckets"`
+	Classes      *ebpf.Map `ebpf:"classes"`
+	Clocks       *ebpf.Map `ebpf:"clocks"`
+	CoarseClocks *ebpf.Map `ebpf:"coarse_clocks"`
+	Conns4       *ebpf.Map `ebpf:"conns4"`
+	Conns6       *ebpf.Map `ebpf:"conns6"`
+	Counters     *ebpf.Map `ebpf:"counters"`
+	EntityNames  *ebpf.Map `ebpf:"entity_names"`
+	Exempt       *ebpf.Map `ebpf:"exempt"`
+	FlowEpochs   *ebpf.Map `ebpf:"flow_epochs"`
+	Flows4       *ebpf.Map `ebpf:"flows4"`
+	Flows6       *ebpf.Map `ebpf:"flows6"`
+	Identities   *ebpf.Map `ebpf:"identities"`
+	LatencyRings *ebpf.Map `ebpf:"latency_rings"`
+	LatencySlots *ebpf.Map `ebpf:"latency_slots"`
+	Listeners    *ebpf.Map `ebpf:"listeners"`
+	PeerEntities *ebpf.Map `ebpf:"peer_entities"`
+	Rates        *ebpf.Map `ebpf:"rates"`
+	SampleRings  *ebpf.Map `ebpf:"sample_rings"`
+	SampleSlots  *ebpf.Map `ebpf:"sample_slots"`
+	Settings     *ebpf.Map `ebpf:"settings"`
+	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *sluiceMaps) Close() error {
@@ -454,7 +459,8 @@ func (m *sluiceMaps) Close() error {
 		m.Flows4,
 		m.Flows6,
 		m.Identities,
-		m.LatencyEvents,
+		m.LatencyRings,
+		m.LatencySlots,
 		m.Listeners,
 		m.PeerEntities,
 		m.Rates,
@@ -474,6 +480,7 @@ type sluiceVariables struct {
 	FlowCacheOn           *ebpf.Variable `ebpf:"flow_cache_on"`
 	FlowSeed              *ebpf.Variable `ebpf:"flow_seed"`
 	LatencyExpireNs       *ebpf.Variable `ebpf:"latency_expire_ns"`
+	LatencySlotsPerCpu    *ebpf.Variable `ebpf:"latency_slots_per_cpu"`
 	LatencyUnsyncedWaitNs *ebpf.Variable `ebpf:"latency_unsynced_wait_ns"`
 	MaxEntities           *ebpf.Variable `ebpf:"max_entities"`
 	SampleBytes           *ebpf.Variable `ebpf:"sample_bytes"`
