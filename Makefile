@@ -16,11 +16,7 @@ GENERATED  := maps/sluice_bpfel.go
 # Every package but the end-to-end scenarios, which `make e2e` runs on its own.
 # Three modules in one workspace (go.work): the agent (.), and test/ and
 # deploy/, which hold what only builds and tests it.
-ALL_PKGS = $(shell $(GO) list ./... ./test/... ./deploy/... | grep -v /test/e2e)
-# The longest package first: go test runs two packages at a time here, and
-# test/agent's namespace tests (about five minutes) listed in order start
-# near the end and run alone.
-PKGS    = $(filter %/test/agent,$(ALL_PKGS)) $(filter-out %/test/agent,$(ALL_PKGS))
+PKGS    = $(shell $(GO) list ./... ./test/... ./deploy/... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
 # prometheus: promtool checks deploy/prometheus' rules, and a real server
 # scrapes the agent in the overcommit scenario. kcat: librdkafka clients log
