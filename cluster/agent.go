@@ -1,0 +1,398 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Mode is an agent's standing towards the cluster.
+type Mode uint8
+
+const (
+	// ModeNormal: the lease is valid; the agent lowers and raises by the rules.
+	ModeNormal Mode = iota
+	// ModeFallback: the agent could not confirm a report of its own for a
+	// lease; it applies its fallback share (and still lowers to targets it
+	// computes) until a report of its own lands again.
+	ModeFallback
+	// ModeFenced: another agent process reports this broker id in this or a
+	// newer epoch. The agent stops reporting and applies its floor share.
+	ModeFenced
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeFallback:
+		return "fallback"
+	case ModeFenced:
+		return "fenced"
+	default:
+		return "normal"
+	}
+}
+
+// Disk is what an agent persists between process lives on one host, written
+// before anything that depends on it is sent.
+type Disk struct {
+	// Epoch is the last epoch the agent used.
+	Epoch uint64
+	// Boot is the host boot Anchor belongs to.
+	Boot uint64
+	// Anchor is the lease anchor on the host's monotonic clock; valid when
+	// Anchored.
+	Anchor   time.Duration
+	Anchored bool
+	// ProcessedSent is the highest Processed the agent has sent: its
+	// successor must not raise for an older round.
+	ProcessedSent uint64
+}
+
+// Local is one entity's measurement on this host for a cycle.
+type Local struct {
+	Usage    float64
+	HeldBack bool
+	Led      uint32
+}
+
+// Start describes an agent process starting on a host.
+type Start struct {
+	Broker BrokerID
+	// Instance is random per process (two processes claiming one broker id
+	// are told apart by it); Boot identifies the host's boot.
+	Instance, Boot uint64
+	// Disk is the previous life's persisted state, nil when there is none
+	// (a new host, or lost state): the epoch is then learned from the topic.
+	Disk *Disk
+	// Applied is what the data path enforces now (its maps outlive the
+	// agent process); nil on a fresh data path, which starts at the
+	// fallback share.
+	Applied []float64
+}
+
+// Agent is one broker host's side of the protocol: it reads the log, keeps
+// its View, decides the share its data path applies and the reports it
+// sends. It is a pure state machine: time is the host's monotonic clock,
+// passed in.
+type Agent struct {
+	cfg  Config
+	me   int
+	view *View
+
+	broker         BrokerID
+	instance, boot uint64
+	epoch          uint64 // 0 until known
+	seq, round     uint64
+	mode           Mode
+	rebuildUntil   time.Duration
+	rebuilding     bool
+	readFrom       time.Duration // a catch-up at or after it ends the rebuild
+	caughtUp       time.Duration // last time the reader reached the log's end
+	hasCaughtUp    bool
+	nextPublish    time.Duration
+	ackDue         bool
+	anchor         time.Duration
+	anchored       bool
+	processed      uint64 // latest round adopted
+	streakFrom     uint64 // first round of the current run of rounds adopted without a gap
+	processedSent  uint64
+	applied        []float64
+	fallback       []float64 // the fallback share of the current episode
+	pending        Targets   // the latest round adopted while live in it
+	hasPending     bool
+	lastLiveCount  int
+	lastReserved   []float64
+}
+
+// ErrUnknownBroker is returned by NewAgent for a broker id not in the config.
+var ErrUnknownBroker = errors.New("broker not in cluster config")
+
+// NewAgent starts an agent at local time now. It reads for RebuildWait
+// before it acts on any target, and before it sends anything when it must
+// learn its epoch from the topic.
+func NewAgent(cfg Config, st Start, now time.Duration) (*Agent, error) {
+	view, err := NewView(cfg)
+	if err != nil {
+		return nil, err
+	}
+	me, ok := view.BrokerIndex(st.Broker)
+	if !ok {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownBroker, st.Broker)
+	}
+	ne := len(cfg.Entities)
+	// A state file written before the epoch was learned holds no epoch.
+	epochKnown := st.Disk != nil && st.Disk.Epoch > 0
+	wait := cfg.RebuildWait(epochKnown)
+	a := &Agent{
+		cfg: cfg, me: me, view: view,
+		broker: st.Broker, instance: st.Instance, boot: st.Boot,
+		rebuilding:   true,
+		rebuildUntil: now + wait,
+		readFrom:     now + wait - cfg.Period,
+		nextPublish:  now,
+		applied:      make([]float64, ne),
+		fallback:     make([]float64, ne),
+		lastReserved: make([]float64, ne),
+	}
+	if d := st.Disk; d != nil {
+		if epochKnown {
+			a.epoch = d.Epoch + 1
+		}
+		a.processedSent = d.ProcessedSent
+		if d.Anchored && d.Boot == st.Boot {
+			a.anchor, a.anchored = d.Anchor, true
+		}
+	}
+	switch {
+	case st.Applied == nil:
+		a.enterFallback() // a fresh data path has no share to keep
+	case !a.anchored:
+		// Without its lease anchor the agent cannot know whether the lease
+		// ran out while it was down: it assumes it did. It may learn the
+		// anchor from its previous life's reports and return to normal.
+		copy(a.applied, st.Applied)
+		a.enterFallback()
+	default:
+		copy(a.applied, st.Applied)
+	}
+	return a, nil
+}
+
+// Observe ingests the next report of the log (every report, in log order)
+// and returns the View's verdict.
+func (a *Agent) Observe(r *Report) Verdict {
+	before := a.view.Targets().Round
+	verdict := a.view.Ingest(r)
+	if verdict == Accepted && r.Broker == a.broker && r.Boot == a.boot {
+		// One of ours landed (or a previous life's on this boot, which a
+		// successor without disk learns its lease from): the lease runs
+		// from when it was sent.
+		if !a.anchored || r.SentAt > a.anchor {
+			a.anchor, a.anchored = r.SentAt, true
+		}
+	}
+	if a.epoch != 0 && a.mode != ModeFenced {
+		epoch, instance := a.view.Epoch(a.me)
+		if epoch > a.epoch || (epoch == a.epoch && instance != a.instance) {
+			a.mode = ModeFenced
+			for e := range a.applied {
+				a.applied[e] = a.floorShare(e)
+			}
+		}
+	}
+	if t := a.view.Targets(); t.Round > before && !a.rebuilding {
+		a.adopt(t)
+	}
+	return verdict
+}
+
+// CaughtUp tells the agent that it has been given every report up to the
+// log's end as of local time now (a fetch returned the high watermark). A
+// restarted agent acts only after a catch-up that began late enough for
+// its previous life's reports to have landed.
+func (a *Agent) CaughtUp(now time.Duration) {
+	a.caughtUp, a.hasCaughtUp = now, true
+}
+
+// adopt takes a round's targets: lower at once, remember the round to raise
+// to, and acknowledge it so others may raise.
+func (a *Agent) adopt(t *Targets) {
+	if a.mode == ModeFenced || !t.Live[a.me] {
+		// Outside the round (not reported yet, or reclaimed): keep the
+		// current share, which is bounded by the fallback share, and
+		// forget older rounds: the others raised in this one without
+		// waiting for us, so an older target is no longer ours to take.
+		a.hasPending = false
+		return
+	}
+	for e := range a.applied {
+		s := t.Share(a.me, e)
+		a.applied[e] = min(a.applied[e], s.Target)
+		a.lastReserved[e] = s.Reserved
+	}
+	a.lastLiveCount = t.LiveCount
+	if a.streakFrom == 0 || a.processed != t.Previous {
+		a.streakFrom = t.Round
+	}
+	a.processed = t.Round
+	a.pending.CopyFrom(t)
+	a.hasPending = true
+	a.ackDue = true
+}
+
+// Step runs the agent at local time now with this cycle's measurements
+// (one per entity) and returns the report to send, if any. The applied
+// share is decided before it returns and never waits for the log.
+func (a *Agent) Step(now time.Duration, local []Local) *Report {
+	if a.mode == ModeFenced {
+		return nil
+	}
+	if a.rebuilding && now >= a.rebuildUntil && a.hasCaughtUp && a.caughtUp >= a.readFrom {
+		a.rebuilding = false
+		if a.epoch == 0 {
+			epoch, _ := a.view.Epoch(a.me)
+			a.epoch = epoch + 1
+		}
+		a.processedSent = max(a.processedSent, a.view.MaxProcessed(a.me))
+		if t := a.view.Targets(); t.Round > 0 {
+			a.adopt(t)
+		}
+	}
+	expired := !a.anchored || now-a.anchor >= a.cfg.Lease
+	switch {
+	case expired && a.mode == ModeNormal:
+		a.enterFallback()
+	case !expired && a.mode == ModeFallback:
+		a.mode = ModeNormal
+	}
+	if a.mode == ModeNormal && !a.rebuilding && a.hasPending {
+		a.raise()
+	}
+	if a.epoch == 0 {
+		return nil // learning the epoch from the topic: nothing may be sent yet
+	}
+	periodic := now >= a.nextPublish
+	if !periodic && !a.ackDue {
+		return nil
+	}
+	return a.report(now, periodic, local)
+}
+
+// raise moves each entity up to its pending target once every other live
+// broker of that round has reported processing it with a share at or below
+// its own target. Only the latest round computed qualifies, and never one
+// older than a round this broker already reported processing (in this life
+// or a previous one): that promise is what others' raises rely on.
+func (a *Agent) raise() {
+	t := &a.pending
+	if t.Round != a.view.Targets().Round || t.Round < a.processedSent || t.Round < a.view.MaxProcessed(a.me) {
+		return
+	}
+	for b, live := range t.Live {
+		if b == a.me || !live {
+			continue
+		}
+		r, ok := a.view.Latest(b)
+		if !ok || r.Processed < t.Round {
+			return
+		}
+	}
+	for e := range a.applied {
+		want := t.Share(a.me, e).Target
+		if want <= a.applied[e] {
+			continue
+		}
+		ok := true
+		for b, live := range t.Live {
+			if b == a.me || !live {
+				continue
+			}
+			r, _ := a.view.Latest(b)
+			if r.Entities[e].Applied > t.Share(b, e).Target {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			a.applied[e] = want
+		}
+	}
+}
+
+// report builds the next report and records what it promises.
+func (a *Agent) report(now time.Duration, periodic bool, local []Local) *Report {
+	a.seq++
+	if periodic {
+		a.round = max(a.round+1, a.view.MaxRound())
+		a.nextPublish = now + a.cfg.Period
+	} else {
+		a.round = max(a.round, a.view.MaxRound(), 1)
+	}
+	a.ackDue = false
+	a.processedSent = max(a.processedSent, a.processed)
+	r := &Report{
+		Cluster: a.cfg.Cluster, Broker: a.broker, Epoch: a.epoch, Instance: a.instance, Boot: a.boot,
+		SentAt: now, Seq: a.seq, Round: a.round, Processed: a.processed, Ack: !periodic,
+		Entities: make([]EntityReport, len(a.cfg.Entities)),
+	}
+	for e, ent := range a.cfg.Entities {
+		er := EntityReport{Entity: ent.ID, Applied: a.applied[e]}
+		if e < len(local) {
+			er.Usage, er.HeldBack, er.Led = local[e].Usage, local[e].HeldBack, local[e].Led
+		}
+		r.Entities[e] = er
+	}
+	return r
+}
+
+// enterFallback applies the fallback share: the lease ran out, so others
+// may soon reclaim this broker's share.
+func (a *Agent) enterFallback() {
+	a.mode = ModeFallback
+	for e := range a.applied {
+		a.fallback[e] = a.fallbackShare(e)
+		a.applied[e] = a.fallback[e]
+	}
+}
+
+func (a *Agent) fallbackShare(e int) float64 {
+	ent := a.cfg.Entities[e]
+	switch a.cfg.Fallback {
+	case FallbackFloor:
+		return a.floorShare(e)
+	case FallbackFullLimit:
+		return ent.Limit
+	}
+	live := a.lastLiveCount
+	if live == 0 {
+		live = len(a.cfg.Brokers)
+	}
+	return math.Floor(ent.Limit / float64(live))
+}
+
+// floorShare is the broker's reservation share of its last round, or an
+// even part of the reservation before it has one.
+func (a *Agent) floorShare(e int) float64 {
+	if a.processed > 0 {
+		return a.lastReserved[e]
+	}
+	return math.Floor(a.cfg.Entities[e].reservation() / float64(len(a.cfg.Brokers)))
+}
+
+// Persist returns what to write to disk before sending the next report.
+func (a *Agent) Persist() Disk {
+	return Disk{Epoch: a.epoch, Boot: a.boot, Anchor: a.anchor, Anchored: a.anchored, ProcessedSent: a.processedSent}
+}
+
+// Applied returns the share of each entity the data path must enforce now.
+// The slice belongs to the Agent.
+func (a *Agent) Applied() []float64 { return a.applied }
+
+// FallbackShares returns the shares applied when the current or last
+// fallback began.
+func (a *Agent) FallbackShares() []float64 { return a.fallback }
+
+// Mode returns the agent's standing.
+func (a *Agent) Mode() Mode { return a.mode }
+
+// Rebuilding reports whether the agent is still reading before it acts.
+func (a *Agent) Rebuilding() bool { return a.rebuilding }
+
+// Processed returns the latest round adopted (0 for none).
+func (a *Agent) Processed() uint64 { return a.processed }
+
+// Streak returns the first round of the agent's current run of rounds
+// adopted without a gap (0 for none): its share is at or below its target of
+// every round from there to Processed, or was raised by the rules since.
+func (a *Agent) Streak() uint64 { return a.streakFrom }
+
+// Epoch returns the agent's epoch (0 while it is still learning it).
+func (a *Agent) Epoch() uint64 { return a.epoch }
+
+// View returns the agent's View (read only).
+func (a *Agent) View() *View { return a.view }
+
+// Pending returns the targets of the latest round adopted, and false if
+// none has been.
+func (a *Agent) Pending() (*Targets, bool) { return &a.pending, a.hasPending }

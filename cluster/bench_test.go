@@ -1,0 +1,44 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkRound100Brokers100Entities is one agent's work per round on a
+// 100-broker cluster with 100 cluster entities: ingest 100 reports, then
+// compute every broker's share of every entity (docs/cluster-budgets.md,
+// "3 brokers and 100").
+func BenchmarkRound100Brokers100Entities(b *testing.B) {
+	const n, ne = 100, 100
+	brokers := make([]BrokerID, n)
+	for i := range brokers {
+		brokers[i] = BrokerID(i + 1)
+	}
+	ents := make([]Entity, ne)
+	for e := range ents {
+		ents[e] = Entity{ID: fmt.Sprintf("tenant-%03d", e), Limit: 30 * mb, Reservation: 6 * mb}
+	}
+	v, err := NewView(DefaultConfig("prod", brokers, ents))
+	if err != nil {
+		b.Fatal(err)
+	}
+	reports := make([]Report, n)
+	for i := range reports {
+		r := &reports[i]
+		*r = Report{Cluster: "prod", Broker: brokers[i], Epoch: 1, Instance: 1, Entities: make([]EntityReport, ne)}
+		for e := range r.Entities {
+			r.Entities[e] = EntityReport{Entity: ents[e].ID, Usage: float64((i*7+e*13)%50) * mb / 100, HeldBack: (i+e)%5 == 0, Led: uint32((i + e) % 4)}
+		}
+	}
+	b.ReportAllocs()
+	for round := uint64(1); b.Loop(); round++ {
+		for i := range reports {
+			reports[i].Seq, reports[i].Round = round, round
+			v.Ingest(&reports[i])
+		}
+	}
+	if v.Targets().LiveCount != n {
+		b.Fatalf("live %d, want %d", v.Targets().LiveCount, n)
+	}
+}

@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"math"
+	"time"
+)
+
+// Report is what one agent publishes each cycle. Its order in the log, its
+// broker's epoch and its sequence number decide what it replaces; nothing in
+// it is a wall-clock time.
+type Report struct {
+	// Cluster must equal Config.Cluster; otherwise the report is foreign.
+	Cluster string
+	// Broker is the reporting broker's id.
+	Broker BrokerID
+	// Epoch (≥ 1) grows with each start of the broker's agent; a report of
+	// an older epoch is fenced.
+	Epoch uint64
+	// Instance is chosen at random by each agent process: two processes
+	// reporting one broker id in one epoch are told apart by it.
+	Instance uint64
+	// Boot identifies the host's boot; SentAt is only comparable within it.
+	Boot uint64
+	// SentAt is the sender's own monotonic clock when it sent the report. No
+	// other agent reads it: the sender's successor uses it, after a restart
+	// without state on disk, to learn when its lease started.
+	SentAt time.Duration
+	// Seq (≥ 1) grows by one per report within an epoch.
+	Seq uint64
+	// Round (≥ 1) is the sender's round counter: on a periodic report
+	// max(its last + 1, the highest round it has read). The first report of
+	// a higher round in the log closes the rounds before it.
+	Round uint64
+	// Processed is the latest round whose targets the sender has computed
+	// and lowered to; 0 for none. It promises that the sender's share is at
+	// most its round-Processed target and that it will raise only to the
+	// target of that round or a later one. Others may raise to their
+	// round-r targets only once every live broker reports Processed ≥ r.
+	Processed uint64
+	// Ack marks a report sent at once on computing a round's targets, so
+	// that others can raise within a round instead of a period later. Acks
+	// keep the round (they close none) and are not counted when others
+	// measure a broker's silence: only the periodic reports are paced.
+	Ack bool
+	// Entities carries one entry per configured entity, in config order.
+	Entities []EntityReport
+}
+
+// EntityReport is one cluster entity's state on the reporting broker.
+type EntityReport struct {
+	// Entity is the entity's ID.
+	Entity string
+	// Usage is the measured rate in bytes/s.
+	Usage float64
+	// HeldBack is set when the data path held some of the entity's bytes
+	// back in the cycle: Usage then understates its demand.
+	HeldBack bool
+	// Applied is the share (bytes/s) the broker's data path enforces now.
+	Applied float64
+	// Led is the number of the entity's partitions this broker leads, from
+	// its own broker's metadata. Leadership enters the computation through
+	// reports so that every agent uses the same numbers.
+	Led uint32
+}
+
+// Verdict is what a View did with a report.
+type Verdict uint8
+
+const (
+	// Accepted: the report is its broker's newest and counts.
+	Accepted Verdict = iota
+	// Duplicate: the same (epoch, seq) was already accepted (redelivery).
+	Duplicate
+	// Stale: an older sequence number of the current epoch (reordered).
+	Stale
+	// Fenced: an older epoch of the broker (a previous life's late report).
+	Fenced
+	// Conflict: the broker's current epoch belongs to another agent
+	// process: two agents claim one broker id.
+	Conflict
+	// Malformed: a field out of range (epoch or seq 0, processed after
+	// round, negative or non-finite rates, round going back).
+	Malformed
+	// Foreign: another cluster, or entities that differ from the config.
+	Foreign
+	// UnknownBroker: a broker id not in the configuration.
+	UnknownBroker
+	// RoundJump: a round implausibly far above the log's highest.
+	RoundJump
+	verdicts
+)
+
+var verdictNames = [verdicts]string{"accepted", "duplicate", "stale", "fenced", "conflict", "malformed", "foreign", "unknown_broker", "round_jump"}
+
+func (v Verdict) String() string {
+	if v < verdicts {
+		return verdictNames[v]
+	}
+	return "invalid"
+}
+
+// Counters counts reports by verdict: every report ignored is counted, none
+// is applied.
+type Counters [verdicts]uint64
+
+// Ignored is the number of reports not accepted.
+func (c *Counters) Ignored() uint64 {
+	var n uint64
+	for v := Duplicate; v < verdicts; v++ {
+		n += c[v]
+	}
+	return n
+}
+
+// checkShape returns Malformed or Foreign for a report that no prefix of the
+// log could make valid, and Accepted otherwise.
+func checkShape(cfg *Config, r *Report) Verdict {
+	if r.Cluster != cfg.Cluster || len(r.Entities) != len(cfg.Entities) {
+		return Foreign
+	}
+	if r.Epoch == 0 || r.Seq == 0 || r.Round == 0 || r.Processed > r.Round {
+		return Malformed
+	}
+	for i := range r.Entities {
+		e := &r.Entities[i]
+		if e.Entity != cfg.Entities[i].ID {
+			return Foreign
+		}
+		if !finiteNonNegative(e.Usage) || !(e.Applied >= 0) { // +Inf applies an unlimited entity
+			return Malformed
+		}
+	}
+	return Accepted
+}
+
+func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }

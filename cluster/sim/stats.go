@@ -1,0 +1,76 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+)
+
+// stats aggregates many seeds' results.
+type stats struct {
+	seeds, failed                        int
+	violations, doubleCounts, divergence int
+	reports, fallbacks, reclaims         int
+	ignored                              uint64
+	maxOvershoot, maxAllowanceUse        float64
+	convergence                          []int // rounds, seeds that converged
+	convergenceMild                      []int // the same, seeds losing ≤ 5 % of reports
+	unconverged                          int
+}
+
+func (s *stats) add(r Result) {
+	s.seeds++
+	if r.First != "" {
+		s.failed++
+	}
+	s.violations += r.Violations
+	s.doubleCounts += r.DoubleCounts
+	s.divergence += r.Divergences
+	s.reports += r.Reports
+	s.fallbacks += r.Fallbacks
+	s.reclaims += r.Reclaims
+	s.ignored += r.Ignored.Ignored()
+	s.maxOvershoot = max(s.maxOvershoot, r.MaxOvershoot)
+	s.maxAllowanceUse = max(s.maxAllowanceUse, r.MaxAllowanceUse)
+	if r.Converged {
+		s.convergence = append(s.convergence, r.ConvergenceRounds)
+		if !r.Hostile {
+			s.convergenceMild = append(s.convergenceMild, r.ConvergenceRounds)
+		}
+	} else {
+		s.unconverged++
+	}
+}
+
+func (s *stats) merge(o *stats) {
+	s.seeds += o.seeds
+	s.failed += o.failed
+	s.violations += o.violations
+	s.doubleCounts += o.doubleCounts
+	s.divergence += o.divergence
+	s.reports += o.reports
+	s.fallbacks += o.fallbacks
+	s.reclaims += o.reclaims
+	s.ignored += o.ignored
+	s.maxOvershoot = max(s.maxOvershoot, o.maxOvershoot)
+	s.maxAllowanceUse = max(s.maxAllowanceUse, o.maxAllowanceUse)
+	s.convergence = append(s.convergence, o.convergence...)
+	s.convergenceMild = append(s.convergenceMild, o.convergenceMild...)
+	s.unconverged += o.unconverged
+}
+
+// percentile returns the p-th percentile (0..1) of rounds, -1 if empty.
+func percentile(rounds []int, p float64) int {
+	if len(rounds) == 0 {
+		return -1
+	}
+	slices.Sort(rounds)
+	return rounds[int(p*float64(len(rounds)-1))]
+}
+
+func (s *stats) String() string {
+	return fmt.Sprintf("seeds %d failed %d violations %d double-counts %d divergences %d | reports %d ignored %d fallbacks %d reclaim-rounds %d | max overshoot %.3f×limit, max overshoot/allowance %.3f | convergence rounds p50 %d p90 %d p99 %d max %d (converged %d, not %d; loss ≤ 5 %%: p50 %d p90 %d p99 %d of %d)",
+		s.seeds, s.failed, s.violations, s.doubleCounts, s.divergence, s.reports, s.ignored, s.fallbacks, s.reclaims,
+		s.maxOvershoot, s.maxAllowanceUse,
+		percentile(s.convergence, 0.5), percentile(s.convergence, 0.9), percentile(s.convergence, 0.99), percentile(s.convergence, 1), len(s.convergence), s.unconverged,
+		percentile(s.convergenceMild, 0.5), percentile(s.convergenceMild, 0.9), percentile(s.convergenceMild, 0.99), len(s.convergenceMild))
+}
