@@ -359,22 +359,5 @@ func TestLatencyRingFullDropsNewest(t *testing.T) {
 // first closes, and a closed reader's Read says so.
 func TestLatencyReaderIsExclusive(t *testing.T) {
 	h := newHarness(t, testOptions())
-	r, err := h.d.NewLatencyReader()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.d.NewLatencyReader(); err == nil {
-		t.Fatal("a second reader was opened beside the first")
-	}
-	done := make(chan error, 1)
-	go func() { _, err := r.Read(); done <- err }()
-	r.Close()
-	if err := <-done; err != ErrClosed {
-		t.Fatalf("Read on a closed reader: %v, want ErrClosed", err)
-	}
-	r2, err := h.d.NewLatencyReader()
-	if err != nil {
-		t.Fatalf("reopen after close: %v", err)
-	}
-	r2.Close()
+	readerIsExclusive(t, h.d.NewLatencyReader, func(r *LatencyReader) error { _, err := r.Read(); return err })
 }

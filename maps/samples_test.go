@@ -145,20 +145,28 @@ func TestSampleRingFullDropsNewest(t *testing.T) {
 // closes, and a closed reader's Read says so.
 func TestSampleReaderIsExclusive(t *testing.T) {
 	h := newHarness(t, testOptions())
-	r, err := h.d.NewSampleReader()
+	readerIsExclusive(t, h.d.NewSampleReader, func(r *SampleReader) error { _, err := r.Read(); return err })
+}
+
+// readerIsExclusive opens a reader of some rings, checks that a second is
+// refused, that Read on it ends with ErrClosed once it is closed, and that
+// the rings can be opened again.
+func readerIsExclusive[R interface{ Close() error }](t *testing.T, open func() (R, error), read func(R) error) {
+	t.Helper()
+	r, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.d.NewSampleReader(); err == nil {
+	if _, err := open(); err == nil {
 		t.Fatal("a second reader was opened beside the first")
 	}
 	done := make(chan error, 1)
-	go func() { _, err := r.Read(); done <- err }()
+	go func() { done <- read(r) }()
 	r.Close()
 	if err := <-done; err != ErrClosed {
 		t.Fatalf("Read on a closed reader: %v, want ErrClosed", err)
 	}
-	r2, err := h.d.NewSampleReader()
+	r2, err := open()
 	if err != nil {
 		t.Fatalf("reopen after close: %v", err)
 	}
