@@ -38,7 +38,8 @@ var latencyCDF = flag.String("latency-cdf", "", "the latency testbed: write each
 //
 // Runs, each judged on the client's own figures:
 //   - core alone, without sluice and with sluice enforcing, three runs each:
-//     the medians of their p99s agree within max(1 ms, 20 %);
+//     the medians of their p99s agree within the noise: the larger spread of
+//     the two conditions' three p99s, at least max(1 ms, 20 %);
 //   - core + backfill without sluice: core's p99 must be at least twice its
 //     alone value (else the testbed shows nothing);
 //   - core + backfill, sluice enforcing with weights only: reported;
@@ -185,7 +186,12 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 
 	p99 := func(name string) float64 { return quantileOf(runs[name], 0.99) }
 	contended, defended := p99("core + backfill, no sluice"), p99("core + backfill, sluice objective")
-	noise := math.Max(1, 0.2*alone)
+	// The noise is what three runs of one condition already differ by (a
+	// run's p99 rests on its 6 largest of 600, and a CPU-starved moment
+	// moves it by milliseconds), never less than max(1 ms, 20 %): sluice's
+	// cost shows as a shift of the median beyond it.
+	spread := func(v []float64) float64 { return slices.Max(v) - slices.Min(v) }
+	noise := max(1, 0.2*alone, spread(aloneWithout), spread(aloneWith))
 	checks := map[string]bool{
 		"contended_at_least_2x_alone":    contended >= 2*alone,
 		"defended_at_most_2x_alone":      defended <= 2*alone,
