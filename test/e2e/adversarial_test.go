@@ -146,20 +146,20 @@ entities:
 }
 
 // Connection churn: 200 connections a second opened, used (ApiVersions
-// and Metadata) and closed, for five minutes. The connection table (read
+// and Metadata) and closed, for four minutes. The connection table (read
 // from the kernel through its pins), the learner's per-connection state
 // and the agent's RSS (from /proc) stay flat: nothing a connection leaves
 // behind outlives it by more than a scan, and RSS after two minutes stays
 // within 20 % of its peak in the second (after the Go heap's warm-up).
 func TestAdversarialConnectionChurn(t *testing.T) {
 	// Beside the consumer at the floor, after the other scenarios: this one
-	// judges no rate, only table sizes and RSS, and its five minutes are
+	// judges no rate, only table sizes and RSS, and its four minutes are
 	// mostly waiting.
 	t.Parallel()
 	w := world(t, harness.Options{Topics: []string{"orders"}})
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
 	defer a.Stop()
-	const perSecond, run, step = 200, 300 * time.Second, 30 * time.Second
+	const perSecond, run, step = 200, 240 * time.Second, 30 * time.Second
 	churn := client(t, w, harness.ClientSpec{Name: "churn", Lib: "raw", Mode: "churn", ClientID: "churner", Topic: "orders", Rate: perSecond})
 	type sample struct {
 		AtSeconds      float64 `json:"at_s"`

@@ -44,7 +44,7 @@ var latencyCDF = flag.String("latency-cdf", "", "the latency testbed: write each
 //     alone value (else the testbed shows nothing);
 //   - core + backfill, sluice enforcing with weights only: reported;
 //   - core + backfill, with `produce_latency_objective: {p99: 1.25 x alone}`
-//     on core: measured from 10 s after the breaker opened, for 25 s; core's
+//     on core: measured from 10 s after the breaker opened, for 18 s; core's
 //     p99 at most twice its alone value.
 func TestScenarioLatencyTestbed(t *testing.T) {
 	const (
@@ -52,10 +52,10 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		coreRate   = 100 // requests a second
 		coreBytes  = 1000
 		aloneFor   = 6 * time.Second
-		loadedFor  = 12 * time.Second
+		loadedFor  = 8 * time.Second
 		warmFor    = 5 * time.Second // the backfill's queue builds
 		settleFor  = 10 * time.Second
-		defendedOn = 25 * time.Second
+		defendedOn = 18 * time.Second
 		backfills  = 8
 	)
 	w := world(t, harness.Options{Topics: []string{"core", "backfill"}, DiskBytesPerSecond: diskRate,
