@@ -47,9 +47,9 @@ func TestLatencyObjectiveTakesFromBestEffort(t *testing.T) {
 	if c := entityView(s, entity.Produce, "core"); c.HeldBy != "" || c.DynamicLimit < c.EffectiveReservation {
 		t.Errorf("the reserved tenant was trimmed: %+v", c)
 	}
-	// Good again: the breaker waits out its cool-down (10 s), probes, and
+	// Good again: the breaker waits out its cool-down (10 s), probes (a step under the level that failed, for 80 s), and
 	// closes after three good windows; the 10 s window forgets the bad ones.
-	for i := 0; i < 30 && r.a.Snapshot().Objectives[0].State != "closed"; i++ {
+	for i := 0; i < 120 && r.a.Snapshot().Objectives[0].State != "closed"; i++ {
 		step(5 * time.Millisecond)
 	}
 	s = r.a.Snapshot()

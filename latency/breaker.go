@@ -99,6 +99,13 @@ type Breaker struct {
 	// changed is when the level last changed; coolDown the present one.
 	changed  time.Time
 	coolDown time.Duration
+	// failed is the level a bad window last came at, and when: a probe
+	// stays a step below it for MaxCoolDown, so that under lasting
+	// contention it does not walk back into the level that failed (a
+	// broker's queue fills at once past it: measured, a probe to full
+	// level cost the protected tenant two seconds at 85 ms).
+	failed   float64
+	failedAt time.Time
 }
 
 // NewBreaker starts closed at level 1. The objective must be valid.
@@ -149,6 +156,7 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 			why = fmt.Sprintf("p99 %v over %v (%d of %d windows)", p99, b.obj.P99, b.bad, b.obj.Trip)
 			if b.bad >= b.obj.Trip {
 				b.state, b.lastBad = Open, now
+				b.failed, b.failedAt = b.level, now
 				b.setLevel(now, max(b.obj.Floor, b.obj.Step))
 				why = fmt.Sprintf("p99 %v over %v for %d windows: best-effort traffic held to %.2f", p99, b.obj.P99, b.bad, b.level)
 			}
@@ -175,6 +183,7 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 		case bad:
 			b.state, b.good, b.lastBad = Open, 0, now
 			b.coolDown = min(b.obj.MaxCoolDown, 2*b.coolDown)
+			b.failed, b.failedAt = b.level, now
 			b.setLevel(now, max(b.obj.Floor, b.level*b.obj.Step))
 			why = fmt.Sprintf("p99 %v over %v while probing: held to %.2f again, next probe after %v", p99, b.obj.P99, b.level, b.coolDown)
 		case good && b.level >= 1 && b.good+1 >= b.obj.Recover:
@@ -182,7 +191,11 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 			why = fmt.Sprintf("p99 within %v for %d windows, the last at full level: released", b.obj.P99, b.obj.Recover)
 		case good:
 			b.good++
-			b.setLevel(now, min(1, b.level+b.obj.Raise))
+			next := min(1, b.level+b.obj.Raise)
+			if now.Sub(b.failedAt) < b.obj.MaxCoolDown {
+				next = min(next, max(b.level, b.failed*b.obj.Step))
+			}
+			b.setLevel(now, next)
 			why = fmt.Sprintf("p99 %v within %v (%d of %d windows): raised to %.2f", p99, b.obj.P99, b.good, b.obj.Recover, b.level)
 		default:
 			why = fmt.Sprintf("%d requests in the window, fewer than %d: no decision", samples, b.obj.MinSamples)

@@ -12,8 +12,8 @@ import (
 // window with too few requests decides nothing; after the cool-down with
 // no bad window it probes, raising in steps; a bad window while probing
 // opens it again and doubles the cool-down; good windows raise it back
-// to full by 0.05 each, and it closes once three were good, the last at
-// full level.
+// by 0.05 each, never within a step of the level that failed for 80 s,
+// to full, and it closes once three were good, the last at full level.
 func TestBreakerSequence(t *testing.T) {
 	o := DefaultObjective(50 * time.Millisecond)
 	if err := o.Validate(); err != nil {
@@ -32,23 +32,23 @@ func TestBreakerSequence(t *testing.T) {
 		changed bool
 	}{
 		{0, 40 * ms, 100, -9, Closed, 1, false},
-		{1, 80 * ms, 100, -8, Closed, 1, false},       // bad 1
-		{2, 80 * ms, 5, -7, Closed, 1, false},         // too few: no decision
-		{3, 80 * ms, 100, -6, Closed, 1, false},       // bad 2
-		{4, 40 * ms, 100, -5, Closed, 1, false},       // good: the count starts again
-		{5, 80 * ms, 100, -4, Closed, 1, false},       // bad 1
-		{6, 80 * ms, 100, -3, Closed, 1, false},       // bad 2
-		{7, 80 * ms, 100, -2, Open, 0.8, true},        // bad 3: open
-		{8, 70 * ms, 100, 7, Open, 0.64, false},       // still bad since the change: lower
-		{9, 45 * ms, 100, 8, Open, 0.64, false},       // good: hold for the cool-down
-		{17, 45 * ms, 100, 8, Open, 0.64, false},      // (the window grows with the level's age)
-		{18, 45 * ms, 100, 9, HalfOpen, 0.64, true},   // 10 s since the last bad window
-		{19, 45 * ms, 100, 10, HalfOpen, 0.69, false}, // good 1: raise by 0.05
-		{20, 60 * ms, 100, 19, Open, 0.552, true},     // bad while probing: the cool-down doubles
-		{30, 45 * ms, 100, 21, Open, 0.552, false},    // 10 s is no longer enough
-		{40, 45 * ms, 100, 31, HalfOpen, 0.552, true}, // 20 s
-		{41, 45 * ms, 100, 32, HalfOpen, 0.602, false},
-		{42, 45 * ms, 3, 41, HalfOpen, 0.602, false}, // too few
+		{1, 80 * ms, 100, -8, Closed, 1, false},        // bad 1
+		{2, 80 * ms, 5, -7, Closed, 1, false},          // too few: no decision
+		{3, 80 * ms, 100, -6, Closed, 1, false},        // bad 2
+		{4, 40 * ms, 100, -5, Closed, 1, false},        // good: the count starts again
+		{5, 80 * ms, 100, -4, Closed, 1, false},        // bad 1
+		{6, 80 * ms, 100, -3, Closed, 1, false},        // bad 2
+		{7, 80 * ms, 100, -2, Open, 0.8, true},         // bad 3: open
+		{8, 70 * ms, 100, 7, Open, 0.64, false},        // still bad since the change: lower
+		{9, 45 * ms, 100, 8, Open, 0.64, false},        // good: hold for the cool-down
+		{17, 45 * ms, 100, 8, Open, 0.64, false},       // (the window grows with the level's age)
+		{18, 45 * ms, 100, 9, HalfOpen, 0.64, true},    // 10 s since the last bad window
+		{19, 45 * ms, 100, 10, HalfOpen, 0.69, false},  // good 1: raise by 0.05
+		{20, 60 * ms, 100, 19, Open, 0.552, true},      // bad while probing: the cool-down doubles
+		{30, 45 * ms, 100, 21, Open, 0.552, false},     // 10 s is no longer enough
+		{40, 45 * ms, 100, 31, HalfOpen, 0.552, true},  // 20 s
+		{41, 45 * ms, 100, 32, HalfOpen, 0.552, false}, // good, but a step under the level that failed at 20 s
+		{42, 45 * ms, 3, 33, HalfOpen, 0.552, false},   // too few
 	}
 	for _, s := range steps {
 		now := t0.Add(time.Duration(s.at) * time.Second)
@@ -62,8 +62,12 @@ func TestBreakerSequence(t *testing.T) {
 	}
 	// Good windows raise it by 0.05 each to full level; the next good one
 	// closes it.
-	at := 43
-	for want := 0.652; want < 1; want += 0.05 {
+	// 80 s after the level failed, probes may pass it again.
+	if v := b.Evaluate(t0.Add(99*time.Second), 45*ms, 100); abs(v.Level-0.552) > 1e-9 {
+		t.Fatalf("at 99 s: %+v, want still 0.552", v)
+	}
+	at := 100
+	for want := 0.602; want < 1; want += 0.05 {
 		if v := b.Evaluate(t0.Add(time.Duration(at)*time.Second), 45*ms, 100); v.State != HalfOpen || abs(v.Level-want) > 1e-9 {
 			t.Fatalf("at %d s: %+v, want half open at %g", at, v, want)
 		}
