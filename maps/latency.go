@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"sync"
 	"time"
 )
 
@@ -46,14 +44,8 @@ func (e LatencyEvent) FromLastByte() (d time.Duration, ok bool) {
 // Read is not safe for concurrent use; Close may be called from any
 // goroutine. One reader at a time: the rings' tails are its.
 type LatencyReader struct {
-	cpuRings // latency_slots (struct latency_event) and latency_rings
-	d        *Datapath
-	ready    []LatencyEvent
-	deadline time.Time
-	pace     pacer // paces polls while the rings are empty
-	closed   chan struct{}
-	once     sync.Once
-	mu       sync.Mutex // keeps Close from unmapping the rings under a poll
+	polledReader[LatencyEvent] // latency_slots (struct latency_event) and latency_rings
+	d                          *Datapath
 	// Malformed counts slots that could not be decoded (none can, from
 	// this build's own data path).
 	Malformed uint64
@@ -73,34 +65,12 @@ func (d *Datapath) NewLatencyReader() (*LatencyReader, error) {
 		d.latencyReaderOpen.Store(false)
 		return nil, fmt.Errorf("latency rings: %w", err)
 	}
-	return &LatencyReader{cpuRings: rings, d: d, closed: make(chan struct{})}, nil
+	return &LatencyReader{polledReader: newPolledReader[LatencyEvent](rings, &d.latencyReaderOpen), d: d}, nil
 }
-
-// SetDeadline makes Read return os.ErrDeadlineExceeded after t, once it
-// has delivered every measurement the rings held by then (the zero time:
-// never).
-func (r *LatencyReader) SetDeadline(t time.Time) { r.deadline = t }
 
 // Read waits for the next measurement.
 func (r *LatencyReader) Read() (LatencyEvent, error) {
-	for len(r.ready) == 0 {
-		final := !r.deadline.IsZero() && !time.Now().Before(r.deadline)
-		if err := r.poll(); err != nil {
-			return LatencyEvent{}, err
-		}
-		if len(r.ready) > 0 {
-			break
-		}
-		if final {
-			return LatencyEvent{}, os.ErrDeadlineExceeded
-		}
-		if err := r.pace.wait(r.deadline, r.closed); err != nil {
-			return LatencyEvent{}, err
-		}
-	}
-	ev := r.ready[0]
-	r.ready = r.ready[1:]
-	return ev, nil
+	return r.next(func(bool) error { return r.poll() })
 }
 
 // poll decodes every CPU's published measurements and hands their slots
@@ -135,16 +105,4 @@ func decodeLatencyEvent(raw []byte) (LatencyEvent, error) {
 		APIKey: ev.ApiKey, CorrelationID: ev.CorrId,
 		FirstByte: time.Duration(ev.FirstNs), LastByte: time.Duration(ev.LastNs), Response: time.Duration(ev.RespNs),
 	}, nil
-}
-
-// Close stops the reader; a blocked Read returns ErrClosed.
-func (r *LatencyReader) Close() error {
-	r.once.Do(func() {
-		close(r.closed)
-		r.mu.Lock()
-		r.unmap()
-		r.mu.Unlock()
-		r.d.latencyReaderOpen.Store(false)
-	})
-	return nil
 }

@@ -3,6 +3,7 @@ package maps
 import (
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -138,4 +139,64 @@ func (p *pacer) wait(deadline time.Time, closed <-chan struct{}) error {
 	case <-p.timer.C:
 		return nil
 	}
+}
+
+// polledReader is what both ring readers share: the per-CPU rings, the
+// items decoded and not yet returned, the deadline, the pacing of polls,
+// and closing (which frees the rings for the next reader of owner).
+type polledReader[T any] struct {
+	cpuRings
+	ready    []T
+	deadline time.Time
+	pace     pacer // paces polls while the rings are empty
+	closed   chan struct{}
+	once     sync.Once
+	mu       sync.Mutex   // keeps Close from unmapping the rings under a poll
+	owner    *atomic.Bool // the data path's "a reader is open" flag
+}
+
+func newPolledReader[T any](rings cpuRings, owner *atomic.Bool) polledReader[T] {
+	return polledReader[T]{cpuRings: rings, closed: make(chan struct{}), owner: owner}
+}
+
+// SetDeadline bounds Read: past it, Read returns os.ErrDeadlineExceeded
+// once the rings are empty. The zero time waits for ever.
+func (r *polledReader[T]) SetDeadline(t time.Time) { r.deadline = t }
+
+// next returns the next item, polling (poll appends to ready; final says
+// the deadline has passed) until one is ready, the deadline passes or the
+// reader closes.
+func (r *polledReader[T]) next(poll func(final bool) error) (T, error) {
+	var zero T
+	for len(r.ready) == 0 {
+		final := !r.deadline.IsZero() && !time.Now().Before(r.deadline)
+		if err := poll(final); err != nil {
+			return zero, err
+		}
+		if len(r.ready) > 0 {
+			break
+		}
+		if final {
+			return zero, os.ErrDeadlineExceeded
+		}
+		if err := r.pace.wait(r.deadline, r.closed); err != nil {
+			return zero, err
+		}
+	}
+	v := r.ready[0]
+	r.ready = r.ready[1:]
+	return v, nil
+}
+
+// Close ends Read and unmaps the rings; safe from any goroutine, and more
+// than once.
+func (r *polledReader[T]) Close() error {
+	r.once.Do(func() {
+		close(r.closed)
+		r.mu.Lock()
+		r.unmap()
+		r.mu.Unlock()
+		r.owner.Store(false)
+	})
+	return nil
 }

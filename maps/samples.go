@@ -4,9 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
-	"sync"
 	"time"
 )
 
@@ -267,17 +265,11 @@ func streamBefore(a, b fragment) bool {
 // memory-mapped, polling them every pollInterval. Read is not safe for
 // concurrent use; Close may be called from any goroutine.
 type SampleReader struct {
-	cpuRings // sample_slots (struct sample) and sample_rings
-	d        *Datapath
-	st       *stitcher
-	ready    []Sample
+	polledReader[Sample] // sample_slots (struct sample) and sample_rings
+	d                    *Datapath
+	st                   *stitcher
 	// fresh is the current poll's fragments (reused between polls).
-	fresh    []fragment
-	deadline time.Time
-	pace     pacer // paces polls while the rings are empty
-	closed   chan struct{}
-	once     sync.Once
-	mu       sync.Mutex // keeps Close from unmapping the rings under a poll
+	fresh []fragment
 	// Malformed counts records that could not be decoded.
 	Malformed uint64
 }
@@ -300,34 +292,11 @@ func (d *Datapath) NewSampleReader() (*SampleReader, error) {
 		d.sampleReaderOpen.Store(false)
 		return nil, fmt.Errorf("sample rings: %w", err)
 	}
-	return &SampleReader{cpuRings: rings, d: d, st: newStitcher(d.opts.SampleBytes), closed: make(chan struct{})}, nil
+	return &SampleReader{polledReader: newPolledReader[Sample](rings, &d.sampleReaderOpen), d: d, st: newStitcher(d.opts.SampleBytes)}, nil
 }
-
-// SetDeadline makes Read return os.ErrDeadlineExceeded after t, once it
-// has delivered every sample the rings held by then (the zero time: never).
-func (r *SampleReader) SetDeadline(t time.Time) { r.deadline = t }
 
 // Read blocks until a sample is complete (or given up on) and returns it.
-func (r *SampleReader) Read() (Sample, error) {
-	for len(r.ready) == 0 {
-		final := !r.deadline.IsZero() && !time.Now().Before(r.deadline)
-		if err := r.poll(final); err != nil {
-			return Sample{}, err
-		}
-		if len(r.ready) > 0 {
-			break
-		}
-		if final {
-			return Sample{}, os.ErrDeadlineExceeded
-		}
-		if err := r.pace.wait(r.deadline, r.closed); err != nil {
-			return Sample{}, err
-		}
-	}
-	s := r.ready[0]
-	r.ready = r.ready[1:]
-	return s, nil
-}
+func (r *SampleReader) Read() (Sample, error) { return r.next(r.poll) }
 
 // poll reads every CPU's published fragments, hands their slots back to
 // the data path, and stitches.
@@ -351,17 +320,5 @@ func (r *SampleReader) poll(final bool) error {
 		r.fresh = append(r.fresh, f)
 	})
 	r.ready = append(r.ready, r.st.take(r.fresh, now, final)...)
-	return nil
-}
-
-// Close stops the reader; a blocked Read returns ErrClosed.
-func (r *SampleReader) Close() error {
-	r.once.Do(func() {
-		close(r.closed)
-		r.mu.Lock()
-		r.unmap()
-		r.mu.Unlock()
-		r.d.sampleReaderOpen.Store(false)
-	})
 	return nil
 }
