@@ -151,6 +151,15 @@ func (r runOpts) opts() *ebpf.RunOptions {
 // options (PinDir set).
 func pinnedAndClosed(t *testing.T) Options {
 	t.Helper()
+	opts, d := pinnedLoad(t)
+	d.Close()
+	return opts
+}
+
+// pinnedLoad loads a data path that pins under a fresh bpffs; the caller
+// closes it.
+func pinnedLoad(t *testing.T) (Options, *Datapath) {
+	t.Helper()
 	netns.RequireRoot(t, "loads BPF programs")
 	opts := testOptions()
 	opts.PinDir = filepath.Join(bpffs(t), "sluice")
@@ -158,8 +167,7 @@ func pinnedAndClosed(t *testing.T) Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Close()
-	return opts
+	return opts, d
 }
 
 // policeRuns passes seg n times through the ingress program and counts

@@ -138,13 +138,7 @@ func TestSampleRingLayoutMatchesGenerated(t *testing.T) {
 // Pins of maps an earlier data path had (and this one has not) are removed
 // when an upgraded agent adopts the directory; the links beside them stay.
 func TestPinnedRetiredMapsRemoved(t *testing.T) {
-	netns.RequireRoot(t, "loads BPF programs")
-	opts := testOptions()
-	opts.PinDir = filepath.Join(bpffs(t), "sluice")
-	d, err := Load(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts, d := pinnedLoad(t)
 	// Stand-ins for an older layout's pins, and a pinned link's name.
 	for _, name := range append(retiredPins, "link_3_ingress") {
 		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
@@ -160,7 +154,7 @@ func TestPinnedRetiredMapsRemoved(t *testing.T) {
 		}
 	}
 	d.Close()
-	d, err = Load(opts)
+	d, err := Load(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
