@@ -41,8 +41,11 @@ type Deps struct {
 	// restart.
 	NewMetadata func(cfg config.Config) (Metadata, error)
 	Topics      learner.TopicNames
-	Clock       Clock
-	Log         *slog.Logger
+	// NewCluster builds the link to the cluster budgets' coordination
+	// topic when the configuration has a cluster section (required then).
+	NewCluster func(cfg config.Config) (ClusterLink, error)
+	Clock      Clock
+	Log        *slog.Logger
 	// FailReloadStep, in tests, is asked before each step of a reload
 	// (ReloadStepNames) and fails the step with the error it returns: the
 	// fault injection that proves every step is undone.
@@ -137,7 +140,9 @@ type Agent struct {
 	lat *latencyBook
 	// objectives: the configured latency objectives and their breakers
 	// (objectives.go); objectiveTransitions counts their state changes.
-	objectives           []*objective
+	objectives []*objective
+	// cluster: the cluster budgets (nil without a cluster section).
+	cluster              *clusterBudgets
 	objectiveTransitions uint64
 }
 
@@ -149,6 +154,8 @@ type direction struct {
 	// heldBy[id]: the latency objective that trimmed the entity's limit
 	// this cycle (objectives.go).
 	heldBy map[uint32]string
+	// clusterSlots: the entities whose limit is a cluster share this cycle.
+	clusterSlots []uint32
 	// Per entity id: the rate window (bytes per interval), the last counter
 	// reading, and the rate last written to the shaper (NaN: none yet).
 	window    []float64
@@ -340,6 +347,18 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		if err := a.restoreRegistry(); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.Cluster.Enabled {
+		cb, cerr := startClusterBudgets(cfg, deps)
+		if cerr != nil {
+			return nil, cerr
+		}
+		a.cluster = cb
+		defer func() { // err: New's result
+			if err != nil {
+				cb.stop()
+			}
+		}()
 	}
 	a.pinConfigured()
 	if err := a.applyDataPathSettings(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/entity"
@@ -109,6 +110,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldOf[:0]
 	now := a.deps.Clock.Now()
 	dc.others.entities, dc.others.rate = 0, 0
+	dc.clusterSlots = dc.clusterSlots[:0]
 	a.registry.Each(func(id entity.ID, key entity.Key) {
 		i := int(id)
 		cur := counters[i].Bytes
@@ -134,7 +136,12 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			dc.paramsOf[i], dc.sourcesOf[i] = a.policy.Explain(key, dc.dir)
 			dc.paramsGen[i] = a.policyGen
 		}
-		p := dc.paramsOf[i]
+		p, src := dc.paramsOf[i], dc.sourcesOf[i]
+		if s, ok := a.clusterShare(key, dc.dir); ok {
+			p.Limit, p.Reservation = s.limit, s.reservation
+			src.Limit, src.Reservation = entity.SourceCluster, entity.SourceCluster
+			dc.clusterSlots = append(dc.clusterSlots, uint32(id))
+		}
 		h := dc.held[uint32(id)]
 		dc.dropped[i] += h.Dropped
 		// BPF shapers count what they hold back in the entity's counters.
@@ -154,13 +161,16 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			dc.others.droppedPackets += h.Dropped
 		}
 		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, dc.applied[i])
+		if b, ok := a.cluster.budgetOf(key, dc.dir); ok {
+			a.cluster.measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterUsageIntervals)), h.Throttled)
+		}
 		dc.inputs = append(dc.inputs, allocator.Entity{
 			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
 			Usage: usage, Throttled: h.Throttled,
 		})
 		dc.keys = append(dc.keys, key)
 		dc.params = append(dc.params, p)
-		dc.sources = append(dc.sources, dc.sourcesOf[i])
+		dc.sources = append(dc.sources, src)
 		dc.heldOf = append(dc.heldOf, h)
 	})
 	if cap(dc.outputs) < len(dc.inputs) {
@@ -190,7 +200,10 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		return math.IsNaN(old) || math.Abs(now-old) > a.cfg.UpdateThreshold*old || math.IsInf(now, 1) != math.IsInf(old, 1)
 	}
 	consider := func(id uint32, rate, guaranteed float64) {
-		if moved(dc.applied[id], rate) || moved(dc.guaranteed[id], guaranteed) {
+		// A cluster share that went down is written however little it
+		// moved: the report this cycle sends says it is in force.
+		lowered := rate < dc.applied[id] && slices.Contains(dc.clusterSlots, id)
+		if lowered || moved(dc.applied[id], rate) || moved(dc.guaranteed[id], guaranteed) {
 			changes = append(changes, shaping.Rate{Entity: id, BytesPerSecond: rate, Guaranteed: guaranteed})
 			dc.applied[id], dc.guaranteed[id] = rate, guaranteed
 		}

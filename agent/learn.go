@@ -184,6 +184,9 @@ func (a *Agent) applyStandby(id uint32, key entity.Key) {
 			continue
 		}
 		p := a.policy.Params(key, dc.dir)
+		if s, ok := a.clusterShare(key, dc.dir); ok {
+			p.Limit, p.Reservation = s.limit, s.reservation
+		}
 		limit := dc.alloc.Config().StandbyLimit(p.Reservation, p.Limit)
 		// Nothing guaranteed until the loop knows it: HTB lends it what the
 		// guarantees leave, up to the limit.

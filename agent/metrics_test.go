@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
 
 	sluicemaps "github.com/sluice-dev/sluice/maps"
@@ -74,7 +76,7 @@ var labelBounds = map[string]string{
 	"direction":   "`produce`, `fetch`",
 	"entity":      "at most `metrics.max_entity_series` entities per direction have series of their own (configured ones first; `metrics.entities: all` lets learned ones in); every other entity is summed into one aggregate (`entity=\"<others>\"`, `entity_type=\"unconfigured\"`), plus `unknown` and `overflow`",
 	"entity_type": "an entity kind: `client`, `client-pattern`, `topic-partition`, `user`, `user-client`, `peer`, `listener`, `unresolved`, `unknown`, `overflow`, or `unconfigured` for the aggregate",
-	"state":       "a fixed set of states (entities: `active`, `standby`, `throttled`, ...; kafka_quotas: `imported`, `left_out`, `skipped`)",
+	"state":       "a fixed set of states (entities: `active`, `standby`, `throttled`, ...; kafka_quotas: `imported`, `left_out`, `skipped`; cluster lease: `normal`, `fallback`, `fenced`)",
 	"reason":      "a fixed list (see the help text)",
 	"result":      "`complete`, `truncated`, `failed`",
 	"version":     "the build's version (one value per process)",
@@ -91,6 +93,9 @@ var labelBounds = map[string]string{
 	"outcome":     "`measured`, `ring_full`, `expired`",
 	"event":       "`desync`, `resync`",
 	"le":          "the histogram's bounds (fixed)",
+	"cluster":     "cluster.name (one value per process)",
+	"broker":      "cluster.broker_id (one value per process)",
+	"verdict":     "a fixed list: `accepted`, `duplicate`, `stale`, `fenced`, `conflict`, `malformed`, `foreign`, `unknown_broker`, `round_jump`",
 }
 
 // metricsDoc renders docs/metrics.md from a scrape's sluice_ families.
@@ -147,7 +152,15 @@ func familyLine(f *dto.MetricFamily) string {
 // types and labels, plus Go's and the process's; a failed data path read
 // is counted, not a failed scrape.
 func TestMetricsMatchTheCommittedList(t *testing.T) {
-	r := newRig(t, "entities: {clients: {core: {consumer_byte_reservation: 100, consumer_byte_rate: 400, produce_latency_objective: {p99: 50ms}}}}\n")
+	// With a cluster section, so that its families are listed too.
+	yaml := baseConfig + "entities: {clients: {core: {consumer_byte_reservation: 100, consumer_byte_rate: 400, produce_latency_objective: {p99: 50ms}}}}\n" +
+		"cluster: {name: c, broker_id: 1, brokers: [1], state_file: " + filepath.Join(t.TempDir(), "state") + ", entities: {clients: {bulk: {consumer_byte_rate: 500}}}}\n"
+	var topicClock fakeClock
+	r := newRigWith(t, yaml, func(d *Deps) {
+		d.NewCluster = func(config.Config) (ClusterLink, error) {
+			return ClusterLink{Log: &fakeLog{topic: &fakeTopic{}, clock: &topicClock}}, nil
+		}
+	})
 	r.sh.kind = "police" // a BPF shaper: held bytes are counted
 	id := r.learn(46000, "core", apiVersions()).Fetch
 	r.learn(46001, "stranger", apiVersions())

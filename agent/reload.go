@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -520,6 +521,11 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
 		"metrics.web_config_file": !metricsLive && old.Metrics.WebConfigFile != next.Metrics.WebConfigFile,
 		"log_format":              old.LogFormat != next.LogFormat,
+		// Every agent of the cluster must split budgets with the same
+		// inputs and period: a cluster change is a coordinated restart.
+		"cluster": !reflect.DeepEqual(old.Cluster, next.Cluster),
+		"refresh_interval (with a cluster section)": old.Cluster.Enabled && old.RefreshInterval != next.RefreshInterval,
+		"stale_after (with a cluster section)":      old.Cluster.Enabled && old.StaleAfter != next.StaleAfter,
 	} {
 		if changed {
 			keys = append(keys, name)

@@ -92,6 +92,7 @@ func (a *Agent) view() *status.Snapshot {
 			Rebinds: copyCounts(a.conns.Rebinds), IdentityErrors: a.conns.IdentityErrors},
 		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
 		KafkaQuotas:          a.kafka.view(),
+		Cluster:              a.cluster.view(),
 		Objectives:           a.objectiveViews(),
 		ObjectiveTransitions: a.objectiveTransitions,
 	}
@@ -213,11 +214,13 @@ func (a *Agent) RateWriteFailures() uint64 {
 	return a.rateWriteFailures
 }
 
-// StopMetadata ends the metadata client the agent built (Deps.NewMetadata).
+// StopMetadata ends the metadata client the agent built (Deps.NewMetadata)
+// and the cluster budgets' link to their topic (Deps.NewCluster).
 func (a *Agent) StopMetadata() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.stopTopics()
+	a.cluster.stop()
 }
 
 // MetricsOpener starts serving metrics on an address, with an

@@ -181,6 +181,9 @@ type Config struct {
 	LogFormat string
 	// Entities holds the per-entity quotas.
 	Entities Entities
+	// Cluster holds the cluster-wide budgets (off unless the file has the
+	// section).
+	Cluster Cluster
 }
 
 // Direction is one direction's capacity pool and control-loop parameters:
@@ -399,6 +402,9 @@ func Default() Config {
 		LogLevel:                slog.LevelInfo,
 		Entities: Entities{Clients: map[string]Quota{}, TopicPartitions: map[string]Quota{}, Users: map[string]UserQuota{},
 			Peers: map[string]Quota{}, Listeners: map[string]Quota{}},
+		Cluster: Cluster{Mode: ModeEnforce, Topic: "__sluice_cluster_budgets", ReplicationFactor: -1, Retention: 10 * time.Minute,
+			Lease: 30 * time.Second, Fallback: FallbackEvenSplit, MaxDelivery: 5 * time.Second, StateFile: "/var/lib/sluice/cluster.state",
+			Entities: ClusterEntities{Clients: map[string]ClusterQuota{}, Users: map[string]ClusterQuota{}}},
 	}
 }
 

@@ -46,5 +46,6 @@ func (c Config) Validate() Problems {
 		fail("entities", "%d configured entities, but max_entities %d less max_unconfigured_entities %d leaves room for %d",
 			n, c.MaxEntities, c.MaxUnconfiguredEntities, room)
 	}
+	c.validateCluster(fail)
 	return out
 }

@@ -38,8 +38,17 @@ func (c Config) Warnings() Problems {
 			Message: "users are read only on SASL_PLAINTEXT listeners, and none is configured: no connection will match a user"})
 	}
 	if len(c.ExemptPeers) == 0 && c.Mode == ModeEnforce {
-		out = append(out, Problem{Key: "exempt_peers",
-			Message: "is empty: replication from the other brokers and controllers is governed like any client; list their addresses"})
+		msg := "is empty: replication from the other brokers and controllers is governed like any client; list their addresses"
+		if c.Cluster.Enabled {
+			msg += " (and the cluster budgets' reports between the brokers' agents would be governed too)"
+		}
+		out = append(out, Problem{Key: "exempt_peers", Message: msg})
+	}
+	for _, b := range c.Cluster.Budgets() {
+		if len(b.Topics) == 0 && b.Reservation > 0 {
+			out = append(out, Problem{Key: "cluster.entities." + map[string]string{ClusterKindClient: "clients", ClusterKindUser: "users"}[b.Kind] + "." + b.Name + ".topics",
+				Message: "is empty: the reservation is spread evenly over the brokers, not by where the tenant's partitions lead"})
+		}
 	}
 	if _, ok := c.Entities.Clients[OldDefaultKey]; ok {
 		out = append(out, Problem{Key: "entities.clients." + OldDefaultKey,

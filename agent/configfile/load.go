@@ -47,13 +47,15 @@ var schema = map[string][]string{
 	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "produce_shaper", "attach", "replace_root_qdisc", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
 		"metadata_refresh", "kafka_quotas", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
-		"samples_per_second", "metrics_address", "metrics", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities"},
-	"produce":  directionKeys,
-	"fetch":    directionKeys,
-	"sasl":     {"mechanism", "username", "password", "password_file"},
-	"tls":      {"enabled", "ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify"},
-	"entities": {"clients", "topic-partitions", "users", "peers", "listeners"},
-	"metrics":  {"entities", "max_entity_series", "web_config_file"},
+		"samples_per_second", "metrics_address", "metrics", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities", "cluster"},
+	"cluster":          clusterKeys,
+	"cluster.entities": {"clients", "users"},
+	"produce":          directionKeys,
+	"fetch":            directionKeys,
+	"sasl":             {"mechanism", "username", "password", "password_file"},
+	"tls":              {"enabled", "ca_file", "cert_file", "key_file", "server_name", "insecure_skip_verify"},
+	"entities":         {"clients", "topic-partitions", "users", "peers", "listeners"},
+	"metrics":          {"entities", "max_entity_series", "web_config_file"},
 }
 
 var directionKeys = []string{"capacity", "safety_ratio", "min_demand", "activity_threshold", "min_limit", "memory_cycles", "overcommit_confirm_cycles"}
@@ -88,6 +90,8 @@ func Parse(data []byte) (config.Config, error) {
 	l.v = v
 	l.globals()
 	l.entities(raw["entities"])
+	l.cluster(raw["cluster"])
+	l.clusterLocalEntities()
 	for _, p := range l.cfg.Validate() {
 		if strings.HasSuffix(p.Key, ".min_limit") && !l.has(p.Key) {
 			p.Message += " (the default; set it lower for so small a capacity)"

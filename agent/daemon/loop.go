@@ -32,10 +32,20 @@ func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, latenc
 	interval := a.Config().RefreshInterval
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	// The cluster budgets read their topic between cycles (a nil channel
+	// without a cluster section: a cluster change needs a restart).
+	var clusterTicks <-chan time.Time
+	if a.Config().Cluster.Enabled {
+		t := time.NewTicker(agent.ClusterTickInterval)
+		defer t.Stop()
+		clusterTicks = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-clusterTicks:
+			a.ClusterTick()
 		case d := <-a.IntervalChanges():
 			ticker.Reset(d)
 		case err := <-learned:

@@ -284,10 +284,13 @@ const (
 	SourceTemplate
 	// SourceKafkaDefault: the cluster's client-id <default> quota.
 	SourceKafkaDefault
+	// SourceCluster: this host's share of a cluster budget (the agent sets
+	// it over what the policy resolved).
+	SourceCluster
 )
 
 func (s Source) String() string {
-	return [...]string{"global default", "file", "kafka", "file <default>", "kafka <default>"}[s]
+	return [...]string{"global default", "file", "kafka", "file <default>", "kafka <default>", "cluster share"}[s]
 }
 
 // Sources says where each of an entity's parameters came from.

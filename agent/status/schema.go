@@ -198,6 +198,83 @@ type Snapshot struct {
 	// ObjectiveTransitions counts their breakers' state changes.
 	Objectives           []ObjectiveView `json:"objectives,omitempty"`
 	ObjectiveTransitions uint64          `json:"objective_transitions"`
+	// Cluster is nil unless the configuration has a cluster section.
+	Cluster *ClusterView `json:"cluster,omitempty"`
+}
+
+// ClusterView is this host's side of the cluster budgets: its standing
+// (lease), the round it acts on, the topic, and each budget's share.
+type ClusterView struct {
+	Name   string `json:"name"`
+	Broker int32  `json:"broker"`
+	// Mode is the cluster section's: enforce, or shadow (shares computed
+	// and reported, none applied).
+	Mode string `json:"mode"`
+	// Lease: normal, fallback (no report of this host landed for the
+	// lease) or fenced (another agent reports this broker id).
+	Lease      string `json:"lease"`
+	Rebuilding bool   `json:"rebuilding"`
+	Epoch      uint64 `json:"epoch"`
+	// Round is the latest round the log has closed; Processed the latest
+	// this host has lowered to.
+	Round     uint64 `json:"round"`
+	Processed uint64 `json:"processed"`
+	// Published: reports sent; Withheld: reports not sent because the
+	// cycle did not write its rates or the state file failed.
+	Published         uint64              `json:"published"`
+	Withheld          uint64              `json:"withheld"`
+	StateFileFailures uint64              `json:"state_file_failures"`
+	Reports           map[string]uint64   `json:"reports"`
+	Topic             ClusterTopicView    `json:"topic"`
+	Budgets           []ClusterBudgetView `json:"budgets"`
+}
+
+// ClusterTopicView is the coordination topic as the transport sees it.
+type ClusterTopicView struct {
+	Name          string `json:"name"`
+	Published     uint64 `json:"published"`
+	PublishFailed uint64 `json:"publish_failed"`
+	Delivered     uint64 `json:"delivered"`
+	Undecodable   uint64 `json:"undecodable"`
+	TopicErrors   uint64 `json:"topic_errors"`
+	Lag           int64  `json:"lag"`
+	CaughtUp      bool   `json:"caught_up"`
+	LastError     string `json:"last_error,omitempty"`
+}
+
+// ClusterBudgetView is one cluster budget: its cluster-wide numbers, this
+// host's share and why, and what each broker last reported.
+type ClusterBudgetView struct {
+	ID          string `json:"id"`
+	Kind        string `json:"kind"`
+	Name        string `json:"name"`
+	Direction   string `json:"direction"`
+	Limit       Bps    `json:"limit"`
+	Reservation Bps    `json:"reservation"`
+	// SumUsage: Σ of every broker's last reported usage.
+	SumUsage float64 `json:"sum_usage"`
+	// Share is what this host applies (or would, in shadow mode); Target
+	// and Reserved are its round's.
+	Share    Bps                 `json:"share"`
+	Target   Bps                 `json:"target"`
+	Reserved Bps                 `json:"reserved"`
+	Usage    float64             `json:"usage"`
+	HeldBack bool                `json:"held_back"`
+	Led      uint32              `json:"led"`
+	Why      string              `json:"why"`
+	Brokers  []ClusterBrokerView `json:"brokers"`
+}
+
+// ClusterBrokerView is one broker's last accepted report for a budget.
+type ClusterBrokerView struct {
+	Broker    int32   `json:"broker"`
+	Live      bool    `json:"live"`
+	Reported  bool    `json:"reported"`
+	Usage     float64 `json:"usage"`
+	HeldBack  bool    `json:"held_back"`
+	Applied   Bps     `json:"applied"`
+	Led       uint32  `json:"led"`
+	Processed uint64  `json:"processed"`
 }
 
 // ReloadResult is the verdict on one configuration reload: applied whole,

@@ -78,6 +78,7 @@ type checkReport struct {
 	Stage     string         `json:"stage,omitempty"`
 	Summary   string         `json:"summary,omitempty"`
 	Listeners []string       `json:"listeners,omitempty"`
+	Cluster   string         `json:"cluster,omitempty"`
 	Problems  []checkProblem `json:"problems"`
 	Warnings  []string       `json:"warnings,omitempty"`
 	Kernel    string         `json:"kernel,omitempty"`
@@ -111,6 +112,7 @@ func checkConfig(path string) (checkReport, error) {
 	for _, port := range cfg.Listeners {
 		r.Listeners = append(r.Listeners, fmt.Sprintf("listener %d %s: %s", port, cfg.Protocol(port), listenerSees[cfg.Protocol(port)]))
 	}
+	r.Cluster = clusterSummary(cfg)
 	for _, w := range cfg.Warnings() {
 		r.Warnings = append(r.Warnings, w.Key+": "+w.Message)
 	}
@@ -168,6 +170,9 @@ func (r checkReport) writeText(stdout, stderr io.Writer) {
 	fmt.Fprintf(stdout, "%s: %s\n", r.File, r.Summary)
 	for _, l := range r.Listeners {
 		fmt.Fprintln(stdout, l)
+	}
+	if r.Cluster != "" {
+		fmt.Fprintln(stdout, r.Cluster)
 	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", w)
@@ -232,4 +237,22 @@ func hostChecks(cfg config.Config) (problems, warnings []string) {
 		problems = append(problems, fmt.Sprintf("pin_path: %v", err))
 	}
 	return problems, warnings
+}
+
+// clusterSummary says what the cluster section splits ("" without one).
+func clusterSummary(cfg config.Config) string {
+	c := cfg.Cluster
+	if !c.Enabled {
+		return ""
+	}
+	var budgets []string
+	for _, b := range c.Budgets() {
+		text := b.String() + " " + config.FormatRate(b.Limit)
+		if b.Reservation > 0 {
+			text += " reserving " + config.FormatRate(b.Reservation)
+		}
+		budgets = append(budgets, text)
+	}
+	return fmt.Sprintf("cluster %s: broker %d of %v, %s, topic %s, lease %v, fallback %s; budgets for the whole cluster: %s",
+		c.Name, c.BrokerID, c.Brokers, c.Mode, c.Topic, c.Lease, c.Fallback, strings.Join(budgets, "; "))
 }

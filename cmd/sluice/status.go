@@ -112,6 +112,9 @@ func writeStatus(w io.Writer, s *status.Snapshot) {
 		fmt.Fprintf(w, "kafka quotas: %d clients, client <default> %v, %d users, %d skipped, %d left out for room; %d imports, %d failed, last %s\n\n",
 			k.Clients, k.ClientDefault, k.Users, k.Skipped, k.LeftOut, k.Imports, k.Failures, last)
 	}
+	if c := s.Cluster; c != nil {
+		writeCluster(w, c)
+	}
 	for _, o := range s.Objectives {
 		fmt.Fprintf(w, "latency objective %s %s p99 %.0f ms: %s, p99 %.1f ms over 10 s (%d requests), best-effort held to %.2f: %s\n",
 			o.Entity, o.Direction, o.ObjectiveMillis, o.State, o.P99Millis, o.Requests, o.Level, o.Why)
@@ -363,4 +366,63 @@ func rate(b status.Bps) string {
 		return "∞"
 	}
 	return config.FormatRate(v) + "/s"
+}
+
+// writeCluster shows the cluster budgets: this host's standing, the topic,
+// and per budget the cluster-wide numbers, this host's share and why.
+func writeCluster(w io.Writer, c *status.ClusterView) {
+	mode := ""
+	if c.Mode == "shadow" {
+		mode = "  SHADOW: shares computed and reported, none applied"
+	}
+	state := c.Lease
+	if c.Rebuilding {
+		state += ", rebuilding"
+	}
+	fmt.Fprintf(w, "cluster %s  broker %d  epoch %d  lease %s  round %d (lowered to %d)%s\n", c.Name, c.Broker, c.Epoch, state, c.Round, c.Processed, mode)
+	caught := "behind"
+	if c.Topic.CaughtUp {
+		caught = "caught up"
+	}
+	fmt.Fprintf(w, "  topic %s: %s, lag %d, published %d (failed %d, withheld %d), read %d, undecodable %d, topic errors %d\n",
+		c.Topic.Name, caught, c.Topic.Lag, c.Published, c.Topic.PublishFailed, c.Withheld, c.Topic.Delivered, c.Topic.Undecodable, c.Topic.TopicErrors)
+	if c.Topic.LastError != "" {
+		fmt.Fprintf(w, "  last topic error: %s\n", c.Topic.LastError)
+	}
+	var ignored []string
+	for _, v := range []string{"duplicate", "stale", "fenced", "conflict", "malformed", "foreign", "unknown_broker", "round_jump"} {
+		if n := c.Reports[v]; n > 0 {
+			ignored = append(ignored, fmt.Sprintf("%s %d", v, n))
+		}
+	}
+	if len(ignored) > 0 {
+		fmt.Fprintf(w, "  reports ignored: %s\n", strings.Join(ignored, ", "))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  BUDGET\tLIMIT\tRESERVED\tΣ USAGE\tSHARE\tTARGET\tUSAGE HERE\tWHY")
+	for _, b := range c.Budgets {
+		usage := rate(status.Bps(b.Usage))
+		if b.HeldBack {
+			usage += " (held back)"
+		}
+		fmt.Fprintf(tw, "  %s %s %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Kind, b.Name, b.Direction, rate(b.Limit), rate(b.Reservation),
+			rate(status.Bps(b.SumUsage)), rate(b.Share), rate(b.Target), usage, b.Why)
+	}
+	tw.Flush()
+	for _, b := range c.Budgets {
+		var per []string
+		for _, br := range b.Brokers {
+			if !br.Reported {
+				per = append(per, fmt.Sprintf("%d: no report", br.Broker))
+				continue
+			}
+			live := ""
+			if !br.Live {
+				live = " (not live)"
+			}
+			per = append(per, fmt.Sprintf("%d: uses %s, applies %s, leads %d%s", br.Broker, rate(status.Bps(br.Usage)), rate(br.Applied), br.Led, live))
+		}
+		fmt.Fprintf(w, "  %s %s %s by broker: %s\n", b.Kind, b.Name, b.Direction, strings.Join(per, "; "))
+	}
+	fmt.Fprintln(w)
 }

@@ -198,3 +198,33 @@ func TestStatusShowsObjectives(t *testing.T) {
 		t.Errorf("explain:\n%s", out.String())
 	}
 }
+
+func TestStatusShowsClusterBudgets(t *testing.T) {
+	snap := &status.Snapshot{Cycle: 9, Mode: "enforce", Shaper: "htb",
+		Directions: [2]status.DirectionView{{Direction: "produce"}, {Direction: "fetch"}},
+		Cluster: &status.ClusterView{Name: "prod", Broker: 2, Mode: "shadow", Lease: "fallback", Epoch: 4, Round: 77, Processed: 76,
+			Published: 12, Withheld: 1, Reports: map[string]uint64{"accepted": 30, "fenced": 2},
+			Topic: status.ClusterTopicView{Name: "__sluice_cluster_budgets", CaughtUp: true, Delivered: 33, LastError: "NOT_LEADER"},
+			Budgets: []status.ClusterBudgetView{{ID: "client:fetch:backfill", Kind: "client", Name: "backfill", Direction: "fetch",
+				Limit: 30 << 20, Reservation: 6 << 20, SumUsage: 29 << 20, Share: 10 << 20, Target: 12 << 20, Usage: 9 << 20, HeldBack: true,
+				Why: "fallback (even-split): no report of this host landed for the lease (30s)",
+				Brokers: []status.ClusterBrokerView{{Broker: 1, Live: true, Reported: true, Usage: 20 << 20, Applied: 20 << 20, Led: 16}, {Broker: 2}}}}}}
+	sock := serveStatus(t, snap)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"status", "--socket", sock}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"cluster prod  broker 2  epoch 4  lease fallback  round 77 (lowered to 76)  SHADOW: shares computed and reported, none applied",
+		"topic __sluice_cluster_budgets: caught up, lag 0, published 12 (failed 0, withheld 1), read 33",
+		"last topic error: NOT_LEADER",
+		"reports ignored: fenced 2",
+		"client backfill fetch  30MiB/s  6MiB/s",
+		"10MiB/s  12MiB/s  9MiB/s (held back)  fallback (even-split)",
+		"by broker: 1: uses 20MiB/s, applies 20MiB/s, leads 16; 2: no report",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}
