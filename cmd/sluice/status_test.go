@@ -207,7 +207,7 @@ func TestStatusShowsClusterBudgets(t *testing.T) {
 			Topic: status.ClusterTopicView{Name: "__sluice_cluster_budgets", CaughtUp: true, Delivered: 33, LastError: "NOT_LEADER"},
 			Budgets: []status.ClusterBudgetView{{ID: "client:fetch:backfill", Kind: "client", Name: "backfill", Direction: "fetch",
 				Limit: 30 << 20, Reservation: 6 << 20, SumUsage: 29 << 20, Share: 10 << 20, Target: 12 << 20, Usage: 9 << 20, HeldBack: true,
-				Why: "fallback (even-split): no report of this host landed for the lease (30s)",
+				Why:     "fallback (even-split): no report of this host landed for the lease (30s)",
 				Brokers: []status.ClusterBrokerView{{Broker: 1, Live: true, Reported: true, Usage: 20 << 20, Applied: 20 << 20, Led: 16}, {Broker: 2}}}}}}
 	sock := serveStatus(t, snap)
 	var out bytes.Buffer
