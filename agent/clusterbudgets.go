@@ -10,12 +10,14 @@ package agent
 // the data path does not hold.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -82,10 +84,14 @@ type clusterBudgets struct {
 	// locals: each budget's measurement in the newest cycle (usage over the
 	// last few intervals, held back or not); led is refreshed each cycle.
 	locals []cluster.Local
+	// heldFor[i]: cycles budget i still reports held back (measure).
+	heldFor []uint8
+	scratch []float64
 	// refs[i] is budget i's entity and direction.
 	refs     []budgetRef
 	verdicts cluster.Counters
 	lastErr  error
+	log      *slog.Logger
 	// lastDisk: what the state file holds.
 	lastDisk        cluster.Disk
 	diskWritten     bool
@@ -101,7 +107,7 @@ type clusterBudgets struct {
 // usage covers: short, so that a demand shift reaches the other brokers in
 // a round or two, and more than one, so that Kafka's bursty responses do
 // not make it jump.
-const clusterUsageIntervals = 3
+const clusterUsageIntervals = 2
 
 // startClusterBudgets links the agent to the coordination topic and starts
 // the core.
@@ -118,6 +124,9 @@ func startClusterBudgets(cfg config.Config, deps Deps) (*clusterBudgets, error) 
 		adopted = d.Adopted()
 	}
 	cb, err := newClusterBudgets(cfg, link, deps.Clock.Monotonic(), adopted)
+	if cb != nil {
+		cb.log = deps.Log
+	}
 	if err != nil {
 		if link.Stop != nil {
 			link.Stop()
@@ -146,6 +155,7 @@ func newClusterBudgets(cfg config.Config, link ClusterLink, now time.Duration, a
 		cb.refs = append(cb.refs, ref)
 	}
 	cb.locals = make([]cluster.Local, len(cb.budgets))
+	cb.heldFor = make([]uint8, len(cb.budgets))
 	st := cluster.Start{Broker: cluster.BrokerID(cfg.Cluster.BrokerID), Instance: randomUint64(), Boot: cb.boot}
 	saved, err := readClusterState(cfg.Cluster.StateFile)
 	if err != nil {
@@ -243,10 +253,28 @@ func (cb *clusterBudgets) myIndex() int {
 
 func (cb *clusterBudgets) enforcing() bool { return cb != nil && cb.cfg.Mode == config.ModeEnforce }
 
-// measure records a governed entity's usage and whether the shaper held it
-// back this cycle.
-func (cb *clusterBudgets) measure(i int, usage float64, heldBack bool) {
-	cb.locals[i].Usage, cb.locals[i].HeldBack = usage, heldBack
+// clusterHeldCycles: a budget reports held back while its entity was held
+// back in any of this many recent cycles and still ran at half its share or
+// more in the last one. A client held at its share does not run exactly at
+// it every second (bursts, TCP backing off), and one cycle reported as not
+// held makes the round water-fill by its usage: the brokers that were not
+// held take headroom they do not use, and the sum falls under the limit.
+// A client that stopped is let go at once: its share is what others wait
+// for.
+const clusterHeldCycles = 3
+
+// measure records a governed entity's usage, its rate over the last
+// interval, and whether the shaper held it back this cycle.
+func (cb *clusterBudgets) measure(i int, usage, lastRate float64, heldBack bool) {
+	switch {
+	case heldBack:
+		cb.heldFor[i] = clusterHeldCycles
+	case cb.heldFor[i] > 0 && lastRate >= 0.5*cb.core.Applied()[i]:
+		cb.heldFor[i]--
+	default:
+		cb.heldFor[i] = 0
+	}
+	cb.locals[i].Usage, cb.locals[i].HeldBack = usage, cb.heldFor[i] > 0
 }
 
 // ClusterTickInterval is how often the agent reads the coordination topic
@@ -263,18 +291,32 @@ const ClusterTickInterval = 100 * time.Millisecond
 // acknowledgement or periodic report is sent. A raise reaches the shaper at
 // the next control cycle, through the allocator. Call it every
 // ClusterTickInterval; it does nothing without a cluster section.
-func (a *Agent) ClusterTick() {
+//
+// It returns true when a share rose: the caller runs a control cycle at
+// once, so that the raise reaches the shaper now rather than up to a
+// refresh interval later (a cycle's rates use the time that passed, so an
+// early one is sound).
+func (a *Agent) ClusterTick() (raised bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	cb := a.cluster
 	if cb == nil {
-		return
+		return false
 	}
+	before := cb.scratch[:0]
+	if cb.enforcing() {
+		before = append(before, cb.core.Applied()...)
+	}
+	cb.scratch = before
 	cb.tick(a.deps.Clock.Monotonic(), a.lowerClusterShare)
+	for i, v := range before {
+		raised = raised || cb.core.Applied()[i] > v
+	}
 	if cb.persistFailures%60 == 1 && cb.lastErr != nil {
 		a.log.Error("cluster report withheld: its promises could not be kept on disk; after the lease this host takes its fallback share",
 			"failures", cb.persistFailures, "err", cb.lastErr)
 	}
+	return raised
 }
 
 // lowerClusterShare writes a lowered share of budget i as its entity's rate
@@ -347,6 +389,21 @@ func (cb *clusterBudgets) tick(now time.Duration, lower func(i int, share float6
 	}
 	cb.link.Log.Publish(r)
 	cb.published++
+	if cb.log != nil && !r.Ack && cb.log.Enabled(context.Background(), slog.LevelDebug) {
+		for i, e := range r.Entities {
+			cb.log.Debug("cluster report", "budget", e.Entity, "round", r.Round, "processed", r.Processed, "usage", int64(e.Usage),
+				"held_back", e.HeldBack, "applied", e.Applied, "led", e.Led, "mode", cb.core.Mode().String(), "target", cb.targetOf(i))
+		}
+	}
+}
+
+// targetOf is this host's target for budget i in the round it acts on (0
+// before one).
+func (cb *clusterBudgets) targetOf(i int) float64 {
+	if t, ok := cb.core.Pending(); ok {
+		return t.Share(cb.myIndex(), i).Target
+	}
+	return 0
 }
 
 func (cb *clusterBudgets) stop() {

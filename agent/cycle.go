@@ -162,7 +162,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		}
 		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, dc.applied[i])
 		if b, ok := a.cluster.budgetOf(key, dc.dir); ok {
-			a.cluster.measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterUsageIntervals)), h.Throttled)
+			a.cluster.measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterUsageIntervals)), float64(delta)/interval, h.Throttled)
 		}
 		dc.inputs = append(dc.inputs, allocator.Entity{
 			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,

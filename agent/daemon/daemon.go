@@ -305,7 +305,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		}
 		return choice, err
 	}
-	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, LogLevel: r.level, Log: r.log,
+	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), LogLevel: r.level, Log: r.log,
 		FailReloadStep: reloadFaultHook()})
 	if err != nil {
 		return err

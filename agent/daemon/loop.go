@@ -45,7 +45,13 @@ func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, latenc
 		case <-ctx.Done():
 			return nil
 		case <-clusterTicks:
-			a.ClusterTick()
+			if a.ClusterTick() {
+				// A share rose: it reaches the shaper now, through the
+				// allocator, not at the next tick.
+				if err := a.Cycle(); err != nil {
+					log.Error("control cycle failed", "err", err)
+				}
+			}
 		case d := <-a.IntervalChanges():
 			ticker.Reset(d)
 		case err := <-learned:
