@@ -25,7 +25,7 @@ func newClusterCollector(a *Agent) *clusterCollector {
 	}
 	budget := []string{"direction", "entity_type", "entity"}
 	return &clusterCollector{a: a,
-		info:       d("info", "1, labelled with the cluster, this host's broker id and the cluster section's mode (enforce, or shadow: shares computed and reported, none applied).", "cluster", "broker", "mode"),
+		info:       d("info", "1, labelled with the cluster section's name (not called cluster: Prometheus setups often attach a cluster label of their own), this host's broker id and the section's mode (enforce, or shadow: shares computed and reported, none applied).", "name", "broker", "mode"),
 		lease:      d("lease", "1 for this host's standing: normal (its reports land), fallback (none landed for the lease: the fallback share applies) or fenced (another agent reports this broker id).", "state"),
 		rebuilding: d("rebuilding", "1 while a restarted agent reads the topic before it acts on a round."),
 		round:      d("round", "The latest round the coordination topic has closed."),

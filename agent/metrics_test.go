@@ -93,7 +93,7 @@ var labelBounds = map[string]string{
 	"outcome":     "`measured`, `ring_full`, `expired`",
 	"event":       "`desync`, `resync`",
 	"le":          "the histogram's bounds (fixed)",
-	"cluster":     "cluster.name (one value per process)",
+	"name":        "cluster.name (one value per process)",
 	"broker":      "cluster.broker_id (one value per process)",
 	"verdict":     "a fixed list: `accepted`, `duplicate`, `stale`, `fenced`, `conflict`, `malformed`, `foreign`, `unknown_broker`, `round_jump`",
 }

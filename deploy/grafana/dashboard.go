@@ -205,6 +205,31 @@ func Dashboard() ([]byte, error) {
 			"Breaker state changes per minute on each host, all objectives together (the counter has no per-objective label: the state timeline shows which one changed).", 12, 8,
 			query(`sum by (instance) (rate(sluice_latency_objective_transitions_total{`+sel+`}[$__rate_interval])) * 60`, "{{instance}} transitions/min")))
 
+	b = b.WithRow(dashboard.NewRowBuilder("Cluster budgets")).
+		WithPanel(series("Cluster budgets: limit, usage across brokers, shares", bytesPerSecond,
+			"Each cluster budget's limit for the whole cluster, the sum of the usage every broker reported, and the sum of the shares the selected hosts apply (select every host: it never exceeds the limit, also while shares move).", 12, 8,
+			query(`max by (direction, entity_type, entity) (sluice_cluster_budget_limit_bytes_per_second{`+entitySel+`} < +Inf)`, "{{entity}} {{direction}} limit"),
+			query(`max by (direction, entity_type, entity) (sluice_cluster_budget_usage_bytes_per_second{`+entitySel+`})`, "{{entity}} {{direction}} Σ usage"),
+			query(`sum by (direction, entity_type, entity) (sluice_cluster_budget_share_bytes_per_second{`+entitySel+`} < +Inf)`, "{{entity}} {{direction}} Σ shares"))).
+		WithPanel(series("Cluster budget shares by host", bytesPerSecond,
+			"This host's share of each cluster budget (the entity's local limit; in shadow mode what it would be) and its reserved part (the local reservation), per host.", 12, 8,
+			query(`sluice_cluster_budget_share_bytes_per_second{`+entitySel+`} < +Inf`, "{{instance}} {{entity}} {{direction}} share"),
+			query(`sluice_cluster_budget_reserved_bytes_per_second{`+entitySel+`}`, "{{instance}} {{entity}} {{direction}} reserved"))).
+		WithPanel(series("Cluster standing", "short",
+			"1 while a host is not in normal standing: fallback (none of its reports landed for the lease: it applies the fallback share, and the others reclaim its share after that) or fenced (another agent reports its broker id); rebuilding while a restarted agent reads the topic.", 8, 8,
+			query(`sluice_cluster_lease{`+sel+`, state!="normal"} == 1`, "{{instance}} {{state}}"),
+			query(`sluice_cluster_rebuilding{`+sel+`} == 1`, "{{instance}} rebuilding"))).
+		WithPanel(series("Cluster round lag", "short",
+			"Rounds the topic has closed that a host has not lowered to yet (round − processed_round), and records on the topic it has not read: a lasting lag means a host that does not keep up.", 8, 8,
+			query(`sluice_cluster_round{`+sel+`} - sluice_cluster_processed_round{`+sel+`}`, "{{instance}} rounds behind"),
+			query(`sluice_cluster_topic_lag_records{`+sel+`}`, "{{instance}} records behind"))).
+		WithPanel(series("Cluster reports ignored and lost", "short",
+			"Reports per second read and ignored, by verdict (fenced, stale, duplicate, conflict, malformed, foreign, unknown_broker, round_jump), records that are not reports, reports withheld (a lowering not written, the state file failing) and reports the producer could not deliver.", 8, 8,
+			query(`sum by (instance, verdict) (rate(sluice_cluster_reports_received_total{`+sel+`, verdict!="accepted"}[$__rate_interval]))`, "{{instance}} {{verdict}}"),
+			query(`rate(sluice_cluster_topic_undecodable_records_total{`+sel+`}[$__rate_interval])`, "{{instance}} undecodable"),
+			query(`rate(sluice_cluster_reports_withheld_total{`+sel+`}[$__rate_interval])`, "{{instance}} withheld"),
+			query(`rate(sluice_cluster_topic_publish_failures_total{`+sel+`}[$__rate_interval])`, "{{instance}} not delivered")))
+
 	b = b.WithRow(dashboard.NewRowBuilder("Attribution")).
 		WithPanel(series("Unknown and overflow share", ratio,
 			"Bytes nobody is accountable for: not attributed yet or unparseable (unknown, held to H) and the overflow entity (registry full).", 12, 8,
