@@ -511,4 +511,3 @@ func (w *ClusterWorld) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
