@@ -89,6 +89,9 @@ type clusterRig struct {
 	dirs   []string
 	demand []float64
 	extra  string
+	// raises[b]: ticks of host b that raised a share (the daemon runs a
+	// control cycle at once after each).
+	raises [3]int
 }
 
 func newClusterRig(t *testing.T, extra string) *clusterRig {
@@ -142,7 +145,9 @@ func (c *clusterRig) second(check func()) {
 				}
 				check()
 			}
-			r.a.ClusterTick()
+			if r.a.ClusterTick() {
+				c.raises[b]++
+			}
 			check()
 		}
 	}
@@ -229,6 +234,9 @@ func TestClusterBudgetsSplitByLeadershipAndConserve(t *testing.T) {
 		}
 	}
 	t.Logf("brokers 2 and 3 held to %v and %v, 90 %% of the rest reached in %d s", c.enforced(1), c.enforced(2), shifted+1)
+	if c.raises[1] == 0 || c.raises[2] == 0 {
+		t.Fatalf("no tick of brokers 2 and 3 reported a raise (%v): the daemon would not run the cycle that applies it", c.raises)
+	}
 	if shifted < 0 || shifted+1 > 3 {
 		t.Fatalf("brokers 2 and 3 took %d s to reach 90 %% of the share broker 1 gave up; want at most 3", shifted+1)
 	}

@@ -146,20 +146,20 @@ entities:
 }
 
 // Connection churn: 200 connections a second opened, used (ApiVersions
-// and Metadata) and closed, for four minutes. The connection table (read
+// and Metadata) and closed, for three minutes. The connection table (read
 // from the kernel through its pins), the learner's per-connection state
 // and the agent's RSS (from /proc) stay flat: nothing a connection leaves
 // behind outlives it by more than a scan, and RSS after two minutes stays
 // within 20 % of its peak in the second (after the Go heap's warm-up).
 func TestAdversarialConnectionChurn(t *testing.T) {
 	// Beside the consumer at the floor, after the other scenarios: this one
-	// judges no rate, only table sizes and RSS, and its four minutes are
+	// judges no rate, only table sizes and RSS, and its three minutes are
 	// mostly waiting.
 	t.Parallel()
 	w := world(t, harness.Options{Topics: []string{"orders"}})
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
 	defer a.Stop()
-	const perSecond, run, step = 200, 240 * time.Second, 30 * time.Second
+	const perSecond, run, step = 200, 180 * time.Second, 30 * time.Second
 	churn := client(t, w, harness.ClientSpec{Name: "churn", Lib: "raw", Mode: "churn", ClientID: "churner", Topic: "orders", Rate: perSecond})
 	type sample struct {
 		AtSeconds      float64 `json:"at_s"`
@@ -214,7 +214,7 @@ func TestAdversarialConnectionChurn(t *testing.T) {
 }
 
 // Client-id churn: a peer names a new random client-id on every connection,
-// 100 a second for three minutes, beside two configured tenants producing
+// 100 a second for two and a half minutes, beside two configured tenants producing
 // at their reservations and a greedy unconfigured producer that takes
 // everything else. Each tenant keeps at least 95 % of its reservation in
 // every 10 s window (the socket meter), the unconfigured entities never
@@ -224,7 +224,7 @@ func TestAdversarialConnectionChurn(t *testing.T) {
 func TestAdversarialClientIDChurn(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"orders"}})
 	const reservation, budget, perSecond = 10e6, 5000, 100
-	const run, step = 180 * time.Second, 10 * time.Second
+	const run, step = 150 * time.Second, 10 * time.Second
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", Extra: fmt.Sprintf(`max_unconfigured_entities: %d
 new_entities_per_peer: %d
 entities:

@@ -43,17 +43,23 @@ type ClusterWorld struct {
 	Clients         *netns.NS
 	Brokers         []*BrokerHost
 	Kafka           *kfake.Cluster
-	// DataTopic's produce is answered without being stored (so that long
-	// runs keep memory flat), by its partition's leader only; every other
-	// topic (the coordination topic) is kfake's own.
+	// DataTopic's produce is answered without being stored, by its
+	// partition's leader only; every other topic (the coordination topic)
+	// is kfake's own. Stored, memory grows with the run, and kfake copies
+	// a growing segment as it doubles its buffer: every client stalled for
+	// hundreds of milliseconds now and then, and clients held to a static
+	// limit got 86-99 % of it (answered here: 99.9 %).
 	DataTopic string
 	bpffs     string
 
 	mu      sync.Mutex
 	leaders map[int32]int32 // DataTopic partition → leader node
-	next    map[int32]int64 // DataTopic partition → next offset
-	procs   []*exec.Cmd
-	agents  []*Agent
+	outage  bool            // the coordination topic takes no writes
+	// The topics' ids (produce v13 carries no names).
+	dataID, coordID [16]byte
+	next            map[int32]int64 // DataTopic partition → next offset
+	procs           []*exec.Cmd
+	agents          []*Agent
 }
 
 // BrokerHost is one broker's namespace, NIC and agent.
@@ -141,6 +147,12 @@ func NewClusterWorld(dir, sluice, loadgen, dataTopic string, partitions int32) (
 	for p := range partitions {
 		w.leaders[p] = w.Kafka.LeaderFor(dataTopic, p)
 	}
+	info := w.Kafka.TopicInfo(dataTopic)
+	if info == nil {
+		w.Close()
+		return nil, fmt.Errorf("kfake did not seed %s", dataTopic)
+	}
+	w.dataID = info.TopicID
 	c := w.Kafka
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -161,17 +173,25 @@ func run(argv ...string) error {
 // NOT_LEADER_FOR_PARTITION, as a broker would answer after a leader move).
 // Other topics are left to kfake.
 func (w *ClusterWorld) produce(req *kmsg.ProduceRequest, node int32) (kmsg.Response, error, bool) {
-	for _, t := range req.Topics {
-		if t.Topic != w.DataTopic {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// Produce v13 names topics by id only.
+	is := func(t *kmsg.ProduceRequestTopic, name string, id [16]byte) bool {
+		return t.Topic == name || (t.Topic == "" && id != [16]byte{} && t.TopicID == id)
+	}
+	for i := range req.Topics {
+		t := &req.Topics[i]
+		if !is(t, w.DataTopic, w.dataID) {
+			if w.outage && is(t, CoordinationTopic, w.coordID) {
+				return w.refuse(req), nil, true
+			}
 			return nil, nil, false
 		}
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic = t.Topic
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
 		for _, p := range t.Partitions {
 			rp := kmsg.NewProduceResponseTopicPartition()
 			rp.Partition = p.Partition
@@ -191,6 +211,38 @@ func (w *ClusterWorld) produce(req *kmsg.ProduceRequest, node int32) (kmsg.Respo
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp, nil, true
+}
+
+// refuse answers a Produce as a cluster that cannot take it: every
+// partition NOT_ENOUGH_REPLICAS (retriable: the producer retries until its
+// delivery timeout, as against a real outage).
+func (w *ClusterWorld) refuse(req *kmsg.ProduceRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic, rt.TopicID = t.Topic, t.TopicID
+		for _, p := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.ErrorCode = kerr.NotEnoughReplicas.Code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+// CoordinationOutage makes the coordination topic refuse every write (on)
+// or take them again (off): for the agents, the whole cluster is out.
+func (w *ClusterWorld) CoordinationOutage(on bool) error {
+	info := w.Kafka.TopicInfo(CoordinationTopic)
+	if info == nil {
+		return errors.New("no coordination topic yet")
+	}
+	w.mu.Lock()
+	w.outage, w.coordID = on, info.TopicID
+	w.mu.Unlock()
+	return nil
 }
 
 // batchRecords counts the records of a produce request's record batches
