@@ -146,20 +146,20 @@ entities:
 }
 
 // Connection churn: 200 connections a second opened, used (ApiVersions
-// and Metadata) and closed, for three minutes. The connection table (read
+// and Metadata) and closed, for two and a half minutes. The connection table (read
 // from the kernel through its pins), the learner's per-connection state
 // and the agent's RSS (from /proc) stay flat: nothing a connection leaves
 // behind outlives it by more than a scan, and RSS after two minutes stays
 // within 20 % of its peak in the second (after the Go heap's warm-up).
 func TestAdversarialConnectionChurn(t *testing.T) {
 	// Beside the consumer at the floor, after the other scenarios: this one
-	// judges no rate, only table sizes and RSS, and its three minutes are
+	// judges no rate, only table sizes and RSS, and its two and a half minutes are
 	// mostly waiting.
 	t.Parallel()
 	w := world(t, harness.Options{Topics: []string{"orders"}})
 	a := start(t, w, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB"})
 	defer a.Stop()
-	const perSecond, run, step = 200, 180 * time.Second, 30 * time.Second
+	const perSecond, run, step = 200, 150 * time.Second, 30 * time.Second
 	churn := client(t, w, harness.ClientSpec{Name: "churn", Lib: "raw", Mode: "churn", ClientID: "churner", Topic: "orders", Rate: perSecond})
 	type sample struct {
 		AtSeconds      float64 `json:"at_s"`
@@ -381,7 +381,7 @@ entities:
 // request timeout as Java's request.timeout.ms). Its weighted share,
 // 36 MB/s × 0.01/1.01 ≈ 0.36 MB/s, would take 145 s per response: first
 // with a floor that low (256 KiB, 45 s) its requests time out, then with
-// the shipped min_limit (4 MiB) it reads for two minutes at the floor with
+// the shipped min_limit (4 MiB) it reads for 100 s at the floor with
 // zero timeouts, counted by the client.
 func TestAdversarialConsumerAtTheFloor(t *testing.T) {
 	t.Parallel() // beside the connection churn, which judges no rate
@@ -407,7 +407,7 @@ func TestAdversarialConsumerAtTheFloor(t *testing.T) {
 		return rates[0], rates[1], history.Errors(), history.Largest()
 	}
 	lowRate, _, lowTimeouts, _ := runConsumers("low-floor", "256KiB", 45*time.Second)
-	rate, bulkRate, timeouts, largest := runConsumers("shipped-floor", "shipped", 120*time.Second)
+	rate, bulkRate, timeouts, largest := runConsumers("shipped-floor", "shipped", 100*time.Second)
 	const floor = 4 << 20
 	// Both consumers are active and claim more: each gets its floor, and
 	// the rest of C is shared 1 : 0.01. What the bulk consumer leaves of

@@ -66,7 +66,7 @@ const (
 	governed2   = 9094
 	ungoverned  = 9093
 	ungoverned2 = 9095
-	caseSeconds = 10
+	caseSeconds = 6
 	// iperf3 -O: the first seconds are not counted. Slow start lasts a few
 	// round trips, and a round trip grows to the delay bound (200 ms) while
 	// the queue fills: eight greedy flows starting together on 5 MB/s were
