@@ -157,13 +157,9 @@ func (l *loader) clusterQuota(path string, v any) (config.ClusterQuota, bool) {
 		case "consumer_byte_reservation":
 			dst = &q.ConsumerByteReservation
 		case "quota_weight":
-			f, err := toFloat(m[k])
-			if err != nil || !(f > 0) || math.IsInf(f, 0) {
-				l.fail(path+".quota_weight", "%v must be a number > 0", m[k])
-				good = false
-				continue
-			}
-			q.QuotaWeight = &f
+			w, ok := l.positiveWeight(path+".quota_weight", m[k])
+			good = good && ok
+			q.QuotaWeight = w
 			continue
 		case "topics":
 			list, ok := m[k].([]any)
@@ -189,26 +185,11 @@ func (l *loader) clusterQuota(path string, v any) (config.ClusterQuota, bool) {
 			good = false
 			continue
 		}
-		r, err := config.ParseRate(fmt.Sprint(m[k]))
-		if err != nil {
-			l.fail(path+"."+k, "%v", err)
-			good = false
-			continue
-		}
-		*dst = &r
+		r, ok := l.rateValue(path+"."+k, m[k])
+		good = good && ok
+		*dst = r
 	}
-	for _, pair := range []struct {
-		res, limit string
-		r, lim     *float64
-	}{
-		{"producer_byte_reservation", "producer_byte_rate", q.ProducerByteReservation, q.ProducerByteRate},
-		{"consumer_byte_reservation", "consumer_byte_rate", q.ConsumerByteReservation, q.ConsumerByteRate},
-	} {
-		if pair.r != nil && pair.lim != nil && *pair.r > *pair.lim {
-			l.fail(path, "%s %s exceeds %s %s", pair.res, config.FormatRate(*pair.r), pair.limit, config.FormatRate(*pair.lim))
-			good = false
-		}
-	}
+	good = l.reservationsWithinRates(path, q.ProducerByteReservation, q.ProducerByteRate, q.ConsumerByteReservation, q.ConsumerByteRate) && good
 	return q, good
 }
 

@@ -688,40 +688,60 @@ func (l *loader) quota(path string, v any) (config.Quota, bool) {
 			}
 			continue
 		case "quota_weight":
-			f, err := toFloat(m[k])
-			if err != nil || !(f > 0) || math.IsInf(f, 0) {
-				l.fail(path+".quota_weight", "%v must be a number > 0", m[k])
-				good = false
-				continue
-			}
-			q.QuotaWeight = &f
+			w, ok := l.positiveWeight(path+".quota_weight", m[k])
+			good = good && ok
+			q.QuotaWeight = w
 			continue
 		default:
 			l.fail(path+"."+k, "unknown key%s", suggest(k, quotaKeys))
 			good = false
 			continue
 		}
-		r, err := config.ParseRate(fmt.Sprint(m[k]))
-		if err != nil {
-			l.fail(path+"."+k, "%v", err)
-			good = false
-			continue
-		}
-		*dst = &r
+		r, ok := l.rateValue(path+"."+k, m[k])
+		good = good && ok
+		*dst = r
 	}
+	good = l.reservationsWithinRates(path, q.ProducerByteReservation, q.ProducerByteRate, q.ConsumerByteReservation, q.ConsumerByteRate) && good
+	return q, good
+}
+
+// reservationsWithinRates refuses, naming path, a reservation above its
+// direction's rate (both set in one entry: a file or a cluster entity).
+func (l *loader) reservationsWithinRates(path string, prodRes, prodRate, consRes, consRate *float64) bool {
+	good := true
 	for _, pair := range []struct {
 		res, limit string
 		r, lim     *float64
 	}{
-		{"producer_byte_reservation", "producer_byte_rate", q.ProducerByteReservation, q.ProducerByteRate},
-		{"consumer_byte_reservation", "consumer_byte_rate", q.ConsumerByteReservation, q.ConsumerByteRate},
+		{"producer_byte_reservation", "producer_byte_rate", prodRes, prodRate},
+		{"consumer_byte_reservation", "consumer_byte_rate", consRes, consRate},
 	} {
 		if pair.r != nil && pair.lim != nil && *pair.r > *pair.lim {
 			l.fail(path, "%s %s exceeds %s %s", pair.res, config.FormatRate(*pair.r), pair.limit, config.FormatRate(*pair.lim))
 			good = false
 		}
 	}
-	return q, good
+	return good
+}
+
+// positiveWeight reads a quota_weight: a number > 0.
+func (l *loader) positiveWeight(path string, v any) (*float64, bool) {
+	f, err := toFloat(v)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		l.fail(path, "%v must be a number > 0", v)
+		return nil, false
+	}
+	return &f, true
+}
+
+// rateValue reads a byte rate (bytes/s, with units) at path.
+func (l *loader) rateValue(path string, v any) (*float64, bool) {
+	r, err := config.ParseRate(fmt.Sprint(v))
+	if err != nil {
+		l.fail(path, "%v", err)
+		return nil, false
+	}
+	return &r, true
 }
 
 // objective decodes a latency objective, {p99: DURATION}: more than 0 and

@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -527,19 +526,7 @@ func (w *ClusterWorld) Close() error {
 	for _, a := range agents {
 		a.Stop()
 	}
-	for _, p := range procs {
-		if p.ProcessState == nil {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				p.Process.Kill()
-				<-done
-			}
-		}
-	}
+	stopProcesses(procs, 5*time.Second)
 	if w.Kafka != nil {
 		w.Kafka.Close()
 	}

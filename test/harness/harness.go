@@ -254,19 +254,7 @@ func (w *World) Close() error {
 	for _, a := range agents {
 		a.Stop() // its log says why if it failed
 	}
-	for _, p := range procs {
-		if p.ProcessState == nil {
-			p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				p.Process.Kill()
-				<-done
-			}
-		}
-	}
+	stopProcesses(procs, 10*time.Second)
 	if w.Kafka != nil {
 		w.Kafka.Close()
 	}
@@ -284,6 +272,24 @@ func (w *World) Close() error {
 	}
 	errs = append(errs, w.Pair.Delete())
 	return errors.Join(errs...)
+}
+
+// stopProcesses ends client processes still running: SIGTERM (a producer
+// flushes), then SIGKILL after grace.
+func stopProcesses(procs []*exec.Cmd, grace time.Duration) {
+	for _, p := range procs {
+		if p.ProcessState == nil {
+			p.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(grace):
+				p.Process.Kill()
+				<-done
+			}
+		}
+	}
 }
 
 func (w *World) track(cmd *exec.Cmd) {
