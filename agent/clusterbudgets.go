@@ -96,6 +96,7 @@ type clusterBudgets struct {
 	lastDisk        cluster.Disk
 	diskWritten     bool
 	persistFailures uint64
+	loggedFailures  uint64 // persistFailures when ClusterTick last looked
 	// withheld counts reports not sent because a lowered share could not
 	// be written or the state file failed.
 	withheld  uint64
@@ -205,10 +206,7 @@ func coreConfig(cfg config.Config, budgets []config.ClusterBudget) cluster.Confi
 }
 
 // clusterShare is a budget's share as the local allocator takes it.
-type clusterShare struct {
-	budget             int
-	limit, reservation float64
-}
+type clusterShare struct{ limit, reservation float64 }
 
 // clusterShare returns the share that replaces an entity's local limit and
 // reservation in a direction, when a cluster budget governs it and the
@@ -232,14 +230,11 @@ func (cb *clusterBudgets) budgetOf(key entity.Key, dir entity.Direction) (int, b
 // share returns the share governing an entity in a direction, if a cluster
 // budget does and the cluster section enforces.
 func (cb *clusterBudgets) share(key entity.Key, dir entity.Direction) (clusterShare, bool) {
-	if cb == nil {
-		return clusterShare{}, false
-	}
-	i, ok := cb.index[budgetRef{key, dir}]
+	i, ok := cb.budgetOf(key, dir)
 	if !ok {
 		return clusterShare{}, false
 	}
-	s := clusterShare{budget: i, limit: cb.core.Applied()[i]}
+	s := clusterShare{limit: cb.core.Applied()[i]}
 	if t, ok := cb.core.Pending(); ok && cb.core.Mode() == cluster.ModeNormal {
 		s.reservation = min(t.Share(cb.myIndex(), i).Reserved, s.limit)
 	}
@@ -312,10 +307,13 @@ func (a *Agent) ClusterTick() (raised bool) {
 	for i, v := range before {
 		raised = raised || cb.core.Applied()[i] > v
 	}
-	if cb.persistFailures%60 == 1 && cb.lastErr != nil {
+	// Once when the state file starts failing, then every 60 failures
+	// (not every tick while the count stands still).
+	if cb.persistFailures != cb.loggedFailures && cb.persistFailures%60 == 1 {
 		a.log.Error("cluster report withheld: its promises could not be kept on disk; after the lease this host takes its fallback share",
 			"failures", cb.persistFailures, "err", cb.lastErr)
 	}
+	cb.loggedFailures = cb.persistFailures
 	return raised
 }
 

@@ -412,6 +412,10 @@ func TestClusterBudgetsWithholdWithoutStateFile(t *testing.T) {
 	if !strings.Contains(c.rigs[0].logs.String(), "cluster report withheld") {
 		t.Fatal("the failing state file is not logged")
 	}
+	// Once, not on every tick while the failure count stands still.
+	if n := strings.Count(c.rigs[0].logs.String(), "cluster report withheld"); n != 1 || v.StateFileFailures >= 60 {
+		t.Fatalf("logged %d times for %d failures", n, v.StateFileFailures)
+	}
 }
 
 // The cluster families report what status reports: the share this host
