@@ -187,43 +187,41 @@ func (w *ClusterWorld) produce(req *kmsg.ProduceRequest, node int32) (kmsg.Respo
 			return nil, nil, false
 		}
 	}
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	for _, t := range req.Topics {
-		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic, rt.TopicID = t.Topic, t.TopicID
-		for _, p := range t.Partitions {
-			rp := kmsg.NewProduceResponseTopicPartition()
-			rp.Partition = p.Partition
-			leader, ok := w.leaders[p.Partition]
-			switch {
-			case !ok:
-				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case leader != node:
-				rp.ErrorCode = kerr.NotLeaderForPartition.Code
-			default:
-				rp.BaseOffset = w.next[p.Partition]
-				w.next[p.Partition] += int64(batchRecords(p.Records))
-				rp.LogAppendTime = -1
-			}
-			rt.Partitions = append(rt.Partitions, rp)
+	return answer(req, func(p *kmsg.ProduceRequestTopicPartition, rp *kmsg.ProduceResponseTopicPartition) {
+		leader, ok := w.leaders[p.Partition]
+		switch {
+		case !ok:
+			rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		case leader != node:
+			rp.ErrorCode = kerr.NotLeaderForPartition.Code
+		default:
+			rp.BaseOffset = w.next[p.Partition]
+			w.next[p.Partition] += int64(batchRecords(p.Records))
+			rp.LogAppendTime = -1
 		}
-		resp.Topics = append(resp.Topics, rt)
-	}
-	return resp, nil, true
+	}), nil, true
 }
 
 // refuse answers a Produce as a cluster that cannot take it: every
 // partition NOT_ENOUGH_REPLICAS (retriable: the producer retries until its
 // delivery timeout, as against a real outage).
 func (w *ClusterWorld) refuse(req *kmsg.ProduceRequest) kmsg.Response {
+	return answer(req, func(_ *kmsg.ProduceRequestTopicPartition, rp *kmsg.ProduceResponseTopicPartition) {
+		rp.ErrorCode = kerr.NotEnoughReplicas.Code
+	})
+}
+
+// answer builds a Produce response with one entry per requested
+// partition, each filled by fill.
+func answer(req *kmsg.ProduceRequest, fill func(*kmsg.ProduceRequestTopicPartition, *kmsg.ProduceResponseTopicPartition)) *kmsg.ProduceResponse {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	for _, t := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic, rt.TopicID = t.Topic, t.TopicID
-		for _, p := range t.Partitions {
+		for i := range t.Partitions {
 			rp := kmsg.NewProduceResponseTopicPartition()
-			rp.Partition = p.Partition
-			rp.ErrorCode = kerr.NotEnoughReplicas.Code
+			rp.Partition = t.Partitions[i].Partition
+			fill(&t.Partitions[i], &rp)
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
