@@ -130,6 +130,11 @@ latency-plot: $(BPF_OBJ) ## the latency testbed's four runs as tail CDFs: docs/l
 	$(GO) test -count=1 -v -timeout 10m -run '^TestScenarioLatencyTestbed$$' ./test/e2e/ -args -results $(CURDIR)/latency-results.json -latency-cdf $(CURDIR)/latency-testbed.json
 	$(GO) run ./test/latencyplot -in latency-testbed.json -out docs/latency.png
 
+.PHONY: cluster-plot
+cluster-plot: $(BPF_OBJ) ## the three-broker cluster budgets scenario's rates over time: docs/cluster-budgets.png and cluster-results.json (root)
+	$(GO) test -count=1 -v -timeout 10m -run '^TestScenarioClusterBudgets$$' ./test/e2e/ -args -results $(CURDIR)/cluster-results.json -cluster-series $(CURDIR)/cluster-series.json
+	$(GO) run ./test/clusterplot -in cluster-series.json -out docs/cluster-budgets.png
+
 .PHONY: adversarial
 adversarial: $(BPF_OBJ) ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)
 	$(GO) test -count=1 -v -timeout 30m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json

@@ -260,6 +260,11 @@ const clusterHeldCycles = 3
 
 // measure records a governed entity's usage, its rate over the last
 // interval, and whether the shaper held it back this cycle.
+//
+// A rate that fell below half the usage, not held back, is reported as
+// the usage: the client went away (it stopped, or its partition's leader
+// moved), and the share it leaves is what the other brokers wait for. The
+// average would keep most of it for another round.
 func (cb *clusterBudgets) measure(i int, usage, lastRate float64, heldBack bool) {
 	switch {
 	case heldBack:
@@ -268,6 +273,9 @@ func (cb *clusterBudgets) measure(i int, usage, lastRate float64, heldBack bool)
 		cb.heldFor[i]--
 	default:
 		cb.heldFor[i] = 0
+	}
+	if !heldBack && lastRate < 0.5*usage {
+		usage = lastRate
 	}
 	cb.locals[i].Usage, cb.locals[i].HeldBack = usage, cb.heldFor[i] > 0
 }

@@ -467,3 +467,27 @@ func TestClusterBudgetsMetrics(t *testing.T) {
 		t.Error("no report counted as accepted")
 	}
 }
+
+// A client that left a broker (it stopped, or its partition's leader moved)
+// gives its share up in the next report: a last-second rate under half the
+// two-second average, not held back, is reported as the usage. Held back,
+// or merely slower, the average stands.
+func TestClusterBudgetsReportAClientThatLeft(t *testing.T) {
+	c := newClusterRig(t, "")
+	cb := c.rigs[0].a.cluster
+	for _, tc := range []struct {
+		usage, last float64
+		held        bool
+		want        float64
+	}{
+		{usage: 2e6, last: 0.2e6, want: 0.2e6}, // left mid-window
+		{usage: 2e6, last: 0, want: 0},         // gone
+		{usage: 2e6, last: 1.5e6, want: 2e6},   // slower: the average
+		{usage: 2e6, last: 0.2e6, held: true, want: 2e6},
+	} {
+		cb.measure(0, tc.usage, tc.last, tc.held)
+		if got := cb.locals[0].Usage; got != tc.want {
+			t.Errorf("usage %v, last second %v, held back %v: reported %v, want %v", tc.usage, tc.last, tc.held, got, tc.want)
+		}
+	}
+}

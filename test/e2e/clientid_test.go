@@ -3,20 +3,17 @@ package e2e
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -415,44 +412,22 @@ func probeClientIDLimits(t *testing.T) map[string]any {
 // producer keeps little in memory and drains fast when it stops.
 func kcatProducer(t *testing.T, w *harness.World, name, clientID, topic string, partition int, user, password string) *harness.Client {
 	t.Helper()
-	fifo := filepath.Join(w.Dir, "feed-"+name)
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// O_RDWR never blocks on a FIFO; writes block (in Go's poller) while
-	// kcat does not read, and Close ends them.
-	feed, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	feed, err := harness.NewLineFeed(filepath.Join(w.Dir, "feed-"+name), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := w.StartCommand(name, "kcat", "-P", "-b", w.Bootstrap(), "-t", topic, "-p", fmt.Sprint(partition), "-q",
 		"-X", "client.id="+clientID, "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=PLAIN",
 		"-X", "sasl.username="+user, "-X", "sasl.password="+password,
-		"-X", "queue.buffering.max.kbytes=4096", "-X", "linger.ms=5", "-l", fifo)
+		"-X", "queue.buffering.max.kbytes=4096", "-X", "linger.ms=5", "-l", feed.Path)
 	if err != nil {
 		feed.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	line := make([]byte, 4096)
-	rand.Read(line)
-	lines := make([]byte, 0, 64*8193)
-	for i := 0; i < 64; i++ {
-		lines = append(lines, hex.EncodeToString(line[:4096])...)
-		lines = append(lines, '\n')
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if _, err := feed.Write(lines); err != nil {
-				return
-			}
-		}
-	}()
 	// Registered after c.Stop, so it runs first: kcat reads the end of its
 	// input, flushes and exits, and Stop's SIGTERM finds it leaving.
-	t.Cleanup(func() { feed.Close(); <-done })
+	t.Cleanup(feed.Close)
 	return c
 }
 

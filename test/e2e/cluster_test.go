@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -25,7 +26,10 @@ const (
 	clusterTopic       = "history"
 )
 
-var clusterLogs = flag.String("cluster-logs", "", "the cluster budgets scenario: copy the agents' logs into this directory")
+var (
+	clusterLogs   = flag.String("cluster-logs", "", "the cluster budgets scenario: copy the agents' logs into this directory")
+	clusterSeries = flag.String("cluster-series", "", "the cluster budgets scenario: write the meter's readings and the phases here (JSON), for docs/cluster-budgets.png")
+)
 
 // clusterRun is the world with the tenant's producers and the meter.
 type clusterRun struct {
@@ -33,6 +37,51 @@ type clusterRun struct {
 	w      *harness.ClusterWorld
 	meter  *harness.LinkMeter
 	points []clusterPoint
+	events []clusterEvent
+}
+
+// clusterEvent is a phase's start, for the plot.
+type clusterEvent struct {
+	At    time.Time `json:"-"`
+	T     float64   `json:"t"` // seconds after the first reading
+	Label string    `json:"label"`
+}
+
+// mark notes a phase starting now.
+func (c *clusterRun) mark(label string) {
+	c.events = append(c.events, clusterEvent{At: time.Now(), Label: label})
+}
+
+// writeSeries writes the readings (each broker's tenant bytes acknowledged
+// so far, as the client host's sockets count them) and the phases, with
+// times in seconds after the first reading.
+func (c *clusterRun) writeSeries(path string) error {
+	if len(c.points) == 0 {
+		return nil
+	}
+	type point struct {
+		T      float64   `json:"t"`
+		Tenant [3]uint64 `json:"tenant_bytes"`
+	}
+	start := c.points[0].at
+	out := struct {
+		Limit       float64        `json:"limit"`
+		Reservation float64        `json:"reservation"`
+		Points      []point        `json:"points"`
+		Events      []clusterEvent `json:"events"`
+	}{Limit: clusterLimit, Reservation: clusterReservation}
+	for _, p := range c.points {
+		out.Points = append(out.Points, point{T: p.at.Sub(start).Seconds(), Tenant: p.tenant})
+	}
+	for _, e := range c.events {
+		e.T = e.At.Sub(start).Seconds()
+		out.Events = append(out.Events, e)
+	}
+	data, err := json.MarshalIndent(out, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }
 
 // clusterPoint is one reading: per broker, the tenant's bytes and the other
@@ -135,12 +184,25 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		}
 	}
 	run := &clusterRun{t: t, w: w}
+	defer func() {
+		if *clusterSeries != "" {
+			if err := run.writeSeries(*clusterSeries); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
 	// The tenant asks 80/15/5 of twice its limit, one producer per broker
 	// (each writes one partition its broker leads).
 	demand := [3]float64{0.8 * 2 * clusterLimit, 0.15 * 2 * clusterLimit, 0.05 * 2 * clusterLimit}
 	partitionOf := [3]int{0, 16, 19}
+	// Two client libraries: franz-go on brokers 0 and 2, librdkafka (kcat)
+	// on broker 1, fed at its demand.
 	var producers [3]*harness.Client
 	for i := range w.Brokers {
+		if i == 1 {
+			producers[i] = clusterKcatProducer(t, w, "tenant-b1-kcat", "tenant", partitionOf[i], demand[i])
+			continue
+		}
 		if producers[i], err = w.StartProducer(fmt.Sprintf("tenant-b%d", i), "tenant", partitionOf[i], demand[i], netip.Addr{}); err != nil {
 			t.Fatal(err)
 		}
@@ -159,6 +221,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		}
 	}
 	run.read()
+	run.mark("Kafka's semantics: the limit per broker")
 	run.follow(3 * time.Second)
 	perBroker := run.window(4 * time.Second)
 	kafkaWant := [3]float64{min(demand[0], clusterLimit), min(demand[1], clusterLimit), min(demand[2], clusterLimit)}
@@ -175,6 +238,9 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	for _, b := range w.Brokers {
 		if err := b.Agent.Stop(); err != nil {
 			t.Fatal(err)
+		}
+		if b.ID == 0 {
+			run.mark("agents restart with the cluster section (none runs meanwhile)")
 		}
 		configs[b.ID] = w.WriteAgentConfig(b, harness.ClusterAgentConfig{ProduceCapacity: "20MB", Cluster: section,
 			Extra: "entities: {clients: {other: {quota_weight: 20}}}\nkeep_attached_on_exit: false\n"})
@@ -210,6 +276,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	// host, floods broker 0. The tenant keeps at least 95 % of its cluster
 	// reservation (5 MB/s, 4 of it reserved where 16 of its 20 partitions
 	// lead).
+	run.mark("contended on broker 0")
 	other, err := w.StartProducer("other-b0", "other", 1, 25e6, w.Brokers[0].OtherIP)
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +296,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	// Measured from the stop signal: the producer flushes what it holds at
 	// its share meanwhile, and Stop returns when it has.
 	shifted := time.Now()
+	run.mark("broker 0's client stops")
 	stopped := make(chan struct{})
 	go func() { producers[0].Stop(); close(stopped) }()
 	defer func() { <-stopped }()
@@ -244,6 +312,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved := time.Now()
+	run.mark("leader move 1 -> 2")
 	moveTimes := run.converge(moved, 5*time.Second, [3]float64{0, 0, 0.9 * (demand[1] + demand[2])})
 	record(t, Result{Name: "cluster budget: leader move",
 		Measured: map[string]any{"seconds_to_90pct": moveTimes, "shares_mbps": mbps3(run.shares())},
@@ -255,6 +324,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	// back. Broker 2 keeps its share for the lease (4 s), then takes the
 	// even split (limit ÷ 3); the others reclaim its share after K of their
 	// reports. Σ never exceeds the limit plus broker 2's fallback share.
+	run.mark("broker 0's client again")
 	if producers[0], err = w.StartProducer("tenant-b0-again", "tenant", partitionOf[0], demand[0], netip.Addr{}); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +333,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut := time.Now()
+	run.mark("broker 2 cut from the topic")
 	bound := clusterLimit + math.Floor(clusterLimit/3)
 	var worst float64
 	var fellBack, reclaimed float64 = -1, -1
@@ -286,6 +357,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	if err := w.Heal(w.Brokers[2]); err != nil {
 		t.Fatal(err)
 	}
+	run.mark("healed")
 	run.settle(30 * time.Second)
 	healed := run.window(3 * time.Second)
 	record(t, Result{Name: "cluster budget: a host cut from the topic",
@@ -310,6 +382,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	}
 	b1.Agent.Kill()
 	killed := time.Now()
+	run.mark("agent 1 killed, restarted")
 	restarted := make(chan error, 1)
 	go func() { restarted <- w.StartAgent(b1, configs[1]) }()
 	var worstRestart float64
@@ -341,6 +414,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := time.Now()
+	run.mark("topic refuses writes")
 	var worstOutage float64
 	allFell := -1.0
 	for time.Since(out) < 12*time.Second && allFell < 0 {
@@ -360,6 +434,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	if err := w.CoordinationOutage(false); err != nil {
 		t.Fatal(err)
 	}
+	run.mark("writes again")
 	run.settle(30 * time.Second)
 	outageBound := clusterLimit + 2*math.Floor(clusterLimit/3)
 	// Brokers 0 and 2 have clients (16 and 4 MB/s asked), broker 1 none:
@@ -375,6 +450,29 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	if !(allFell > 0 && allFell < 7 && sum3(fallbackShares) <= clusterLimit) {
 		t.Errorf("status: all fell back after %v s with shares %v (want under 7 s, Σ at most the limit)", allFell, fallbackShares)
 	}
+}
+
+// clusterKcatProducer runs kcat (librdkafka) in the client host as a
+// producer to one partition of the data topic, fed records at rate bytes/s
+// (its demand). librdkafka's queue is bounded to 4 MiB: held back, it
+// queues at most that, and its feed waits.
+func clusterKcatProducer(t *testing.T, w *harness.ClusterWorld, name, clientID string, partition int, rate float64) *harness.Client {
+	t.Helper()
+	feed, err := harness.NewLineFeed(filepath.Join(w.Dir, "feed-"+name), rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.StartCommand(name, "kcat", "-P", "-b", w.Brokers[0].Addr(), "-t", w.DataTopic, "-p", fmt.Sprint(partition), "-q",
+		"-X", "client.id="+clientID, "-X", "queue.buffering.max.kbytes=4096", "-X", "linger.ms=5", "-l", feed.Path)
+	if err != nil {
+		feed.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	// Registered after c.Stop, so it runs first: kcat reads the end of its
+	// input, flushes and exits.
+	t.Cleanup(feed.Close)
+	return c
 }
 
 // lastRates are both tenants' per-broker rates over the last d of readings.
