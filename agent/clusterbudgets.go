@@ -311,6 +311,7 @@ func (a *Agent) ClusterTick() (raised bool) {
 		before = append(before, cb.core.Applied()...)
 	}
 	cb.scratch = before
+	cb.kafkaLimits(a.kafka.quotas)
 	cb.tick(a.deps.Clock.Monotonic(), a.lowerClusterShare)
 	for i, v := range before {
 		raised = raised || cb.core.Applied()[i] > v
@@ -345,6 +346,41 @@ func (a *Agent) lowerClusterShare(i int, share float64) error {
 	}
 	dc.applied[id], dc.guaranteed[id] = rate.BytesPerSecond, rate.Guaranteed
 	return nil
+}
+
+// kafkaLimits gives the budgets whose limit is Kafka's quota (a rate of
+// "kafka") the quota store's last good read: the entity's exact client-id
+// or user entry, +Inf when it holds none or nothing was read yet. The next
+// report carries it; rounds split the smallest limit the live brokers
+// report, so a host that has not read a change yet holds no one above the
+// smaller of the old and the new.
+func (cb *clusterBudgets) kafkaLimits(q entity.KafkaQuotas) {
+	for i, b := range cb.budgets {
+		if !b.LimitFromKafka {
+			continue
+		}
+		var quota config.Quota
+		switch b.Kind {
+		case config.ClusterKindClient:
+			quota = q.Clients[b.Name]
+		case config.ClusterKindUser:
+			quota = q.Users[b.Name].Quota
+		}
+		rate := quota.ConsumerByteRate
+		if b.Produce {
+			rate = quota.ProducerByteRate
+		}
+		want := cluster.Budget{Limit: math.Inf(1), Reservation: b.Reservation}
+		if rate != nil {
+			want.Limit = *rate
+		}
+		if cb.core.Budget(i) != want {
+			cb.core.SetBudget(i, want)
+			if cb.log != nil {
+				cb.log.Info("cluster budget limit read from Kafka's quota store", "budget", b.ID, "limit", want.Limit)
+			}
+		}
+	}
 }
 
 // tick reads the topic, runs the core, writes lowered shares, then persists
@@ -532,9 +568,14 @@ func (cb *clusterBudgets) view() *status.ClusterView {
 	me := cb.myIndex()
 	pending, hasPending := core.Pending()
 	for i, b := range cb.budgets {
+		round, own := core.RoundBudget(i), core.Budget(i)
 		bv := status.ClusterBudgetView{ID: b.ID, Kind: b.Kind, Name: b.Name, Direction: directionName(b.Produce),
-			Limit: status.Bps(b.Limit), Reservation: status.Bps(b.Reservation), Share: status.Bps(core.Applied()[i]),
+			Limit: status.Bps(round.Limit), Reservation: status.Bps(min(round.Reservation, round.Limit)),
+			HostLimit: status.Bps(own.Limit), LimitFrom: "config", Share: status.Bps(core.Applied()[i]),
 			Usage: cb.locals[i].Usage, HeldBack: cb.locals[i].HeldBack, Led: cb.locals[i].Led}
+		if b.LimitFromKafka {
+			bv.LimitFrom = "kafka quota store"
+		}
 		if hasPending {
 			s := pending.Share(me, i)
 			bv.Target, bv.Reserved = status.Bps(s.Target), status.Bps(s.Reserved)
@@ -546,6 +587,7 @@ func (cb *clusterBudgets) view() *status.ClusterView {
 			if ok && i < len(r.Entities) {
 				e := r.Entities[i]
 				bb.Reported, bb.Usage, bb.HeldBack, bb.Applied, bb.Led = true, e.Usage, e.HeldBack, status.Bps(e.Applied), e.Led
+				bb.Limit = status.Bps(e.Limit)
 				bb.Processed = r.Processed
 				bv.SumUsage += e.Usage
 			}

@@ -64,7 +64,7 @@ func (f fakeLeaders) Led(broker int32, _ []string) (uint32, bool) { return f[bro
 
 const clusterTestLimit = 300.0
 
-func clusterConfig(broker int32, stateFile, extra string) string {
+func clusterConfig(broker int32, stateFile, extra, rate string) string {
 	return baseConfig + fmt.Sprintf(`
 cluster:
   name: test
@@ -75,8 +75,8 @@ cluster:
   state_file: %s
 %s  entities:
     clients:
-      backfill: {consumer_byte_rate: %v, consumer_byte_reservation: 60, topics: [history]}
-`, broker, stateFile, extra, clusterTestLimit)
+      backfill: {consumer_byte_rate: %s, consumer_byte_reservation: 60, topics: [history]}
+`, broker, stateFile, extra, rate)
 }
 
 // clusterRig is three broker hosts' agents sharing one topic, each with a
@@ -89,13 +89,24 @@ type clusterRig struct {
 	dirs   []string
 	demand []float64
 	extra  string
+	// rate is the budget's consumer_byte_rate ("kafka": read from quotas[b],
+	// each host's own view of Kafka's quota store).
+	rate   string
+	quotas [3]*fakeQuotas
 	// raises[b]: ticks of host b that raised a share (the daemon runs a
 	// control cycle at once after each).
 	raises [3]int
 }
 
 func newClusterRig(t *testing.T, extra string) *clusterRig {
-	c := &clusterRig{t: t, topic: &fakeTopic{}, demand: []float64{1000, 1000, 1000}, extra: extra}
+	return newClusterRigRate(t, extra, fmt.Sprint(clusterTestLimit))
+}
+
+func newClusterRigRate(t *testing.T, extra, rate string) *clusterRig {
+	c := &clusterRig{t: t, topic: &fakeTopic{}, demand: []float64{1000, 1000, 1000}, extra: extra, rate: rate}
+	for b := range c.quotas {
+		c.quotas[b] = &fakeQuotas{}
+	}
 	for b := range 3 {
 		c.dirs = append(c.dirs, t.TempDir())
 		c.rigs = append(c.rigs, nil)
@@ -114,7 +125,17 @@ func (c *clusterRig) start(b int) {
 	}
 	log := &fakeLog{topic: c.topic, clock: clock}
 	c.logs[b] = log
-	c.rigs[b] = newRigWith(c.t, clusterConfig(int32(b+1), filepath.Join(c.dirs[b], "cluster.state"), c.extra), func(d *Deps) {
+	file := clusterConfig(int32(b+1), filepath.Join(c.dirs[b], "cluster.state"), c.extra, c.rate)
+	if c.rate == config.ClusterLimitFromKafka {
+		file += "kafka_quotas: import\nbootstrap: [127.0.0.1:9092]\n"
+	}
+	c.rigs[b] = newRigWith(c.t, file, func(d *Deps) {
+		d.NewMetadata = func(cfg config.Config) (Metadata, error) {
+			if cfg.KafkaQuotas == config.KafkaQuotasImport {
+				return Metadata{Quotas: c.quotas[b]}, nil
+			}
+			return Metadata{}, nil
+		}
 		d.Clock = clock
 		d.NewCluster = func(config.Config) (ClusterLink, error) {
 			return ClusterLink{Log: log, Leaders: leaders}, nil
@@ -489,5 +510,69 @@ func TestClusterBudgetsReportAClientThatLeft(t *testing.T) {
 		if got := cb.locals[0].Usage; got != tc.want {
 			t.Errorf("usage %v, last second %v, held back %v: reported %v, want %v", tc.usage, tc.last, tc.held, got, tc.want)
 		}
+	}
+}
+
+// A limit of "kafka" is Kafka's quota for the client, as each host's
+// quota store read has it. A host that reads a lowered quota first lowers
+// every host (rounds split the smallest limit reported); a raise waits
+// until every host has read it. Σ enforced never exceeds the old limit
+// while a change spreads, nor the new one once every host holds it.
+func TestClusterBudgetsLimitFromKafka(t *testing.T) {
+	c := newClusterRigRate(t, "", config.ClusterLimitFromKafka)
+	set := func(b int, rate float64) { c.quotas[b].imported(consumerLimits(map[string]float64{"backfill": rate})) }
+	for b := range 3 {
+		set(b, 300)
+	}
+	run := func(seconds int, bound float64) {
+		t.Helper()
+		for k := range seconds {
+			c.second(func() {
+				if sum := c.sumEnforced(); sum > bound {
+					t.Fatalf("second %d: Σ enforced %v > %v (%v)", k+1, sum, bound, []float64{c.enforced(0), c.enforced(1), c.enforced(2)})
+				}
+			})
+		}
+	}
+	run(15, 300)
+	if sum := c.sumEnforced(); sum < 290 {
+		t.Fatalf("Σ enforced %v with Kafka's quota at 300 on every host", sum)
+	}
+	v := c.view(1).Budgets[0]
+	if v.LimitFrom != "kafka quota store" || v.Limit != 300 || v.HostLimit != 300 || v.Brokers[0].Limit != 300 {
+		t.Fatalf("status: %+v", v)
+	}
+
+	// Host 1 reads Kafka's quota lowered to 150; the others have not yet.
+	set(0, 150)
+	run(3, 300)
+	run(5, 150)
+	if sum := c.sumEnforced(); sum < 140 {
+		t.Fatalf("Σ enforced %v after host 1 read 150", sum)
+	}
+	if v := c.view(2).Budgets[0]; v.Limit != 150 || v.HostLimit != 300 {
+		t.Fatalf("host 3's status after host 1 read 150: limit %v, its own %v", v.Limit, v.HostLimit)
+	}
+
+	// Raised to 400: hosts 1 and 2 read it, host 3 still has 300.
+	set(0, 400)
+	set(1, 400)
+	run(5, 300)
+	if sum := c.sumEnforced(); sum < 290 {
+		t.Fatalf("Σ enforced %v when the smallest limit reported is 300", sum)
+	}
+	set(2, 400)
+	run(5, 400)
+	if sum := c.sumEnforced(); sum < 390 {
+		t.Fatalf("Σ enforced %v after every host read 400", sum)
+	}
+
+	// The quota deleted in Kafka on every host: no cluster limit.
+	for b := range 3 {
+		c.quotas[b].imported(consumerLimits(nil))
+	}
+	run(5, 3000)
+	if v := c.view(0).Budgets[0]; !math.IsInf(float64(v.Limit), 1) {
+		t.Fatalf("limit %v after the quota was deleted, want none", v.Limit)
 	}
 }

@@ -103,6 +103,9 @@ type Agent struct {
 	hasPending     bool
 	lastLiveCount  int
 	lastReserved   []float64
+	// budgets[e] is entity e's budget as this host knows it (SetBudget);
+	// lastBudgets[e] the budget of the last round adopted.
+	budgets, lastBudgets []Budget
 }
 
 // ErrUnknownBroker is returned by NewAgent for a broker id not in the config.
@@ -134,6 +137,12 @@ func NewAgent(cfg Config, st Start, now time.Duration) (*Agent, error) {
 		applied:      make([]float64, ne),
 		fallback:     make([]float64, ne),
 		lastReserved: make([]float64, ne),
+		budgets:      make([]Budget, ne),
+		lastBudgets:  make([]Budget, ne),
+	}
+	for e, ent := range cfg.Entities {
+		a.budgets[e] = Budget{Limit: ent.Limit, Reservation: ent.Reservation}
+		a.lastBudgets[e] = a.budgets[e]
 	}
 	if d := st.Disk; d != nil {
 		if epochKnown {
@@ -211,6 +220,7 @@ func (a *Agent) adopt(t *Targets) {
 		a.applied[e] = min(a.applied[e], s.Target)
 		a.lastReserved[e] = s.Reserved
 	}
+	copy(a.lastBudgets, t.Budgets)
 	a.lastLiveCount = t.LiveCount
 	if a.streakFrom == 0 || a.processed != t.Previous {
 		a.streakFrom = t.Round
@@ -314,10 +324,10 @@ func (a *Agent) report(now time.Duration, periodic bool, local []Local) *Report 
 	r := &Report{
 		Cluster: a.cfg.Cluster, Broker: a.broker, Epoch: a.epoch, Instance: a.instance, Boot: a.boot,
 		SentAt: now, Seq: a.seq, Round: a.round, Processed: a.processed, Ack: !periodic,
-		Entities: make([]EntityReport, len(a.cfg.Entities)),
+		Entities: make([]EntityReport, len(a.cfg.Entities)), Version: a.wireVersion(),
 	}
 	for e, ent := range a.cfg.Entities {
-		er := EntityReport{Entity: ent.ID, Applied: a.applied[e]}
+		er := EntityReport{Entity: ent.ID, Applied: a.applied[e], Limit: a.budgets[e].Limit, Reservation: a.budgets[e].Reservation}
 		if e < len(local) {
 			er.Usage, er.HeldBack, er.Led = local[e].Usage, local[e].HeldBack, local[e].Led
 		}
@@ -336,20 +346,66 @@ func (a *Agent) enterFallback() {
 	}
 }
 
+// fallbackShare splits the smaller of this host's budget and its last
+// round's: a lowered limit this host has not seen split yet counts.
 func (a *Agent) fallbackShare(e int) float64 {
-	ent := a.cfg.Entities[e]
+	limit := min(a.budgets[e].Limit, a.lastBudgets[e].Limit)
 	switch a.cfg.Fallback {
 	case FallbackFloor:
 		return a.floorShare(e)
 	case FallbackFullLimit:
-		return ent.Limit
+		return limit
 	}
 	live := a.lastLiveCount
 	if live == 0 {
 		live = len(a.cfg.Brokers)
 	}
-	return math.Floor(ent.Limit / float64(live))
+	return math.Floor(limit / float64(live))
 }
+
+// wireProbeEvery: an agent writing an older format for a peer's sake
+// writes every so many reports in the newest, so that peers learn it reads
+// it (an older format cannot say so). A peer that cannot read the probe
+// misses one report in this many: too few to make the sender silent.
+const wireProbeEvery = 10
+
+// wireVersion is the format of the next report: the newest every other
+// live broker of the last round can read, so that a broker not yet
+// upgraded can read it, except for the probes.
+func (a *Agent) wireVersion() uint8 {
+	v := uint8(WireVersion)
+	for i, live := range a.view.Targets().Live {
+		if live && i != a.me {
+			v = min(v, a.view.Reads(i))
+		}
+	}
+	if v < WireVersion && a.seq%wireProbeEvery == 0 {
+		return WireVersion
+	}
+	return v
+}
+
+// SetBudget changes entity e's budget as this host knows it (read from
+// Kafka's quota store): its next reports carry it, and rounds split the
+// smallest budget their live brokers report: a lowered limit is split by
+// the first round that holds this host's report of it (and lowered to on
+// adoption, as every round is), a raised one by the first in which every
+// live broker reports it. In fallback the fallback share follows a
+// lowered limit at once.
+func (a *Agent) SetBudget(e int, b Budget) {
+	a.budgets[e] = b
+	if a.mode == ModeFallback {
+		a.fallback[e] = min(a.fallback[e], a.fallbackShare(e))
+		a.applied[e] = min(a.applied[e], a.fallback[e])
+	}
+}
+
+// Budget returns entity e's budget as this host knows it.
+func (a *Agent) Budget(e int) Budget { return a.budgets[e] }
+
+// RoundBudget returns the budget the last adopted round split for entity e
+// (this host's own before its first round).
+func (a *Agent) RoundBudget(e int) Budget { return a.lastBudgets[e] }
 
 // floorShare is the broker's reservation share of its last round, or an
 // even part of the reservation before it has one.
@@ -357,7 +413,7 @@ func (a *Agent) floorShare(e int) float64 {
 	if a.processed > 0 {
 		return a.lastReserved[e]
 	}
-	return math.Floor(a.cfg.Entities[e].reservation() / float64(len(a.cfg.Brokers)))
+	return math.Floor(min(a.budgets[e].Reservation, a.budgets[e].Limit) / float64(len(a.cfg.Brokers)))
 }
 
 // Persist returns what to write to disk before sending the next report.

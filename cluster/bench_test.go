@@ -28,7 +28,7 @@ func BenchmarkRound100Brokers100Entities(b *testing.B) {
 		r := &reports[i]
 		*r = Report{Cluster: "prod", Broker: brokers[i], Epoch: 1, Instance: 1, Entities: make([]EntityReport, ne)}
 		for e := range r.Entities {
-			r.Entities[e] = EntityReport{Entity: ents[e].ID, Usage: float64((i*7+e*13)%50) * mb / 100, HeldBack: (i+e)%5 == 0, Led: uint32((i + e) % 4)}
+			r.Entities[e] = EntityReport{Entity: ents[e].ID, Usage: float64((i*7+e*13)%50) * mb / 100, HeldBack: (i+e)%5 == 0, Led: uint32((i + e) % 4), Limit: 30 * mb, Reservation: 6 * mb}
 		}
 	}
 	b.ReportAllocs()

@@ -44,6 +44,12 @@ type Report struct {
 	Ack bool
 	// Entities carries one entry per configured entity, in config order.
 	Entities []EntityReport
+	// Version is the wire format the report came in (UnmarshalReport) or
+	// is to be sent in (MarshalReport; 0: the newest). An agent writes the
+	// oldest version a live broker of its last round wrote, so that a
+	// rolling upgrade never makes a broker unreadable, and so silent, to
+	// the brokers not yet upgraded.
+	Version uint8
 }
 
 // EntityReport is one cluster entity's state on the reporting broker.
@@ -52,15 +58,23 @@ type EntityReport struct {
 	Entity string
 	// Usage is the measured rate in bytes/s.
 	Usage float64
-	// HeldBack is set when the data path held some of the entity's bytes
-	// back in the cycle: Usage then understates its demand.
-	HeldBack bool
 	// Applied is the share (bytes/s) the broker's data path enforces now.
 	Applied float64
+	// Limit and Reservation are the cluster budget as the sender knows it
+	// now (its configuration, or Kafka's quota store read on its host):
+	// a round's shares split the smallest limit and reservation of its
+	// live brokers' reports, so that every agent splits the same budget
+	// and, while a change spreads, the smaller of the old and the new.
+	// Version 1 reports carry neither: a View takes its own
+	// configuration's.
+	Limit, Reservation float64
 	// Led is the number of the entity's partitions this broker leads, from
 	// its own broker's metadata. Leadership enters the computation through
 	// reports so that every agent uses the same numbers.
 	Led uint32
+	// HeldBack is set when the data path held some of the entity's bytes
+	// back in the cycle: Usage then understates its demand.
+	HeldBack bool
 }
 
 // Verdict is what a View did with a report.
@@ -127,6 +141,9 @@ func checkShape(cfg *Config, r *Report) Verdict {
 			return Foreign
 		}
 		if !finiteNonNegative(e.Usage) || !(e.Applied >= 0) { // +Inf applies an unlimited entity
+			return Malformed
+		}
+		if r.Version != 1 && (!(e.Limit >= 0) || !finiteNonNegative(e.Reservation)) {
 			return Malformed
 		}
 	}

@@ -1,6 +1,11 @@
 package cluster
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
+
+var inf = math.Inf(1)
 
 // Targets are one round's shares for every broker, computed by a View from
 // the reports that precede the round's first report in the log.
@@ -18,7 +23,13 @@ type Targets struct {
 	// Shares[i*len(Entities)+e] is broker i's share of entity e; zero for a
 	// broker that is not live.
 	Shares []Share
+	// Budgets[e] is the budget the round split for entity e: the smallest
+	// limit and reservation its live brokers reported.
+	Budgets []Budget
 }
+
+// Budget is an entity's cluster-wide limit and reservation.
+type Budget struct{ Limit, Reservation float64 }
 
 // Share returns broker index i's share of entity e.
 func (t *Targets) Share(i, e int) Share {
@@ -31,6 +42,7 @@ func (t *Targets) CopyFrom(o *Targets) {
 	t.Round, t.Previous, t.LiveCount = o.Round, o.Previous, o.LiveCount
 	t.Live = append(t.Live[:0], o.Live...)
 	t.Shares = append(t.Shares[:0], o.Shares...)
+	t.Budgets = append(t.Budgets[:0], o.Budgets...)
 }
 
 // Equal reports whether two target sets are identical, bit for bit.
@@ -45,6 +57,14 @@ func (t *Targets) Equal(o *Targets) bool {
 	}
 	for i := range t.Shares {
 		if t.Shares[i] != o.Shares[i] {
+			return false
+		}
+	}
+	if len(t.Budgets) != len(o.Budgets) {
+		return false
+	}
+	for e := range t.Budgets {
+		if t.Budgets[e] != o.Budgets[e] {
 			return false
 		}
 	}
@@ -70,6 +90,10 @@ type brokerState struct {
 	// maxProcessed is the highest Processed the broker reported in any
 	// epoch: a restarted agent never raises for an older round.
 	maxProcessed uint64
+	// version is the newest wire format the broker's agent wrote in its
+	// current epoch (the newest for a report that did not come off the
+	// wire): what it can read.
+	version uint8
 }
 
 // View is the state every agent derives from the log: a pure function of the
@@ -103,6 +127,7 @@ func NewView(cfg Config) (*View, error) {
 	}
 	v.targets.Live = make([]bool, n)
 	v.targets.Shares = make([]Share, n*len(cfg.Entities))
+	v.targets.Budgets = make([]Budget, len(cfg.Entities))
 	return v, nil
 }
 
@@ -123,14 +148,20 @@ func (v *View) Ingest(r *Report) Verdict {
 	i := v.index[r.Broker]
 	b := &v.brokers[i]
 	if !b.seen || r.Epoch > b.epoch {
-		b.seen, b.epoch, b.instance, b.periodic = true, r.Epoch, r.Instance, 0
+		b.seen, b.epoch, b.instance, b.periodic, b.version = true, r.Epoch, r.Instance, 0, 0
 	}
+	b.version = max(b.version, version(r))
 	if !r.Ack {
 		b.periodic++
 	}
 	ents := append(b.last.Entities[:0], r.Entities...)
 	b.last = *r
 	b.last.Entities = ents
+	if r.Version == 1 { // no budget on the wire: this View's configuration
+		for e := range ents {
+			ents[e].Limit, ents[e].Reservation = v.cfg.Entities[e].Limit, v.cfg.Entities[e].Reservation
+		}
+	}
 	for c := range v.brokers {
 		b.since[c] = epochCount{v.brokers[c].epoch, v.brokers[c].periodic}
 	}
@@ -205,16 +236,20 @@ func (v *View) computeTargets(round uint64) {
 		}
 	}
 	t.LiveCount = len(v.liveIdx)
+	clear(t.Budgets)
 	if t.LiveCount == 0 {
 		return
 	}
 	ne := len(v.cfg.Entities)
-	for e, ent := range v.cfg.Entities {
+	for e := range v.cfg.Entities {
+		ent := Entity{ID: v.cfg.Entities[e].ID, Limit: inf, Reservation: inf}
 		v.inputs = v.inputs[:0]
 		for _, i := range v.liveIdx {
 			er := &v.brokers[i].last.Entities[e]
 			v.inputs = append(v.inputs, BrokerInput{Usage: er.Usage, HeldBack: er.HeldBack, Led: er.Led})
+			ent.Limit, ent.Reservation = min(ent.Limit, er.Limit), min(ent.Reservation, er.Reservation)
 		}
+		t.Budgets[e] = Budget{Limit: ent.Limit, Reservation: ent.Reservation}
 		if cap(v.outs) < len(v.inputs) {
 			v.outs = make([]Share, len(v.inputs))
 		}
@@ -250,6 +285,24 @@ func (v *View) BrokerIndex(id BrokerID) (int, bool) {
 func (v *View) Latest(i int) (*Report, bool) {
 	b := &v.brokers[i]
 	return &b.last, b.seen
+}
+
+// Reads returns the newest wire format broker index i's agent wrote in its
+// current epoch: the newest it can read (WireVersion before it reported).
+func (v *View) Reads(i int) uint8 {
+	if !v.brokers[i].seen {
+		return WireVersion
+	}
+	return v.brokers[i].version
+}
+
+// version is the format r came in; the newest for a report that did not
+// come off the wire.
+func version(r *Report) uint8 {
+	if r.Version == 0 {
+		return WireVersion
+	}
+	return r.Version
 }
 
 // Epoch returns broker index i's current epoch and agent instance (0, 0 if

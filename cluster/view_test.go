@@ -22,7 +22,7 @@ func report(b BrokerID, epoch, seq, round, processed uint64, applied float64) *R
 	}
 	return &Report{
 		Cluster: "prod", Broker: b, Epoch: epoch, Instance: uint64(b)*100 + epoch, Seq: seq, Round: round, Processed: processed,
-		Entities: []EntityReport{{Entity: "tenant", Usage: 1 * mb, Applied: applied, Led: led}},
+		Entities: []EntityReport{{Entity: "tenant", Usage: 1 * mb, Applied: applied, Led: led, Limit: 30 * mb, Reservation: 6 * mb}},
 	}
 }
 

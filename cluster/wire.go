@@ -9,10 +9,10 @@ import (
 )
 
 // The wire format of a Report, the value of one record of the coordination
-// topic (version 1):
+// topic (version 2; version 1 lacks limit and reservation):
 //
 //	magic      4 bytes "SLCB"
-//	version    1 byte  (1)
+//	version    1 byte  (1 or 2)
 //	cluster    uvarint length ≤ 255, bytes
 //	broker     varint (zigzag): BrokerID is an int32, carried whole
 //	epoch      uvarint
@@ -29,6 +29,8 @@ import (
 //	  held_back 1 byte, 0 or 1
 //	  applied   8 bytes, IEEE 754 bits little-endian
 //	  led       uvarint ≤ 2^32−1
+//	  limit       8 bytes, IEEE 754 bits little-endian (version 2)
+//	  reservation 8 bytes, IEEE 754 bits little-endian (version 2)
 //
 // The whole value is at most MaxWireReport bytes and nothing follows the
 // last entity. Every value has exactly one encoding (varints must be
@@ -40,8 +42,10 @@ import (
 // topic) from being read as one; the version lets a later format be told
 // apart and refused by name rather than misread.
 const (
-	wireMagic   = "SLCB"
-	wireVersion = 1
+	wireMagic = "SLCB"
+	// WireVersion is the newest format this build writes; it reads every
+	// version from 1 to it.
+	WireVersion = 2
 
 	// MaxWireClusterName is the longest cluster name a report carries.
 	MaxWireClusterName = 255
@@ -53,9 +57,11 @@ const (
 	// default max.message.bytes with room for the record batch around it.
 	MaxWireReport = 1 << 20
 
-	// minWireEntity is the fewest bytes one entity takes (empty id): a
-	// count is checked against it before anything is allocated.
+	// minWireEntity is the fewest bytes one entity takes (empty id, version
+	// 1): a count is checked against it before anything is allocated.
 	minWireEntity = 1 + 8 + 1 + 8 + 1
+	// wireBudgetBytes: version 2's limit and reservation.
+	wireBudgetBytes = 16
 )
 
 // ErrUndecodable wraps every error of UnmarshalReport.
@@ -74,16 +80,23 @@ func MarshalReport(r *Report) ([]byte, error) {
 	if len(r.Entities) > MaxWireEntities {
 		return nil, fmt.Errorf("cannot encode report: %d entities (at most %d)", len(r.Entities), MaxWireEntities)
 	}
+	version := r.Version
+	if version == 0 {
+		version = WireVersion
+	}
+	if version > WireVersion {
+		return nil, fmt.Errorf("cannot encode report: format version %d (this build writes 1 to %d)", version, WireVersion)
+	}
 	size := len(wireMagic) + 1 + binary.MaxVarintLen16 + len(r.Cluster) + 9*binary.MaxVarintLen64 + 1
 	for i := range r.Entities {
 		if n := len(r.Entities[i].Entity); n > MaxWireEntityID {
 			return nil, fmt.Errorf("cannot encode report: entities[%d].id of %d bytes (at most %d)", i, n, MaxWireEntityID)
 		}
-		size += binary.MaxVarintLen16 + len(r.Entities[i].Entity) + 8 + 1 + 8 + binary.MaxVarintLen32
+		size += binary.MaxVarintLen16 + len(r.Entities[i].Entity) + 8 + 1 + 8 + binary.MaxVarintLen32 + wireBudgetBytes
 	}
 	b := make([]byte, 0, size)
 	b = append(b, wireMagic...)
-	b = append(b, wireVersion)
+	b = append(b, version)
 	b = appendString(b, r.Cluster)
 	b = binary.AppendVarint(b, int64(r.Broker))
 	b = binary.AppendUvarint(b, r.Epoch)
@@ -102,6 +115,10 @@ func MarshalReport(r *Report) ([]byte, error) {
 		b = appendBool(b, e.HeldBack)
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.Applied))
 		b = binary.AppendUvarint(b, uint64(e.Led))
+		if version >= 2 {
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.Limit))
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(e.Reservation))
+		}
 	}
 	if len(b) > MaxWireReport {
 		return nil, fmt.Errorf("cannot encode report: %d bytes (at most %d)", len(b), MaxWireReport)
@@ -134,10 +151,11 @@ func UnmarshalReport(b []byte) (*Report, error) {
 		return nil, fmt.Errorf("%w: magic: not a sluice report (want %q first)", ErrUndecodable, wireMagic)
 	}
 	d := decoder{b: b, off: len(wireMagic), entity: -1}
-	if v := d.byte("version"); d.err == nil && v != wireVersion {
-		return nil, fmt.Errorf("%w: version: format version %d (this build reads version %d)", ErrUndecodable, v, wireVersion)
+	version := d.byte("version")
+	if d.err == nil && (version < 1 || version > WireVersion) {
+		return nil, fmt.Errorf("%w: version: format version %d (this build reads versions 1 to %d)", ErrUndecodable, version, WireVersion)
 	}
-	r := &Report{}
+	r := &Report{Version: version}
 	r.Cluster = d.str("cluster", MaxWireClusterName)
 	broker := d.varint("broker")
 	if d.err == nil && (broker < math.MinInt32 || broker > math.MaxInt32) {
@@ -154,11 +172,15 @@ func UnmarshalReport(b []byte) (*Report, error) {
 	r.Ack = d.bool("ack")
 	n := d.uvarint("entities")
 	if d.err == nil {
+		perEntity := uint64(minWireEntity)
+		if version >= 2 {
+			perEntity += wireBudgetBytes
+		}
 		switch left := uint64(len(d.b) - d.off); {
 		case n > MaxWireEntities:
 			d.fail("entities", "count %d (at most %d)", n, MaxWireEntities)
-		case n > left/minWireEntity:
-			d.fail("entities", "count %d needs at least %d bytes, %d left", n, n*minWireEntity, left)
+		case n > left/perEntity:
+			d.fail("entities", "count %d needs at least %d bytes, %d left", n, n*perEntity, left)
 		}
 	}
 	if d.err != nil {
@@ -179,6 +201,10 @@ func UnmarshalReport(b []byte) (*Report, error) {
 			d.fail("led", "%d is not a uint32", led)
 		}
 		e.Led = uint32(led)
+		if version >= 2 {
+			e.Limit = d.float64("limit")
+			e.Reservation = d.float64("reservation")
+		}
 		if d.err != nil {
 			return nil, d.err
 		}

@@ -19,7 +19,7 @@ import (
 func sameReport(a, b *Report) error {
 	if a.Cluster != b.Cluster || a.Broker != b.Broker || a.Epoch != b.Epoch || a.Instance != b.Instance ||
 		a.Boot != b.Boot || a.SentAt != b.SentAt || a.Seq != b.Seq || a.Round != b.Round ||
-		a.Processed != b.Processed || a.Ack != b.Ack || len(a.Entities) != len(b.Entities) {
+		a.Processed != b.Processed || a.Ack != b.Ack || len(a.Entities) != len(b.Entities) || version(a) != version(b) {
 		ha, hb := *a, *b
 		ha.Entities, hb.Entities = nil, nil
 		return fmt.Errorf("header %+v (%d entities) != %+v (%d entities)", ha, len(a.Entities), hb, len(b.Entities))
@@ -27,7 +27,8 @@ func sameReport(a, b *Report) error {
 	for i := range a.Entities {
 		x, y := &a.Entities[i], &b.Entities[i]
 		if x.Entity != y.Entity || math.Float64bits(x.Usage) != math.Float64bits(y.Usage) || x.HeldBack != y.HeldBack ||
-			math.Float64bits(x.Applied) != math.Float64bits(y.Applied) || x.Led != y.Led {
+			math.Float64bits(x.Applied) != math.Float64bits(y.Applied) || x.Led != y.Led ||
+			math.Float64bits(x.Limit) != math.Float64bits(y.Limit) || math.Float64bits(x.Reservation) != math.Float64bits(y.Reservation) {
 			return fmt.Errorf("entities[%d]: %+v != %+v", i, *x, *y)
 		}
 	}
@@ -78,6 +79,7 @@ func randomReport(rng *rand.Rand, maxEntities int) *Report {
 		Round:     randomInt(rng),
 		Processed: randomInt(rng),
 		Ack:       rng.IntN(2) == 1,
+		Version:   uint8(rng.IntN(WireVersion + 1)), // 0: the newest
 	}
 	if n := rng.IntN(maxEntities + 1); n > 0 {
 		r.Entities = make([]EntityReport, n)
@@ -88,6 +90,9 @@ func randomReport(rng *rand.Rand, maxEntities int) *Report {
 				HeldBack: rng.IntN(2) == 1,
 				Applied:  randomFloat(rng),
 				Led:      uint32(randomInt(rng)),
+			}
+			if r.Version != 1 {
+				r.Entities[i].Limit, r.Entities[i].Reservation = randomFloat(rng), randomFloat(rng)
 			}
 		}
 	}
@@ -200,6 +205,13 @@ func (w wireBuilder) f64(v float64) wireBuilder {
 	return binary.LittleEndian.AppendUint64(w, math.Float64bits(v))
 }
 
+// v2 marks a builder's report as version 2 (its header is version 1's).
+func v2(w wireBuilder) []byte {
+	b := bytes.Clone(w)
+	b[len(wireMagic)] = 2
+	return b
+}
+
 // upTo writes a valid header up to (not including) the named field.
 func upTo(field string) wireBuilder {
 	w := header()
@@ -267,7 +279,7 @@ func TestWireMalformed(t *testing.T) {
 		{"another format", []byte(`{"broker":1}`), "magic: not a sluice report"},
 		{"magic cut short", []byte("SLC"), "magic"},
 		{"no version", []byte(wireMagic), "version: truncated"},
-		{"unknown version", []byte(wireMagic + "\x02rest"), "version: format version 2 (this build reads version 1)"},
+		{"unknown version", []byte(wireMagic + "\x03rest"), "version: format version 3 (this build reads versions 1 to 2)"},
 		{"version 0", []byte(wireMagic + "\x00"), "format version 0"},
 		{"cluster missing", header(), "cluster: truncated varint"},
 		{"cluster too long", header().str(strings.Repeat("c", 256)), "cluster: length 256 (at most 255)"},
@@ -297,6 +309,8 @@ func TestWireMalformed(t *testing.T) {
 		{"led beyond uint32", upTo("entities").uv(1).entity("led").uv(math.MaxUint32 + 1), "entities[0].led: 4294967296 is not a uint32"},
 		{"led missing", upTo("entities").uv(1).entity("led"), "entities[0].led: truncated varint"},
 		{"trailing byte", append(bytes.Clone(good), 0), "trailing: 1 bytes after the last entity"},
+		{"version 2 without the budget", v2(upTo("entities").uv(1).entity("")), "entities: count 1 needs at least 35 bytes"},
+		{"version 2 reservation missing", v2(upTo("entities").uv(2).entity("").f64(1e6).f64(0).entity("").f64(1e6)), "entities[1].reservation: truncated: needs 8 bytes"},
 		{"over 1 MiB", append([]byte(wireMagic+"\x01"), make([]byte, MaxWireReport)...), "1048581 bytes (at most 1048576)"},
 	} {
 		r, err := UnmarshalReport(c.b)

@@ -69,12 +69,17 @@ type ClusterEntities struct {
 // tenant uses: the reservation is spread over brokers by how many of their
 // partitions each leads, before any demand is seen.
 type ClusterQuota struct {
-	ProducerByteRate        *float64
-	ConsumerByteRate        *float64
-	ProducerByteReservation *float64
-	ConsumerByteReservation *float64
-	QuotaWeight             *float64
-	Topics                  []string
+	ProducerByteRate *float64
+	ConsumerByteRate *float64
+	// ProducerRateFromKafka, ConsumerRateFromKafka: the rate is "kafka":
+	// the cluster-wide limit is Kafka's own quota for this exact client-id
+	// or user, read from the quota store (kafka_quotas: import), and
+	// follows it when it is altered.
+	ProducerRateFromKafka, ConsumerRateFromKafka bool
+	ProducerByteReservation                      *float64
+	ConsumerByteReservation                      *float64
+	QuotaWeight                                  *float64
+	Topics                                       []string
 }
 
 // Cluster entity kinds, as budget ids spell them.
@@ -94,8 +99,15 @@ type ClusterBudget struct {
 	Produce    bool
 	// Limit (+Inf for none) and Reservation are cluster-wide bytes/s.
 	Limit, Reservation float64
-	Topics             []string
+	// LimitFromKafka: the limit is Kafka's quota for the entity, as the
+	// quota store holds it (+Inf until read, and when it holds none).
+	LimitFromKafka bool
+	Topics         []string
 }
+
+// ClusterLimitFromKafka is the rate value that takes a cluster entity's
+// limit from Kafka's quota store.
+const ClusterLimitFromKafka = "kafka"
 
 // MaxClusterBudgetID is the longest budget id a report carries.
 const MaxClusterBudgetID = 255
@@ -111,12 +123,14 @@ func (c Cluster) Budgets() []ClusterBudget {
 				produce    bool
 				dir        string
 				rate, resv *float64
-			}{{true, "produce", q.ProducerByteRate, q.ProducerByteReservation}, {false, "fetch", q.ConsumerByteRate, q.ConsumerByteReservation}} {
-				if d.rate == nil && d.resv == nil {
+				fromKafka  bool
+			}{{true, "produce", q.ProducerByteRate, q.ProducerByteReservation, q.ProducerRateFromKafka},
+				{false, "fetch", q.ConsumerByteRate, q.ConsumerByteReservation, q.ConsumerRateFromKafka}} {
+				if d.rate == nil && d.resv == nil && !d.fromKafka {
 					continue
 				}
 				b := ClusterBudget{ID: kind + ":" + d.dir + ":" + name, Kind: kind, Name: name, Produce: d.produce,
-					Limit: math.Inf(1), Topics: q.Topics}
+					Limit: math.Inf(1), LimitFromKafka: d.fromKafka, Topics: q.Topics}
 				if d.rate != nil {
 					b.Limit = *d.rate
 				}
@@ -152,6 +166,10 @@ func (c Config) validateCluster(fail func(key, format string, args ...any)) {
 		key := "cluster.entities." + map[string]string{ClusterKindClient: "clients", ClusterKindUser: "users"}[b.Kind] + "." + b.Name
 		if len(b.ID) > MaxClusterBudgetID {
 			fail(key, "the name is too long for a report (%d bytes with its kind and direction; at most %d)", len(b.ID), MaxClusterBudgetID)
+		}
+		if b.LimitFromKafka && c.KafkaQuotas != KafkaQuotasImport {
+			fail(key+"."+map[bool]string{true: "producer", false: "consumer"}[b.Produce]+"_byte_rate",
+				"%q reads the limit from Kafka's quota store, but kafka_quotas is %q: set kafka_quotas: import", ClusterLimitFromKafka, c.KafkaQuotas)
 		}
 		dir := c.Fetch
 		if b.Produce {

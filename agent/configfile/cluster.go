@@ -185,6 +185,16 @@ func (l *loader) clusterQuota(path string, v any) (config.ClusterQuota, bool) {
 			good = false
 			continue
 		}
+		if s, isString := m[k].(string); isString && strings.TrimSpace(s) == config.ClusterLimitFromKafka {
+			switch k {
+			case "producer_byte_rate":
+				q.ProducerRateFromKafka = true
+				continue
+			case "consumer_byte_rate":
+				q.ConsumerRateFromKafka = true
+				continue
+			}
+		}
 		r, ok := l.rateValue(path+"."+k, m[k])
 		good = good && ok
 		*dst = r

@@ -1,6 +1,7 @@
 package configfile
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,8 @@ func TestClusterSectionRefusals(t *testing.T) {
 		{"template", "  name: x\n  broker_id: 1\n  brokers: [1]\n  entities: {users: {'<default>': {consumer_byte_rate: 1MB}}}\n", "cluster.entities.users.<default>", "one tenant"},
 		{"direction off", "  name: x\n  broker_id: 1\n  brokers: [1]\n  entities: {clients: {a: {producer_byte_rate: 1MB}}}\n", "cluster.entities.clients.a", "produce.capacity is -1"},
 		{"topics not a list", "  name: x\n  broker_id: 1\n  brokers: [1]\n  entities: {clients: {a: {consumer_byte_rate: 1MB, topics: history}}}\n", "cluster.entities.clients.a.topics", "list"},
+		{"kafka limit without import", "  name: x\n  broker_id: 1\n  brokers: [1]\n  entities: {clients: {a: {consumer_byte_rate: kafka}}}\n", "cluster.entities.clients.a.consumer_byte_rate", "set kafka_quotas: import"},
+		{"kafka reservation", "  name: x\n  broker_id: 1\n  brokers: [1]\n  entities: {clients: {a: {consumer_byte_rate: 1MB, consumer_byte_reservation: kafka}}}\n", "cluster.entities.clients.a.consumer_byte_reservation", "kafka"},
 		{"long name", "  name: x\n  broker_id: 1\n  brokers: [1]\n  entities: {clients: {" + strings.Repeat("n", 250) + ": {consumer_byte_rate: 1MB}}}\n", "cluster.entities.clients." + strings.Repeat("n", 250), "too long"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,5 +116,22 @@ entities:
 	if err == nil || !strings.Contains(err.Error(), "cluster.entities.clients.Backfill.v2: also has a consumer rate") ||
 		!strings.Contains(err.Error(), "cluster.entities.clients.Backfill.v2.quota_weight: entities.clients.Backfill.v2 sets quota_weight 3 too") {
 		t.Fatalf("%v", err)
+	}
+}
+
+// A rate of "kafka" takes the cluster-wide limit from Kafka's quota store:
+// the budget exists (with its reservation) and its limit is unknown until
+// read.
+func TestClusterLimitFromKafka(t *testing.T) {
+	file := strings.Replace(clusterFile, "fetch: {capacity: -1}", "fetch: {capacity: 1GB}", 1)
+	file = strings.Replace(file, "alice: {producer_byte_rate: 10MB}", "alice: {producer_byte_rate: kafka, producer_byte_reservation: 2MB}", 1)
+	cfg, err := Parse([]byte(file + "kafka_quotas: import\nbootstrap: [127.0.0.1:9092]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	budgets := cfg.Cluster.Budgets()
+	if len(budgets) != 2 || budgets[1].ID != "user:produce:alice" || !budgets[1].LimitFromKafka || !math.IsInf(budgets[1].Limit, 1) ||
+		budgets[1].Reservation != 2e6 || budgets[0].LimitFromKafka {
+		t.Fatalf("budgets %+v", budgets)
 	}
 }

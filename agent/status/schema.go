@@ -245,12 +245,18 @@ type ClusterTopicView struct {
 // ClusterBudgetView is one cluster budget: its cluster-wide numbers, this
 // host's share and why, and what each broker last reported.
 type ClusterBudgetView struct {
-	ID          string `json:"id"`
-	Kind        string `json:"kind"`
-	Name        string `json:"name"`
-	Direction   string `json:"direction"`
-	Limit       Bps    `json:"limit"`
-	Reservation Bps    `json:"reservation"`
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	Direction string `json:"direction"`
+	// Limit and Reservation are the budget the last round split: the
+	// smallest its live brokers reported.
+	Limit       Bps `json:"limit"`
+	Reservation Bps `json:"reservation"`
+	// HostLimit is the limit as this host knows it; LimitFrom says where
+	// it comes from: "config", or "kafka quota store" (a rate of "kafka").
+	HostLimit Bps    `json:"host_limit"`
+	LimitFrom string `json:"limit_from"`
 	// SumUsage: Σ of every broker's last reported usage.
 	SumUsage float64 `json:"sum_usage"`
 	// Share is what this host applies (or would, in shadow mode); Target
@@ -273,6 +279,7 @@ type ClusterBrokerView struct {
 	Usage     float64 `json:"usage"`
 	HeldBack  bool    `json:"held_back"`
 	Applied   Bps     `json:"applied"`
+	Limit     Bps     `json:"limit"` // the budget's limit as the broker reported it
 	Led       uint32  `json:"led"`
 	Processed uint64  `json:"processed"`
 }

@@ -248,6 +248,9 @@ func clusterSummary(cfg config.Config) string {
 	var budgets []string
 	for _, b := range c.Budgets() {
 		text := b.String() + " " + config.FormatRate(b.Limit)
+		if b.LimitFromKafka {
+			text = b.String() + " at Kafka's quota for it (the quota store, as each broker reads it)"
+		}
 		if b.Reservation > 0 {
 			text += " reserving " + config.FormatRate(b.Reservation)
 		}

@@ -423,6 +423,10 @@ func writeCluster(w io.Writer, c *status.ClusterView) {
 			per = append(per, fmt.Sprintf("%d: uses %s, applies %s, leads %d%s", br.Broker, rate(status.Bps(br.Usage)), rate(br.Applied), br.Led, live))
 		}
 		fmt.Fprintf(w, "  %s %s %s by broker: %s\n", b.Kind, b.Name, b.Direction, strings.Join(per, "; "))
+		if b.LimitFrom != "" && b.LimitFrom != "config" || b.HostLimit != b.Limit {
+			fmt.Fprintf(w, "  %s %s %s limit from %s: this host reads %s; the round split %s (the smallest any live broker reported)\n",
+				b.Kind, b.Name, b.Direction, b.LimitFrom, rate(b.HostLimit), rate(b.Limit))
+		}
 	}
 	fmt.Fprintln(w)
 }

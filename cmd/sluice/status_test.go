@@ -207,6 +207,7 @@ func TestStatusShowsClusterBudgets(t *testing.T) {
 			Topic: status.ClusterTopicView{Name: "__sluice_cluster_budgets", CaughtUp: true, Delivered: 33, LastError: "NOT_LEADER"},
 			Budgets: []status.ClusterBudgetView{{ID: "client:fetch:backfill", Kind: "client", Name: "backfill", Direction: "fetch",
 				Limit: 30 << 20, Reservation: 6 << 20, SumUsage: 29 << 20, Share: 10 << 20, Target: 12 << 20, Usage: 9 << 20, HeldBack: true,
+				HostLimit: 40 << 20, LimitFrom: "kafka quota store",
 				Why:     "fallback (even-split): no report of this host landed for the lease (30s)",
 				Brokers: []status.ClusterBrokerView{{Broker: 1, Live: true, Reported: true, Usage: 20 << 20, Applied: 20 << 20, Led: 16}, {Broker: 2}}}}}}
 	sock := serveStatus(t, snap)
@@ -222,6 +223,7 @@ func TestStatusShowsClusterBudgets(t *testing.T) {
 		"client backfill fetch  30MiB/s  6MiB/s",
 		"10MiB/s  12MiB/s  9MiB/s (held back)  fallback (even-split)",
 		"by broker: 1: uses 20MiB/s, applies 20MiB/s, leads 16; 2: no report",
+		"client backfill fetch limit from kafka quota store: this host reads 40MiB/s; the round split 30MiB/s (the smallest any live broker reported)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())

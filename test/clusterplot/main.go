@@ -108,7 +108,7 @@ func draw(path string, s series) error {
 	c.Line(left, y(s.Limit), left+plotW, y(s.Limit), plot.Dark, 1, 6)
 	c.Text(left+plotW-170, y(s.Limit)-4, fmt.Sprintf("cluster limit %g MB/s", s.Limit/1e6), plot.Dark)
 	c.Line(left, y(s.Reservation), left+plotW, y(s.Reservation), plot.Mark, 1, 6)
-	c.Text(left+plotW-170, y(s.Reservation)-4, fmt.Sprintf("reservation %g MB/s", s.Reservation/1e6), plot.Dark)
+	c.Text(left+plotW-170, y(s.Reservation)+14, fmt.Sprintf("reservation %g MB/s", s.Reservation/1e6), plot.Dark)
 	// The phases: a dashed line where each starts, its label in one of five
 	// rows so neighbours do not overlap.
 	for i, e := range s.Events {

@@ -211,11 +211,16 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Side by side, first: Kafka's own semantics, the limit on every broker
-	// (static, no cluster section).
+	// The tenant's limit is kept where Kafka keeps it: its client-id's
+	// producer_byte_rate in the quota store. Side by side, first: Kafka's
+	// own semantics, that limit on every broker (imported per host, no
+	// cluster section).
+	if err := w.SetProducerQuota("tenant", clusterLimit); err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range w.Brokers {
 		cfg := w.WriteAgentConfig(b, harness.ClusterAgentConfig{ProduceCapacity: "20MB",
-			Extra: fmt.Sprintf("entities: {clients: {tenant: {producer_byte_rate: %v}}}\nkeep_attached_on_exit: false\n", clusterLimit)})
+			Extra: "kafka_quotas: import\nkeep_attached_on_exit: false\n"})
 		if err := w.StartAgent(b, cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -226,24 +231,25 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	perBroker := run.window(4 * time.Second)
 	kafkaWant := [3]float64{min(demand[0], clusterLimit), min(demand[1], clusterLimit), min(demand[2], clusterLimit)}
 
-	// Then cluster budgets: every agent restarted with the cluster section.
+	// Then cluster budgets: every agent restarted with the cluster section,
+	// whose limit for the tenant is Kafka's quota (a rate of "kafka").
 	section := fmt.Sprintf(`  name: e2e
   brokers: [0, 1, 2]
   lease: 4s
   max_delivery: 1s
   entities:
     clients:
-      tenant: {producer_byte_rate: %v, producer_byte_reservation: %v, topics: [%s]}`, clusterLimit, clusterReservation, clusterTopic)
+      tenant: {producer_byte_rate: kafka, producer_byte_reservation: %v, topics: [%s]}`, clusterReservation, clusterTopic)
 	var configs [3]string
 	for _, b := range w.Brokers {
 		if err := b.Agent.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		if b.ID == 0 {
-			run.mark("agents restart with the cluster section (none runs meanwhile)")
+			run.mark("agents restart: cluster section")
 		}
 		configs[b.ID] = w.WriteAgentConfig(b, harness.ClusterAgentConfig{ProduceCapacity: "20MB", Cluster: section,
-			Extra: "entities: {clients: {other: {quota_weight: 20}}}\nkeep_attached_on_exit: false\n"})
+			Extra: "kafka_quotas: import\nentities: {clients: {other: {quota_weight: 20}}}\nkeep_attached_on_exit: false\n"})
 		if err := w.StartAgent(b, configs[b.ID]); err != nil {
 			t.Fatal(err)
 		}
@@ -449,6 +455,46 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		Pass: sum3(fallen) <= 1.03*fallenWant && worstOutage <= 1.03*outageBound})
 	if !(allFell > 0 && allFell < 7 && sum3(fallbackShares) <= clusterLimit) {
 		t.Errorf("status: all fell back after %v s with shares %v (want under 7 s, Σ at most the limit)", allFell, fallbackShares)
+	}
+
+	// Kafka's quota for the tenant altered in the quota store (what
+	// kafka-configs.sh --alter does): 10 → 6 MB/s. Each agent reads it
+	// within metadata_refresh (2 s); the first round that holds one host's
+	// report of it splits 6 on every host. Σ never exceeds the old limit
+	// meanwhile, and settles at the new one.
+	const lowered = 6e6
+	if err := w.SetProducerQuota("tenant", lowered); err != nil {
+		t.Fatal(err)
+	}
+	altered := time.Now()
+	run.mark("Kafka's quota 10 -> 6 MB/s")
+	var worstAlter float64
+	under := -1.0
+	for time.Since(altered) < 9*time.Second {
+		run.follow(500 * time.Millisecond)
+		total := run.trailingTotal(time.Second)
+		worstAlter = max(worstAlter, total)
+		if under < 0 && total <= 1.03*lowered {
+			under = math.Round(time.Since(altered).Seconds()*10) / 10
+		}
+	}
+	alteredTotal := sum3(run.window(3 * time.Second))
+	// Broker 1 has no client since the leader move; its reserved share
+	// (the reservation over the 2 of 20 partitions it leads) stays its own,
+	// unused: the clients may use the rest.
+	idleReserved := clusterReservation * 2 / 20
+	record(t, Result{Name: "cluster budget: Kafka's quota altered",
+		Measured: map[string]any{"total_under_new_limit_after_s": under, "total_after_mbps": mb(alteredTotal), "largest_total_mbps_1s": mb(worstAlter),
+			"shares_mbps": mbps3(run.shares())},
+		Expected: map[string]any{"total_under_new_limit_after_s": "at most 7 (metadata_refresh 2 s, a report, a round, the 1 s window)",
+			"total_after_mbps": fmt.Sprintf("at most %.2f (the new limit x 1.03), at least %.2f (x 0.97, less broker 1's idle reserved share)",
+				mb(1.03*lowered), mb(0.97*(lowered-idleReserved))),
+			"largest_total_mbps_1s": fmt.Sprintf("at most the old limit x 1.03 = %.2f", mb(1.03*clusterLimit))},
+		Pass: under >= 0 && under <= 7 && alteredTotal <= 1.03*lowered && alteredTotal >= 0.97*(lowered-idleReserved) && worstAlter <= 1.03*clusterLimit})
+	for i, s := range run.statuses() {
+		if b := s.Cluster.Budgets[0]; float64(b.Limit) != lowered || float64(b.HostLimit) != lowered || b.LimitFrom != "kafka quota store" {
+			t.Errorf("status of broker %d: limit %v (this host reads %v, from %q), want %v from Kafka's quota store", i, b.Limit, b.HostLimit, b.LimitFrom, lowered)
+		}
 	}
 }
 
