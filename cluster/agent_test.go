@@ -65,11 +65,12 @@ func TestLowerBeforeRaise(t *testing.T) {
 	b.send(a1.Step(sec, held)) // round 2: closes round 1 with both reports
 	b.read(a1, sec)
 	b.read(a2, sec)
-	ack := a2.Step(sec+tick, idle) // ends its rebuild, takes round 2, reports it
-	if a2.Applied()[0] != 0 {
-		t.Fatalf("broker 2 did not lower at once: %v", a2.Applied())
+	ack := a2.Step(sec+tick, idle)            // ends its rebuild, takes round 2, reports it
+	probe := 30 * mb * probeShareFraction / 2 // the least share of a live broker
+	if a2.Applied()[0] != probe {
+		t.Fatalf("broker 2 did not lower at once to the probe share %v: %v", probe, a2.Applied())
 	}
-	if ack == nil || ack.Processed != 2 || ack.Entities[0].Applied != 0 {
+	if ack == nil || ack.Processed != 2 || ack.Entities[0].Applied != probe {
 		t.Fatalf("broker 2's acknowledgement: %+v", ack)
 	}
 	a1.Step(sec+tick, held)
@@ -79,8 +80,8 @@ func TestLowerBeforeRaise(t *testing.T) {
 	b.send(ack)
 	b.read(a1, sec+2*tick)
 	a1.Step(sec+2*tick, held)
-	if a1.Applied()[0] != 30*mb {
-		t.Fatalf("broker 1 at %v after broker 2's decrease was reported, want the whole 30 MB/s", a1.Applied()[0])
+	if a1.Applied()[0] != 30*mb-probe {
+		t.Fatalf("broker 1 at %v after broker 2's decrease was reported, want the whole 30 MB/s less broker 2's probe share", a1.Applied()[0])
 	}
 	if sum() > cfg.Entities[0].Limit {
 		t.Fatalf("Σ applied %v over the limit", sum())

@@ -55,6 +55,14 @@ func allocatorConfig(capacity float64) allocator.Config {
 // broker by the same weights, so a broker whose demand appears between
 // rounds is not at zero.
 //
+// A probe share: no live broker's target is under probeShareFraction of
+// L − R split evenly; a broker under it is raised to it with bytes taken
+// from the largest targets above it. Without it a broker whose client
+// appears while another broker is held back (and claims everything) stays
+// at 0, and at 0 its client moves no byte: the shaper holds nothing it
+// could count, the broker never reports it held back, and its share stays
+// 0. The three-broker consumer test found a consumer starved so.
+//
 // Guarantees: Reserved ≤ Target ≤ L for each broker, and Σ Target ≤ L
 // exactly: targets are whole bytes/s, floored, so rounding in the float
 // arithmetic cannot lift the sum over the limit. Same inputs in the same
@@ -142,5 +150,33 @@ func (s *sharer) shares(ent Entity, in []BrokerInput, minLeadWeight float64, out
 		}
 		out[top].Target -= cut
 		sum -= cut
+	}
+	probeShares(out[:n], math.Floor(max(0, limit-reservedSum)*probeShareFraction/float64(n)))
+}
+
+// probeShareFraction is the part of an entity's water-filled budget (its
+// limit less its reservation) that sets the probe share: split evenly over
+// the live brokers, it is the least target any of them gets.
+const probeShareFraction = 0.01
+
+// probeShares raises every target under probe to it, taking the bytes from
+// the largest targets, never below probe or their reserved part: Σ Target
+// does not change.
+func probeShares(out []Share, probe float64) {
+	for i := range out {
+		for out[i].Target < probe {
+			top := 0
+			for j := range out {
+				if out[j].Target > out[top].Target {
+					top = j
+				}
+			}
+			give := min(probe-out[i].Target, out[top].Target-max(probe, out[top].Reserved))
+			if top == i || give <= 0 {
+				return
+			}
+			out[top].Target -= give
+			out[i].Target += give
+		}
 	}
 }

@@ -130,3 +130,15 @@ func TestSharesProperties(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesProbeShare: a broker held back claims everything; the brokers
+// whose clients have not sent a byte yet keep a probe share (1 % of the
+// limit less the reservation, split over the live brokers), so that a client
+// arriving there moves bytes, is seen held back and claims its part. Σ
+// stays the limit.
+func TestSharesProbeShare(t *testing.T) {
+	ent := Entity{ID: "reader", Limit: 6 * mb}
+	probe := 6 * mb * probeShareFraction / 3
+	checkShares(t, ent, []BrokerInput{{Usage: 6 * mb, HeldBack: true, Led: 16}, {Led: 2}, {Led: 2}},
+		[3]float64{0, 0, 0}, [3]float64{6 - 2*probe/mb, probe / mb, probe / mb})
+}

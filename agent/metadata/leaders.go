@@ -30,8 +30,13 @@ type Leaders struct {
 }
 
 // NewLeaders reads leadership of topics through client (not closed here).
+// Each topic is asked for once: budgets may share one, and a request that
+// names a topic twice fails ("metadata returned only 1 topics of 2
+// requested"), which left every count unknown.
 func NewLeaders(client *kgo.Client, topics []string, interval time.Duration, log *slog.Logger) *Leaders {
-	return &Leaders{adm: kadm.NewClient(client), topics: slices.Clone(topics), interval: interval, log: log, led: map[string]map[int32]uint32{}}
+	topics = slices.Clone(topics)
+	slices.Sort(topics)
+	return &Leaders{adm: kadm.NewClient(client), topics: slices.Compact(topics), interval: interval, log: log, led: map[string]map[int32]uint32{}}
 }
 
 // Led returns how many partitions of topics broker leads, and false until

@@ -31,6 +31,7 @@ type Result struct {
 	ConvergenceRounds int
 	Disturbed         bool // the seed had a disturbance after start-up
 	Hostile           bool // more than 5 % of reports lost
+	BudgetChanged     bool // a budget was altered and the seed ended quiet: the rounds must split the new one
 	Ticks, Reports    int
 	Fallbacks         int
 	Reclaims          int // rounds in which a running host was not live
@@ -61,6 +62,54 @@ type checker struct {
 	disturbRnd uint64 // the reference round when the last disturbance ended
 	sums       []float64
 	allow      []float64
+	// limits[e] is the limit Σ applied is held to: the entity's, or while a
+	// budget change spreads, the larger of the old and the new.
+	limits []float64
+	// changeRound is the first reference round that split the changed
+	// budget after every host learned it; once every host has lowered to
+	// it or later, the new limit alone holds.
+	changeRound uint64
+	learnedAll  bool
+	// reported[i*ne+e]: broker i's latest counted budget for entity e in
+	// the reference View before the landing being checked.
+	reported []cluster.Budget
+}
+
+// beforeLand notes what each broker's latest counted report says of each
+// budget: a round computed on the next landing must split the smallest
+// among its live brokers.
+func (c *checker) beforeLand(w *world) {
+	ne := len(w.sc.cfg.Entities)
+	if c.reported == nil {
+		c.reported = make([]cluster.Budget, len(w.hosts)*ne)
+	}
+	for i := range w.hosts {
+		r, ok := w.truth.Latest(i)
+		for e := range ne {
+			c.reported[i*ne+e] = cluster.Budget{}
+			if ok {
+				c.reported[i*ne+e] = cluster.Budget{Limit: r.Entities[e].Limit, Reservation: r.Entities[e].Reservation}
+			}
+		}
+	}
+}
+
+// splitsSmallest checks a new reference round: each entity's budget is the
+// smallest limit and reservation its live brokers reported.
+func (c *checker) splitsSmallest(w *world, t *cluster.Targets) {
+	ne := len(w.sc.cfg.Entities)
+	for e := range ne {
+		want := cluster.Budget{Limit: math.Inf(1), Reservation: math.Inf(1)}
+		for i, live := range t.Live {
+			if live {
+				want.Limit = min(want.Limit, c.reported[i*ne+e].Limit)
+				want.Reservation = min(want.Reservation, c.reported[i*ne+e].Reservation)
+			}
+		}
+		if t.LiveCount > 0 && t.Budgets[e] != want {
+			c.fail(w, "round %d splits %+v for entity %d; its live brokers' smallest is %+v", t.Round, t.Budgets[e], e, want)
+		}
+	}
 }
 
 func (c *checker) init(w *world) {
@@ -75,6 +124,9 @@ func (c *checker) init(w *world) {
 	c.newest = make([]struct{ epoch, seq uint64 }, n)
 	c.sums = make([]float64, ne)
 	c.allow = make([]float64, ne)
+	for _, ent := range w.sc.cfg.Entities {
+		c.limits = append(c.limits, ent.Limit)
+	}
 	c.res.Disturbed = len(w.sc.events) > 0
 	c.res.Hostile = w.sc.loss > 0.05
 }
@@ -99,6 +151,7 @@ func (c *checker) afterLand(w *world, e entry) {
 		cp := &cluster.Targets{}
 		cp.CopyFrom(t)
 		c.truthByRnd[t.Round] = cp
+		c.splitsSmallest(w, t)
 		if t.LiveCount < w.runningHosts() {
 			c.res.Reclaims++
 		}
@@ -116,6 +169,39 @@ func (c *checker) afterLand(w *world, e entry) {
 	if got, ok := w.truth.Latest(i); !ok || got.Epoch != nw.epoch || got.Seq != nw.seq {
 		c.res.DoubleCounts++
 		c.fail(w, "broker %d counted as epoch %d seq %d, newest landed is epoch %d seq %d", r.Broker, got.Epoch, got.Seq, nw.epoch, nw.seq)
+	}
+}
+
+// learned follows the budget change: from the first host's learning it,
+// the larger of the old and the new limit holds until it has spread.
+func (c *checker) learned(w *world, i int) {
+	ch := w.sc.change
+	e := ch.entity
+	c.limits[e] = max(c.limits[e], ch.to.Limit)
+	all := true
+	for j := range w.hosts {
+		all = all && w.hosts[j].learned
+	}
+	c.learnedAll = all
+}
+
+// spread ends the change's transition: a reference round split the new
+// budget after every host learned it, and every host has lowered to one
+// common round at or after it and after the start of every host's run of
+// rounds (as a fallback episode ends: a host back from a crash may hold a
+// share of a round of the old budget, and until all have lowered to one
+// round, hosts on different rounds may hold more than any one round's
+// targets).
+func (c *checker) spread(w *world, common, latest uint64) {
+	ch := w.sc.change
+	if ch == nil || !c.learnedAll || c.limits[ch.entity] == ch.to.Limit {
+		return
+	}
+	if t := w.truth.Targets(); c.changeRound == 0 && t.Round > 0 && t.Budgets[ch.entity].Limit == ch.to.Limit {
+		c.changeRound = t.Round
+	}
+	if c.changeRound != 0 && latest != 0 && common >= max(c.changeRound, latest) {
+		c.limits[ch.entity] = ch.to.Limit
 	}
 }
 
@@ -176,7 +262,9 @@ func (c *checker) afterTick(w *world) {
 			ep.active = false
 		}
 	}
+	c.spread(w, common, latest)
 	for e, ent := range w.sc.cfg.Entities {
+		limit := c.limits[e]
 		sum, allow := 0.0, 0.0
 		for i := range w.hosts {
 			if w.hosts[i].applied != nil {
@@ -186,14 +274,14 @@ func (c *checker) afterTick(w *world) {
 				allow += c.episodes[i].allowance[e]
 			}
 		}
-		over := sum - ent.Limit
-		c.res.MaxOvershoot = max(c.res.MaxOvershoot, over/ent.Limit)
+		over := sum - limit
+		c.res.MaxOvershoot = max(c.res.MaxOvershoot, over/limit)
 		if over > 0 && allow > 0 {
 			c.res.MaxAllowanceUse = max(c.res.MaxAllowanceUse, over/allow)
 		}
 		if over > allow {
 			c.res.Violations++
-			c.fail(w, "entity %s: Σ applied %.0f > limit %.0f + allowance %.0f", ent.ID, sum, ent.Limit, allow)
+			c.fail(w, "entity %s: Σ applied %.0f > limit %.0f + allowance %.0f", ent.ID, sum, limit, allow)
 		}
 	}
 	c.measureConvergence(w)
@@ -228,7 +316,21 @@ func (c *checker) measureConvergence(w *world) {
 	c.res.ConvergenceRounds = int(round - c.disturbRnd)
 }
 
+// budgetSpread checks, at the end of a seed quiet for its last 5 s, that
+// the rounds split the altered budget every host learned.
+func (c *checker) budgetSpread(w *world) {
+	ch := w.sc.change
+	if ch == nil || w.sc.ticks-w.sc.quietFrom < 50 {
+		return
+	}
+	c.res.BudgetChanged = true
+	if t := w.truth.Targets(); t.Budgets[ch.entity] != ch.to {
+		c.fail(w, "round %d splits %+v for entity %d, 5 s after every host learned %+v", t.Round, t.Budgets[ch.entity], ch.entity, ch.to)
+	}
+}
+
 func (c *checker) result(w *world) Result {
+	c.budgetSpread(w)
 	c.res.Ignored = w.truth.Counters()
 	return c.res
 }
@@ -250,7 +352,7 @@ func Run(seed uint64) Result { return newWorld(seed).run() }
 func Trace(seed uint64, trace func(format string, args ...any)) Result {
 	w := newWorld(seed)
 	w.trace = trace
-	trace("scenario: %d brokers, entities %+v, fallback %v, loss %.2f dup %.2f slow %.2f read %.2f, K %d, events %+v, quiet from tick %d of %d",
-		len(w.hosts), w.sc.cfg.Entities, w.sc.cfg.Fallback, w.sc.loss, w.sc.dup, w.sc.slowFrac, w.sc.readProb, w.sc.cfg.ReclaimReports(), w.sc.events, w.sc.quietFrom, w.sc.ticks)
+	trace("scenario: %d brokers, entities %+v, fallback %v, loss %.2f dup %.2f slow %.2f read %.2f, K %d, events %+v, budget change %+v, quiet from tick %d of %d",
+		len(w.hosts), w.sc.cfg.Entities, w.sc.cfg.Fallback, w.sc.loss, w.sc.dup, w.sc.slowFrac, w.sc.readProb, w.sc.cfg.ReclaimReports(), w.sc.events, w.sc.change, w.sc.quietFrom, w.sc.ticks)
 	return w.run()
 }

@@ -31,6 +31,19 @@ type scenario struct {
 	led       [][]uint32
 	events    []event
 	quietFrom int // tick after which nothing is disturbed
+	// change, when set, alters one entity's budget once (Kafka's quota
+	// altered): each host learns it at its own tick, as each agent reads
+	// the quota store on its own schedule.
+	change *budgetChange
+}
+
+// budgetChange is one entity's budget altered at tick at; host i learns
+// it at learnAt[i].
+type budgetChange struct {
+	entity  int
+	at      int
+	learnAt []int
+	to      cluster.Budget
 }
 
 type eventKind uint8
@@ -110,6 +123,19 @@ func newScenario(rng *rand.Rand) *scenario {
 		}
 		s.events = append(s.events, ev)
 		s.quietFrom = max(s.quietFrom, ev.at+ev.dur)
+	}
+	// A third of the seeds alter a budget: lowered or raised, each host
+	// learning it up to 3 s after the others (metadata_refresh).
+	if rng.IntN(3) == 0 {
+		e := rng.IntN(ne)
+		limit := float64(10+rng.IntN(91)) * 1e6
+		ch := &budgetChange{entity: e, at: rng.IntN(disturbUntil),
+			to: cluster.Budget{Limit: limit, Reservation: float64(rng.IntN(7)) / 10 * limit}}
+		for range n {
+			ch.learnAt = append(ch.learnAt, ch.at+rng.IntN(31))
+			s.quietFrom = max(s.quietFrom, ch.learnAt[len(ch.learnAt)-1])
+		}
+		s.change = ch
 	}
 	return s
 }

@@ -10,6 +10,7 @@ type stats struct {
 	seeds, failed                        int
 	violations, doubleCounts, divergence int
 	reports, fallbacks, reclaims         int
+	budgetChanges                        int // seeds that altered a budget and converged on it
 	ignored                              uint64
 	maxOvershoot, maxAllowanceUse        float64
 	convergence                          []int // rounds, seeds that converged
@@ -28,6 +29,9 @@ func (s *stats) add(r Result) {
 	s.reports += r.Reports
 	s.fallbacks += r.Fallbacks
 	s.reclaims += r.Reclaims
+	if r.BudgetChanged {
+		s.budgetChanges++
+	}
 	s.ignored += r.Ignored.Ignored()
 	s.maxOvershoot = max(s.maxOvershoot, r.MaxOvershoot)
 	s.maxAllowanceUse = max(s.maxAllowanceUse, r.MaxAllowanceUse)
@@ -50,6 +54,7 @@ func (s *stats) merge(o *stats) {
 	s.reports += o.reports
 	s.fallbacks += o.fallbacks
 	s.reclaims += o.reclaims
+	s.budgetChanges += o.budgetChanges
 	s.ignored += o.ignored
 	s.maxOvershoot = max(s.maxOvershoot, o.maxOvershoot)
 	s.maxAllowanceUse = max(s.maxAllowanceUse, o.maxAllowanceUse)
@@ -68,8 +73,8 @@ func percentile(rounds []int, p float64) int {
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("seeds %d failed %d violations %d double-counts %d divergences %d | reports %d ignored %d fallbacks %d reclaim-rounds %d | max overshoot %.3f×limit, max overshoot/allowance %.3f | convergence rounds p50 %d p90 %d p99 %d max %d (converged %d, not %d; loss ≤ 5 %%: p50 %d p90 %d p99 %d of %d)",
-		s.seeds, s.failed, s.violations, s.doubleCounts, s.divergence, s.reports, s.ignored, s.fallbacks, s.reclaims,
+	return fmt.Sprintf("seeds %d failed %d violations %d double-counts %d divergences %d | reports %d ignored %d fallbacks %d reclaim-rounds %d budget-changes %d | max overshoot %.3f×limit, max overshoot/allowance %.3f | convergence rounds p50 %d p90 %d p99 %d max %d (converged %d, not %d; loss ≤ 5 %%: p50 %d p90 %d p99 %d of %d)",
+		s.seeds, s.failed, s.violations, s.doubleCounts, s.divergence, s.reports, s.ignored, s.fallbacks, s.reclaims, s.budgetChanges,
 		s.maxOvershoot, s.maxAllowanceUse,
 		percentile(s.convergence, 0.5), percentile(s.convergence, 0.9), percentile(s.convergence, 0.99), percentile(s.convergence, 1), len(s.convergence), s.unconverged,
 		percentile(s.convergenceMild, 0.5), percentile(s.convergenceMild, 0.9), percentile(s.convergenceMild, 0.99), len(s.convergenceMild))

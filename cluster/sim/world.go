@@ -26,6 +26,9 @@ type host struct {
 	// rounds, kept across a crash until the next life adopts one.
 	streak uint64
 	local  []cluster.Local
+	// learned: the host has read the scenario's budget change; every life
+	// of its agent is told (the agent reads the quota store as it starts).
+	learned bool
 }
 
 // world is one seed's run.
@@ -86,6 +89,7 @@ func (w *world) run() Result {
 
 func (w *world) appendLog(e entry) {
 	w.log = append(w.log, e)
+	w.check.beforeLand(w)
 	w.truth.Ingest(e.report)
 	w.check.afterLand(w, e)
 }
@@ -133,7 +137,18 @@ func (w *world) stepHost(i int) {
 			panic(err)
 		}
 		h.agent, h.downTill, h.cursor = a, -1, 0
+		if h.learned {
+			a.SetBudget(w.sc.change.entity, w.sc.change.to)
+		}
 		w.check.started(w, i)
+	}
+	if ch := w.sc.change; ch != nil && !h.learned && w.now >= ch.learnAt[i] {
+		h.learned = true
+		h.agent.SetBudget(ch.entity, ch.to)
+		if w.trace != nil {
+			w.trace("t%d host %d learns entity %d's budget %+v", w.now, i, ch.entity, ch.to)
+		}
+		w.check.learned(w, i)
 	}
 	cut := w.now < h.cutTill
 	if !cut && w.rng.Float64() < w.sc.readProb {

@@ -99,8 +99,8 @@ func (c *clusterRun) read() clusterPoint {
 	}
 	p := clusterPoint{at: at}
 	for i, b := range c.w.Brokers {
-		p.tenant[i] = totals[harness.LinkKey{From: b.ClientIP, To: b.IP}]
-		p.other[i] = totals[harness.LinkKey{From: b.OtherIP, To: b.IP}]
+		p.tenant[i] = totals[harness.LinkKey{From: b.ClientIP, To: b.IP}].Acked
+		p.other[i] = totals[harness.LinkKey{From: b.OtherIP, To: b.IP}].Acked
 	}
 	c.points = append(c.points, p)
 	return p
@@ -154,6 +154,11 @@ func TestScenarioClusterBudgets(t *testing.T) {
 			t.Error(err)
 		}
 		if *clusterLogs != "" {
+			clients, _ := filepath.Glob(filepath.Join(dir, "client-*.log"))
+			for _, f := range clients {
+				data, _ := os.ReadFile(f)
+				os.WriteFile(filepath.Join(*clusterLogs, filepath.Base(f)), data, 0o644)
+			}
 			for _, b := range w.Brokers {
 				if b.Agent != nil {
 					data, _ := os.ReadFile(b.Agent.Log)
@@ -350,7 +355,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		if fellBack < 0 && ss[2].Cluster.Lease == "fallback" {
 			fellBack = math.Round(time.Since(cut).Seconds()*10) / 10
 		}
-		if reclaimed < 0 && !ss[0].Cluster.Budgets[0].Brokers[2].Live {
+		if reclaimed < 0 && !budget(ss[0], tenantBudget).Brokers[2].Live {
 			reclaimed = math.Round(time.Since(cut).Seconds()*10) / 10
 		}
 	}
@@ -492,7 +497,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 			"largest_total_mbps_1s": fmt.Sprintf("at most the old limit x 1.03 = %.2f", mb(1.03*clusterLimit))},
 		Pass: under >= 0 && under <= 7 && alteredTotal <= 1.03*lowered && alteredTotal >= 0.97*(lowered-idleReserved) && worstAlter <= 1.03*clusterLimit})
 	for i, s := range run.statuses() {
-		if b := s.Cluster.Budgets[0]; float64(b.Limit) != lowered || float64(b.HostLimit) != lowered || b.LimitFrom != "kafka quota store" {
+		if b := budget(s, tenantBudget); float64(b.Limit) != lowered || float64(b.HostLimit) != lowered || b.LimitFrom != "kafka quota store" {
 			t.Errorf("status of broker %d: limit %v (this host reads %v, from %q), want %v from Kafka's quota store", i, b.Limit, b.HostLimit, b.LimitFrom, lowered)
 		}
 	}
@@ -585,7 +590,10 @@ func (c *clusterRun) settle(timeout time.Duration) {
 		ok := true
 		for _, s := range c.statuses() {
 			cl := s.Cluster
-			ok = ok && cl != nil && cl.Lease == "normal" && !cl.Rebuilding && len(cl.Budgets) == 1 && cl.Budgets[0].Share == cl.Budgets[0].Target && cl.Budgets[0].Target > 0
+			ok = ok && cl != nil && cl.Lease == "normal" && !cl.Rebuilding && budget(s, tenantBudget).Target > 0
+			for _, b := range cl.Budgets {
+				ok = ok && b.Share == b.Target
+			}
 		}
 		if ok {
 			return
@@ -596,13 +604,30 @@ func (c *clusterRun) settle(timeout time.Duration) {
 	}
 }
 
-// shares are the agents' applied shares.
-func (c *clusterRun) shares() [3]float64 {
+// The scenario's budgets, as status names them.
+const (
+	tenantBudget = "client:produce:tenant"
+)
+
+// budget is the agent's view of budget id (zero if it has none).
+func budget(s *status.Snapshot, id string) status.ClusterBudgetView {
+	if s.Cluster != nil {
+		for _, b := range s.Cluster.Budgets {
+			if b.ID == id {
+				return b
+			}
+		}
+	}
+	return status.ClusterBudgetView{}
+}
+
+// shares are the agents' applied shares of the tenant's budget.
+func (c *clusterRun) shares() [3]float64 { return c.sharesOf(tenantBudget) }
+
+func (c *clusterRun) sharesOf(id string) [3]float64 {
 	var out [3]float64
 	for i, s := range c.statuses() {
-		if s.Cluster != nil && len(s.Cluster.Budgets) == 1 {
-			out[i] = float64(s.Cluster.Budgets[0].Share)
-		}
+		out[i] = float64(budget(s, id).Share)
 	}
 	return out
 }
@@ -617,11 +642,11 @@ func mbps3(v [3]float64) [3]float64 {
 func clusterShares(ss []*status.Snapshot) []string {
 	var out []string
 	for i, s := range ss {
-		if s.Cluster == nil || len(s.Cluster.Budgets) == 0 {
+		if budget(s, tenantBudget).ID == "" {
 			out = append(out, fmt.Sprintf("b%d: none", i))
 			continue
 		}
-		b := s.Cluster.Budgets[0]
+		b := budget(s, tenantBudget)
 		out = append(out, fmt.Sprintf("b%d %s: share %.2f target %.2f (%s)", i, s.Cluster.Lease, float64(b.Share)/1e6, float64(b.Target)/1e6, b.Why))
 	}
 	return out

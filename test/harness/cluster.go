@@ -60,6 +60,7 @@ type ClusterWorld struct {
 	// The topics' ids (produce v13 carries no names).
 	dataID, coordID [16]byte
 	next            map[int32]int64 // DataTopic partition → next offset
+	canned          []byte          // the data topic's record batch (fetch)
 	procs           []*exec.Cmd
 	agents          []*Agent
 }
@@ -89,7 +90,8 @@ func NewClusterWorld(dir, sluice, loadgen, dataTopic string, partitions int32) (
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, err
 	}
-	w := &ClusterWorld{Dir: dir, Sluice: sluice, Loadgen: loadgen, DataTopic: dataTopic, leaders: map[int32]int32{}, next: map[int32]int64{}}
+	w := &ClusterWorld{Dir: dir, Sluice: sluice, Loadgen: loadgen, DataTopic: dataTopic, leaders: map[int32]int32{}, next: map[int32]int64{},
+		canned: cannedBatch()}
 	sfx := netns.Suffix()
 	var err error
 	if w.Clients, err = netns.Create(netns.Prefix + "cc-" + sfx); err != nil {
@@ -159,6 +161,10 @@ func NewClusterWorld(dir, sluice, loadgen, dataTopic string, partitions int32) (
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		return w.produce(req.(*kmsg.ProduceRequest), c.CurrentNode())
+	})
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return w.fetch(req.(*kmsg.FetchRequest), c.CurrentNode())
 	})
 	return w, nil
 }
@@ -294,6 +300,7 @@ func (w *ClusterWorld) MoveCoordinationLeader(node int32) error {
 // configuration.
 type ClusterAgentConfig struct {
 	ProduceCapacity string // e.g. "40MB"
+	FetchCapacity   string // "" : the fetch direction is not governed
 	Cluster         string // the cluster section's body, indented by two spaces, without broker_id and state_file
 	Extra           string // more YAML (entities, ...)
 }
@@ -302,6 +309,10 @@ type ClusterAgentConfig struct {
 // other brokers exempt (the agents' reports cross the NICs), and the
 // cluster section with its own broker id and state file.
 func (w *ClusterWorld) WriteAgentConfig(b *BrokerHost, c ClusterAgentConfig) string {
+	fetch := "{capacity: -1}"
+	if c.FetchCapacity != "" {
+		fetch = fmt.Sprintf("{capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: 10, min_limit: %d}", c.FetchCapacity, WorldMinLimit)
+	}
 	var exempt []string
 	for _, o := range w.Brokers {
 		exempt = append(exempt, o.IP.String()+"/32")
@@ -310,7 +321,7 @@ func (w *ClusterWorld) WriteAgentConfig(b *BrokerHost, c ClusterAgentConfig) str
 listeners: [9092]
 exempt_peers: [%s]
 produce: {capacity: %s, safety_ratio: 0.9, activity_threshold: 64KiB, memory_cycles: 10, min_limit: %d}
-fetch: {capacity: -1}
+fetch: %s
 refresh_interval: 1s
 rate_window: 2
 stale_after: 3s
@@ -320,7 +331,7 @@ pin_path: %s
 socket: %s
 metrics_address: 127.0.0.1:7359
 log_level: debug
-%s`, b.Dev, strings.Join(exempt, ", "), c.ProduceCapacity, WorldMinLimit, b.Addr(), b.Pins, b.Socket, c.Extra)
+%s`, b.Dev, strings.Join(exempt, ", "), c.ProduceCapacity, WorldMinLimit, fetch, b.Addr(), b.Pins, b.Socket, c.Extra)
 	if c.Cluster != "" {
 		yaml += fmt.Sprintf("\ncluster:\n  broker_id: %d\n  state_file: %s\n%s\n", b.ID, filepath.Join(w.Dir, fmt.Sprintf("b%d.cluster.state", b.ID)),
 			strings.TrimRight(c.Cluster, "\n"))
@@ -372,12 +383,25 @@ func (w *ClusterWorld) Heal(b *BrokerHost) error {
 // zero Addr: the address of the link to the partition's leader, which
 // follows a leader move).
 func (w *ClusterWorld) StartProducer(name, clientID string, partition int, rate float64, from netip.Addr) (*Client, error) {
-	args := []string{"netns", "exec", w.Clients.Name, w.Loadgen, "-lib", "franz", "-mode", "produce", "-client-id", clientID,
+	return w.startLoadgen("produce", name, clientID, partition, rate, from)
+}
+
+// StartConsumer runs a franz-go consumer of one partition of DataTopic
+// (from offset 0; the topic has no end), reading at most rate bytes/s, from
+// source address from, as StartProducer. It fetches at most 1 MiB a
+// response, a Java consumer's max.partition.fetch.bytes.
+func (w *ClusterWorld) StartConsumer(name, clientID string, partition int, rate float64, from netip.Addr) (*Client, error) {
+	return w.startLoadgen("consume", name, clientID, partition, rate, from, "-fetch-max-bytes", "1048576")
+}
+
+func (w *ClusterWorld) startLoadgen(mode, name, clientID string, partition int, rate float64, from netip.Addr, extra ...string) (*Client, error) {
+	args := []string{"netns", "exec", w.Clients.Name, w.Loadgen, "-lib", "franz", "-mode", mode, "-client-id", clientID,
 		"-topic", w.DataTopic, "-partition", strconv.Itoa(partition), "-bootstrap", w.Brokers[0].Addr(),
 		"-rate", fmt.Sprint(rate), "-duration", "5m"}
 	if from.IsValid() {
 		args = append(args, "-source-addr", from.String())
 	}
+	args = append(args, extra...)
 	cmd := exec.Command("ip", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -429,9 +453,14 @@ func (w *ClusterWorld) ClientSocketBytes() (map[netip.AddrPort]LinkBytes, error)
 
 // LinkBytes is one connection's link and acknowledged bytes.
 type LinkBytes struct {
-	Link  LinkKey
-	Acked uint64
+	Link LinkKey
+	LinkCounts
 }
+
+// LinkCounts are a connection's (or a link's) tcp_info byte counters at
+// the client host: Acked is what producers delivered, Received what
+// consumers read.
+type LinkCounts struct{ Acked, Received uint64 }
 
 func parseClientSockets(out []byte) (map[netip.AddrPort]LinkBytes, error) {
 	socks := map[netip.AddrPort]LinkBytes{}
@@ -458,15 +487,19 @@ func parseClientSockets(out []byte) (map[netip.AddrPort]LinkBytes, error) {
 		if !haveSocket {
 			continue
 		}
+		lb := LinkBytes{Link: LinkKey{From: local.Addr(), To: peer.Addr()}}
 		for _, field := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(field, "bytes_acked:"); ok {
-				n, err := strconv.ParseUint(v, 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("ss: %q: %w", field, err)
+			for prefix, dst := range map[string]*uint64{"bytes_acked:": &lb.Acked, "bytes_received:": &lb.Received} {
+				if v, ok := strings.CutPrefix(field, prefix); ok {
+					n, err := strconv.ParseUint(v, 10, 64)
+					if err != nil {
+						return nil, fmt.Errorf("ss: %q: %w", field, err)
+					}
+					*dst = n
 				}
-				socks[local] = LinkBytes{Link: LinkKey{From: local.Addr(), To: peer.Addr()}, Acked: n}
 			}
 		}
+		socks[local] = lb
 		haveSocket = false
 	}
 	return socks, sc.Err()
@@ -478,13 +511,13 @@ func parseClientSockets(out []byte) (map[netip.AddrPort]LinkBytes, error) {
 type LinkMeter struct {
 	w     *ClusterWorld
 	last  map[netip.AddrPort]LinkBytes
-	total map[LinkKey]uint64
+	total map[LinkKey]LinkCounts
 	at    time.Time
 }
 
 // NewLinkMeter takes the first reading.
 func (w *ClusterWorld) NewLinkMeter() (*LinkMeter, error) {
-	m := &LinkMeter{w: w, total: map[LinkKey]uint64{}}
+	m := &LinkMeter{w: w, total: map[LinkKey]LinkCounts{}}
 	socks, err := w.ClientSocketBytes()
 	if err != nil {
 		return nil, err
@@ -495,7 +528,7 @@ func (w *ClusterWorld) NewLinkMeter() (*LinkMeter, error) {
 
 // Read takes a reading and returns the totals per link since the start, and
 // when the reading was taken.
-func (m *LinkMeter) Read() (map[LinkKey]uint64, time.Time, error) {
+func (m *LinkMeter) Read() (map[LinkKey]LinkCounts, time.Time, error) {
 	socks, err := m.w.ClientSocketBytes()
 	if err != nil {
 		return nil, time.Time{}, err
@@ -503,15 +536,16 @@ func (m *LinkMeter) Read() (map[LinkKey]uint64, time.Time, error) {
 	at := time.Now()
 	for port, now := range socks {
 		before, seen := m.last[port]
-		switch {
-		case !seen || now.Link != before.Link || now.Acked < before.Acked:
-			m.total[now.Link] += now.Acked // a connection new since the last reading
-		default:
-			m.total[now.Link] += now.Acked - before.Acked
+		t := m.total[now.Link]
+		if !seen || now.Link != before.Link || now.Acked < before.Acked || now.Received < before.Received {
+			before.LinkCounts = LinkCounts{} // a connection new since the last reading
 		}
+		t.Acked += now.Acked - before.Acked
+		t.Received += now.Received - before.Received
+		m.total[now.Link] = t
 	}
 	m.last, m.at = socks, at
-	out := make(map[LinkKey]uint64, len(m.total))
+	out := make(map[LinkKey]LinkCounts, len(m.total))
 	for k, v := range m.total {
 		out[k] = v
 	}

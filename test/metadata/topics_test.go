@@ -126,3 +126,32 @@ func TestRefreshReadsTheClustersBrokers(t *testing.T) {
 		}
 	}
 }
+
+// TestLeadersOfSharedTopics: two budgets naming one topic (and another of
+// their own) get each topic's leaders counted; a request naming a topic
+// twice would fail and leave every count unknown.
+func TestLeadersOfSharedTopics(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(6, "history", "events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	client := metadataClient(t, cluster)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leaders := metadata.NewLeaders(client, []string{"history", "events", "history"}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := leaders.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var total uint32
+	for broker := range int32(3) {
+		n, ok := leaders.Led(broker, []string{"history", "events"})
+		if !ok {
+			t.Fatalf("broker %d: leadership unknown after a refresh", broker)
+		}
+		total += n
+	}
+	if total != 12 {
+		t.Fatalf("the brokers lead %d partitions of history and events together, want 12", total)
+	}
+}
