@@ -61,20 +61,63 @@ func TestScenarioClusterBudgetConsumers(t *testing.T) {
 		return out, at
 	}
 	var consumers []*harness.Client
-	// measure waits warm, then returns the reader's per-broker rates over
-	// window and the consumers' own counts over it.
-	measure := func(warm, window time.Duration) ([3]float64, []string) {
+	// flowing waits (at most 15 s) until both consumers have read over the
+	// last second at least 90 % of what each may read (per: the reader's
+	// per-broker limit; 0: its cluster shares as the agents hold them,
+	// settled: the same for three readings in a row, every agent in normal
+	// standing and on its round's target).
+	flowing := func(per float64) {
 		t.Helper()
-		deadline := time.Now().Add(warm)
+		deadline := time.Now().Add(15 * time.Second)
+		var last [3]float64
+		steady := 0
+		prev, at := received()
 		for time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond) // the warm-up is a span of time, not a condition
+			time.Sleep(500 * time.Millisecond) // the readings are the measurement, taken as time passes
+			now, t1 := received()
+			want := [3]float64{per, per, 0}
+			settled := true
+			if per == 0 {
+				for i, b := range w.Brokers {
+					s, err := b.Status()
+					if err != nil {
+						t.Fatal(err)
+					}
+					rb := budget(s, "client:fetch:reader")
+					want[i] = float64(rb.Share)
+					settled = settled && s.Cluster.Lease == "normal" && !s.Cluster.Rebuilding && rb.Share == rb.Target
+				}
+				if want == last {
+					steady++
+				} else {
+					steady = 0
+				}
+				last = want
+				settled = settled && steady >= 3
+			}
+			if t1.Sub(at) >= time.Second {
+				ok := settled
+				for i := range 2 {
+					ok = ok && (now[i]-prev[i])/t1.Sub(at).Seconds() >= 0.9*want[i]
+				}
+				if ok {
+					return
+				}
+				prev, at = now, t1
+			}
 		}
+		t.Logf("the consumers were not at 90 %% of what they may read within 15 s; measuring anyway")
+	}
+	// measure returns the reader's per-broker rates over window and the
+	// consumers' own counts over it.
+	measure := func(window time.Duration) ([3]float64, []string) {
+		t.Helper()
 		from, t0 := received()
 		moved := make([]int64, len(consumers))
 		for i, c := range consumers {
 			moved[i] = c.Moved()
 		}
-		deadline = time.Now().Add(window)
+		deadline := time.Now().Add(window)
 		for time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 			received() // a reading every 100 ms keeps connections that close counted
@@ -109,7 +152,8 @@ func TestScenarioClusterBudgetConsumers(t *testing.T) {
 		defer c.Stop()
 		consumers = append(consumers, c)
 	}
-	perBroker, perBrokerOwn := measure(4*time.Second, 5*time.Second)
+	flowing(readerLimit)
+	perBroker, perBrokerOwn := measure(5 * time.Second)
 
 	// One cluster budget: the agents restarted with the cluster section.
 	section := fmt.Sprintf(`  name: e2e
@@ -128,7 +172,8 @@ func TestScenarioClusterBudgetConsumers(t *testing.T) {
 	if err := w.MoveCoordinationLeader(0); err != nil {
 		t.Fatal(err)
 	}
-	cluster, clusterOwn := measure(8*time.Second, 5*time.Second)
+	flowing(0)
+	cluster, clusterOwn := measure(5 * time.Second)
 	var shares [3]float64
 	for i, b := range w.Brokers {
 		s, err := b.Status()
