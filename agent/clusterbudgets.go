@@ -90,8 +90,12 @@ type clusterBudgets struct {
 	// refs[i] is budget i's entity and direction.
 	refs     []budgetRef
 	verdicts cluster.Counters
-	lastErr  error
-	log      *slog.Logger
+	// ignoredLogged[v]: when a report of verdict v was last logged;
+	// ignoredCount[v]: the count then.
+	ignoredLogged map[cluster.Verdict]time.Duration
+	ignoredCount  cluster.Counters
+	lastErr       error
+	log           *slog.Logger
 	// lastDisk: what the state file holds.
 	lastDisk        cluster.Disk
 	diskWritten     bool
@@ -140,7 +144,8 @@ func startClusterBudgets(cfg config.Config, deps Deps) (*clusterBudgets, error) 
 // newClusterBudgets starts the core from the state file and the data
 // path's current shares.
 func newClusterBudgets(cfg config.Config, link ClusterLink, now time.Duration, adopted bool) (*clusterBudgets, error) {
-	cb := &clusterBudgets{cfg: cfg.Cluster, budgets: cfg.Cluster.Budgets(), index: map[budgetRef]int{}, link: link, boot: bootID()}
+	cb := &clusterBudgets{cfg: cfg.Cluster, budgets: cfg.Cluster.Budgets(), index: map[budgetRef]int{}, link: link, boot: bootID(),
+		ignoredLogged: map[cluster.Verdict]time.Duration{}}
 	ccfg := coreConfig(cfg, cb.budgets)
 	for i, b := range cb.budgets {
 		kind := entity.KindClient
@@ -383,13 +388,42 @@ func (cb *clusterBudgets) kafkaLimits(q entity.KafkaQuotas) {
 	}
 }
 
+// ignoredLogEvery: a kind of ignored report is logged when first seen, then
+// at most once in this long, with how many came since.
+const ignoredLogEvery = time.Minute
+
+// logIgnored says that a report was ignored and why: at warning level for
+// what no healthy cluster writes (another cluster or configuration, an
+// unknown broker, two agents on one broker id, a previous life, a bad
+// field, a round far ahead), at debug level for redeliveries and
+// reordering (the network's doing). Each kind once a minute at most.
+func (cb *clusterBudgets) logIgnored(now time.Duration, verdict cluster.Verdict, r *cluster.Report) {
+	if verdict == cluster.Accepted || cb.log == nil {
+		return
+	}
+	at, seen := cb.ignoredLogged[verdict]
+	if seen && now-at < ignoredLogEvery {
+		return
+	}
+	since := cb.verdicts[verdict] - cb.ignoredCount[verdict]
+	cb.ignoredLogged[verdict], cb.ignoredCount[verdict] = now, cb.verdicts[verdict]
+	level := slog.LevelWarn
+	if verdict == cluster.Duplicate || verdict == cluster.Stale {
+		level = slog.LevelDebug
+	}
+	cb.log.Log(context.Background(), level, "cluster report ignored, counted in sluice_cluster_reports_received_total", "verdict", verdict.String(),
+		"cluster", r.Cluster, "broker", r.Broker, "epoch", r.Epoch, "instance", r.Instance, "seq", r.Seq, "round", r.Round, "since_last_log", since)
+}
+
 // tick reads the topic, runs the core, writes lowered shares, then persists
 // and sends the report the core asks for. A report is withheld if a lowered
 // share could not be written: it would claim a share the data path does
 // not hold.
 func (cb *clusterBudgets) tick(now time.Duration, lower func(i int, share float64) error) {
 	at, ok := cb.link.Log.Drain(func(r *cluster.Report) {
-		cb.verdicts[cb.core.Observe(r)]++
+		verdict := cb.core.Observe(r)
+		cb.verdicts[verdict]++
+		cb.logIgnored(now, verdict, r)
 	})
 	if ok {
 		cb.core.CaughtUp(at)

@@ -400,6 +400,16 @@ func TestClusterBudgetsIgnoreBadReports(t *testing.T) {
 	if now := []float64{c.enforced(0), c.enforced(1), c.enforced(2)}; !slices.Equal(now, shares) {
 		t.Fatalf("shares moved from %v to %v", shares, now)
 	}
+	// Each kind is logged once (two foreign reports: one line), naming it.
+	logs := c.rigs[0].logs.String()
+	for _, verdict := range []string{"foreign", "unknown_broker", "malformed", "round_jump"} {
+		if n := strings.Count(logs, "cluster report ignored, counted in sluice_cluster_reports_received_total\" verdict="+verdict); n != 1 {
+			t.Errorf("%d log lines for the %s reports, want 1:\n%s", n, verdict, logs)
+		}
+	}
+	if !strings.Contains(logs, "verdict=unknown_broker cluster=test broker=9") {
+		t.Errorf("the unknown broker's line does not name it:\n%s", logs)
+	}
 }
 
 // A state file that cannot be written withholds the reports (their promises
