@@ -10,12 +10,9 @@
 package main
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
 	"log"
 	"math"
-	"os"
 
 	"github.com/sluice-dev/sluice/test/plot"
 )
@@ -34,21 +31,12 @@ type series struct {
 }
 
 func main() {
-	in := flag.String("in", "cluster-series.json", "the scenario's readings (JSON)")
-	out := flag.String("out", "docs/cluster-budgets.png", "the PNG to write")
-	flag.Parse()
-	data, err := os.ReadFile(*in)
-	if err != nil {
-		log.Fatal(err)
-	}
 	var s series
-	if err := json.Unmarshal(data, &s); err != nil {
-		log.Fatalf("%s: %v", *in, err)
-	}
+	out := plot.Flags("cluster-series.json", "docs/cluster-budgets.png", &s)
 	if len(s.Points) < 2 || s.Limit <= 0 {
-		log.Fatalf("%s: %d readings and limit %v: nothing to draw", *in, len(s.Points), s.Limit)
+		log.Fatalf("%d readings and limit %v: nothing to draw", len(s.Points), s.Limit)
 	}
-	if err := draw(*out, s); err != nil {
+	if err := draw(out, s); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -412,14 +412,22 @@ func probeClientIDLimits(t *testing.T) map[string]any {
 // producer keeps little in memory and drains fast when it stops.
 func kcatProducer(t *testing.T, w *harness.World, name, clientID, topic string, partition int, user, password string) *harness.Client {
 	t.Helper()
-	feed, err := harness.NewLineFeed(filepath.Join(w.Dir, "feed-"+name), 0)
+	return startKcat(t, w.StartCommand, w.Dir, name, 0, "-b", w.Bootstrap(), "-t", topic, "-p", fmt.Sprint(partition),
+		"-X", "client.id="+clientID, "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=PLAIN",
+		"-X", "sasl.username="+user, "-X", "sasl.password="+password)
+}
+
+// startKcat runs kcat -P (librdkafka) with args, its records fed from a FIFO
+// in dir at rate bytes/s (0: as fast as it reads), its queue bounded to
+// 4 MiB.
+func startKcat(t *testing.T, start func(name string, argv ...string) (*harness.Client, error), dir, name string, rate float64, args ...string) *harness.Client {
+	t.Helper()
+	feed, err := harness.NewLineFeed(filepath.Join(dir, "feed-"+name), rate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := w.StartCommand(name, "kcat", "-P", "-b", w.Bootstrap(), "-t", topic, "-p", fmt.Sprint(partition), "-q",
-		"-X", "client.id="+clientID, "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms=PLAIN",
-		"-X", "sasl.username="+user, "-X", "sasl.password="+password,
-		"-X", "queue.buffering.max.kbytes=4096", "-X", "linger.ms=5", "-l", feed.Path)
+	argv := append([]string{"kcat", "-P", "-q", "-X", "queue.buffering.max.kbytes=4096", "-X", "linger.ms=5", "-l", feed.Path}, args...)
+	c, err := start(name, argv...)
 	if err != nil {
 		feed.Close()
 		t.Fatal(err)

@@ -143,18 +143,34 @@ func (c *clusterRun) statuses() []*status.Snapshot {
 	return out
 }
 
-func TestScenarioClusterBudgets(t *testing.T) {
-	dir := t.TempDir()
-	w, err := harness.NewClusterWorld(dir, bins.sluice, bins.loadgen, clusterTopic, 20)
+// clusterSection is the scenarios' cluster section (lease 4 s, reports
+// landing within 1 s) with one client entity.
+func clusterSection(client string) string {
+	return "  name: e2e\n  brokers: [0, 1, 2]\n  lease: 4s\n  max_delivery: 1s\n  entities:\n    clients:\n      " + client
+}
+
+// newClusterWorld builds the three-broker world with the data topic (20
+// partitions); it is removed when the test ends.
+func newClusterWorld(t *testing.T) *harness.ClusterWorld {
+	t.Helper()
+	w, err := harness.NewClusterWorld(t.TempDir(), bins.sluice, bins.loadgen, clusterTopic, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := w.Close(); err != nil {
 			t.Error(err)
 		}
+	})
+	return w
+}
+
+func TestScenarioClusterBudgets(t *testing.T) {
+	w := newClusterWorld(t)
+	var err error
+	defer func() {
 		if *clusterLogs != "" {
-			clients, _ := filepath.Glob(filepath.Join(dir, "client-*.log"))
+			clients, _ := filepath.Glob(filepath.Join(w.Dir, "client-*.log"))
 			for _, f := range clients {
 				data, _ := os.ReadFile(f)
 				os.WriteFile(filepath.Join(*clusterLogs, filepath.Base(f)), data, 0o644)
@@ -176,18 +192,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 		}
 	}()
 	// Leaders 16/3/1; the tenant's producers write partitions 0, 16 and 19.
-	for p := int32(0); p < 20; p++ {
-		leader := int32(0)
-		switch {
-		case p >= 19:
-			leader = 2
-		case p >= 16:
-			leader = 1
-		}
-		if err := w.MoveLeader(p, leader); err != nil {
-			t.Fatal(err)
-		}
-	}
+	leadAs(t, w, [2]int32{16, 3})
 	run := &clusterRun{t: t, w: w}
 	defer func() {
 		if *clusterSeries != "" {
@@ -238,13 +243,7 @@ func TestScenarioClusterBudgets(t *testing.T) {
 
 	// Then cluster budgets: every agent restarted with the cluster section,
 	// whose limit for the tenant is Kafka's quota (a rate of "kafka").
-	section := fmt.Sprintf(`  name: e2e
-  brokers: [0, 1, 2]
-  lease: 4s
-  max_delivery: 1s
-  entities:
-    clients:
-      tenant: {producer_byte_rate: kafka, producer_byte_reservation: %v, topics: [%s]}`, clusterReservation, clusterTopic)
+	section := clusterSection(fmt.Sprintf("tenant: {producer_byte_rate: kafka, producer_byte_reservation: %v, topics: [%s]}", clusterReservation, clusterTopic))
 	var configs [3]string
 	for _, b := range w.Brokers {
 		if err := b.Agent.Stop(); err != nil {
@@ -509,21 +508,26 @@ func TestScenarioClusterBudgets(t *testing.T) {
 // queues at most that, and its feed waits.
 func clusterKcatProducer(t *testing.T, w *harness.ClusterWorld, name, clientID string, partition int, rate float64) *harness.Client {
 	t.Helper()
-	feed, err := harness.NewLineFeed(filepath.Join(w.Dir, "feed-"+name), rate)
-	if err != nil {
-		t.Fatal(err)
+	return startKcat(t, w.StartCommand, w.Dir, name, rate, "-b", w.Brokers[0].Addr(), "-t", w.DataTopic, "-p", fmt.Sprint(partition),
+		"-X", "client.id="+clientID)
+}
+
+// leadAs makes the data topic's first lead[0] partitions lead on broker 0,
+// the next lead[1] on broker 1 and the rest on broker 2.
+func leadAs(t *testing.T, w *harness.ClusterWorld, lead [2]int32) {
+	t.Helper()
+	for p := int32(0); p < 20; p++ {
+		leader := int32(2)
+		switch {
+		case p < lead[0]:
+			leader = 0
+		case p < lead[0]+lead[1]:
+			leader = 1
+		}
+		if err := w.MoveLeader(p, leader); err != nil {
+			t.Fatal(err)
+		}
 	}
-	c, err := w.StartCommand(name, "kcat", "-P", "-b", w.Brokers[0].Addr(), "-t", w.DataTopic, "-p", fmt.Sprint(partition), "-q",
-		"-X", "client.id="+clientID, "-X", "queue.buffering.max.kbytes=4096", "-X", "linger.ms=5", "-l", feed.Path)
-	if err != nil {
-		feed.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	// Registered after c.Stop, so it runs first: kcat reads the end of its
-	// input, flushes and exits.
-	t.Cleanup(feed.Close)
-	return c
 }
 
 // lastRates are both tenants' per-broker rates over the last d of readings.

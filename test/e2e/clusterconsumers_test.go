@@ -20,30 +20,10 @@ import (
 const readerLimit = 6e6
 
 func TestScenarioClusterBudgetConsumers(t *testing.T) {
-	dir := t.TempDir()
-	w, err := harness.NewClusterWorld(dir, bins.sluice, bins.loadgen, clusterTopic, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := w.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	w := newClusterWorld(t)
 	// Leaders 16/2/2: the reader reads partition 2 (broker 0) and 17
 	// (broker 1).
-	for p := int32(0); p < 20; p++ {
-		leader := int32(0)
-		switch {
-		case p >= 18:
-			leader = 2
-		case p >= 16:
-			leader = 1
-		}
-		if err := w.MoveLeader(p, leader); err != nil {
-			t.Fatal(err)
-		}
-	}
+	leadAs(t, w, [2]int32{16, 2})
 	meter, err := w.NewLinkMeter()
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +136,7 @@ func TestScenarioClusterBudgetConsumers(t *testing.T) {
 	perBroker, perBrokerOwn := measure(5 * time.Second)
 
 	// One cluster budget: the agents restarted with the cluster section.
-	section := fmt.Sprintf(`  name: e2e
-  brokers: [0, 1, 2]
-  lease: 4s
-  max_delivery: 1s
-  entities:
-    clients:
-      reader: {consumer_byte_rate: %v, topics: [%s]}`, readerLimit, clusterTopic)
+	section := clusterSection(fmt.Sprintf("reader: {consumer_byte_rate: %v, topics: [%s]}", readerLimit, clusterTopic))
 	for _, b := range w.Brokers {
 		if err := b.Agent.Stop(); err != nil {
 			t.Fatal(err)

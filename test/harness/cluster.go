@@ -197,18 +197,26 @@ func (w *ClusterWorld) produce(req *kmsg.ProduceRequest, node int32) (kmsg.Respo
 		}
 	}
 	return answer(req, func(p *kmsg.ProduceRequestTopicPartition, rp *kmsg.ProduceResponseTopicPartition) {
-		leader, ok := w.leaders[p.Partition]
-		switch {
-		case !ok:
-			rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-		case leader != node:
-			rp.ErrorCode = kerr.NotLeaderForPartition.Code
-		default:
+		if rp.ErrorCode = w.leaderError(p.Partition, node); rp.ErrorCode == 0 {
 			rp.BaseOffset = w.next[p.Partition]
 			w.next[p.Partition] += int64(batchRecords(p.Records))
 			rp.LogAppendTime = -1
 		}
 	}), nil, true
+}
+
+// leaderError is a data topic partition's error code as node answers it:
+// none from its leader, NOT_LEADER from another broker (as after a leader
+// move). Callers hold w.mu.
+func (w *ClusterWorld) leaderError(partition, node int32) int16 {
+	leader, ok := w.leaders[partition]
+	switch {
+	case !ok:
+		return kerr.UnknownTopicOrPartition.Code
+	case leader != node:
+		return kerr.NotLeaderForPartition.Code
+	}
+	return 0
 }
 
 // refuse answers a Produce as a cluster that cannot take it: every

@@ -5,7 +5,6 @@ import (
 	"hash/crc32"
 	"math/rand/v2"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -72,13 +71,7 @@ func (w *ClusterWorld) fetch(req *kmsg.FetchRequest, node int32) (kmsg.Response,
 		for _, p := range t.Partitions {
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = p.Partition
-			leader, ok := w.leaders[p.Partition]
-			switch {
-			case !ok:
-				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-			case leader != node:
-				rp.ErrorCode = kerr.NotLeaderForPartition.Code
-			default:
+			if rp.ErrorCode = w.leaderError(p.Partition, node); rp.ErrorCode == 0 {
 				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = fetchHighMark, fetchHighMark, 0
 				// Copies from the offset asked, as many as the partition's
 				// share of the response takes (at least one, as a broker

@@ -9,12 +9,9 @@
 package main
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
 	"log"
 	"math"
-	"os"
 
 	"github.com/sluice-dev/sluice/test/plot"
 )
@@ -34,23 +31,14 @@ type testbed struct {
 }
 
 func main() {
-	in := flag.String("in", "latency-testbed.json", "the testbed's runs (JSON)")
-	out := flag.String("out", "docs/latency.png", "the PNG to write")
-	flag.Parse()
-	data, err := os.ReadFile(*in)
-	if err != nil {
-		log.Fatal(err)
-	}
 	var tb testbed
-	if err := json.Unmarshal(data, &tb); err != nil {
-		log.Fatalf("%s: %v", *in, err)
-	}
+	out := plot.Flags("latency-testbed.json", "docs/latency.png", &tb)
 	for _, name := range order {
 		if len(tb.Runs[name]) == 0 {
-			log.Fatalf("%s: no latencies for the run %q", *in, name)
+			log.Fatalf("no latencies for the run %q", name)
 		}
 	}
-	if err := draw(*out, tb); err != nil {
+	if err := draw(out, tb); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -4,10 +4,13 @@
 package plot
 
 import (
+	"encoding/json"
+	"flag"
 	"image"
 	"image/color"
 	"image/draw"
 	"image/png"
+	"log"
 	"os"
 
 	"golang.org/x/image/font"
@@ -72,6 +75,23 @@ func (c *Canvas) Line(x0, y0, x1, y1 int, col color.RGBA, width, dash int) {
 func (c *Canvas) Text(x, y int, s string, col color.RGBA) {
 	d := &font.Drawer{Dst: c.img, Src: image.NewUniform(col), Face: basicfont.Face7x13, Dot: fixed.P(x, y)}
 	d.DrawString(s)
+}
+
+// Flags reads a plotting command's -in (the JSON a scenario wrote) and
+// -out (the PNG), and decodes -in into v; it exits naming the file when it
+// cannot.
+func Flags(in, out string, v any) (outPath string) {
+	inPath := flag.String("in", in, "the scenario's results (JSON)")
+	o := flag.String("out", out, "the PNG to write")
+	flag.Parse()
+	data, err := os.ReadFile(*inPath)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		log.Fatalf("%s: %v", *inPath, err)
+	}
+	return *o
 }
 
 // Save writes the canvas to path as PNG.
