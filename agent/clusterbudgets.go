@@ -316,7 +316,6 @@ func (a *Agent) ClusterTick() (raised bool) {
 		before = append(before, cb.core.Applied()...)
 	}
 	cb.scratch = before
-	cb.kafkaLimits(a.kafka.quotas)
 	cb.tick(a.deps.Clock.Monotonic(), a.lowerClusterShare)
 	for i, v := range before {
 		raised = raised || cb.core.Applied()[i] > v
@@ -359,7 +358,12 @@ func (a *Agent) lowerClusterShare(i int, share float64) error {
 // report carries it; rounds split the smallest limit the live brokers
 // report, so a host that has not read a change yet holds no one above the
 // smaller of the old and the new.
+//
+// pullKafkaQuotas calls it when an import brings a new set, not every tick.
 func (cb *clusterBudgets) kafkaLimits(q entity.KafkaQuotas) {
+	if cb == nil {
+		return
+	}
 	for i, b := range cb.budgets {
 		if !b.LimitFromKafka {
 			continue

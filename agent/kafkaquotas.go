@@ -83,6 +83,7 @@ func (a *Agent) pullKafkaQuotas() {
 		return
 	}
 	a.kafka.quotas = quotas
+	a.cluster.kafkaLimits(quotas)
 	a.rebuildPolicy()
 	a.log.Info("kafka client quotas imported", "clients", len(quotas.Clients), "client_default", quotas.ClientDefault != (config.Quota{}),
 		"skipped", stats.Skipped, "left_out_for_room", a.kafka.trimmed)

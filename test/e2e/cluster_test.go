@@ -626,12 +626,10 @@ func budget(s *status.Snapshot, id string) status.ClusterBudgetView {
 }
 
 // shares are the agents' applied shares of the tenant's budget.
-func (c *clusterRun) shares() [3]float64 { return c.sharesOf(tenantBudget) }
-
-func (c *clusterRun) sharesOf(id string) [3]float64 {
+func (c *clusterRun) shares() [3]float64 {
 	var out [3]float64
 	for i, s := range c.statuses() {
-		out[i] = float64(budget(s, id).Share)
+		out[i] = float64(budget(s, tenantBudget).Share)
 	}
 	return out
 }
