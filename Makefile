@@ -13,7 +13,8 @@ BPF_OBJ    := maps/sluice_bpfel.o
 BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h)
 GENERATED  := maps/sluice_bpfel.go
 
-# Every package but the end-to-end scenarios, which `make e2e` runs on its own.
+# Every package but the end-to-end scenarios, which `make e2e` (kfake),
+# `make adversarial` and `make kafka-check` (real Apache Kafka) run.
 # Three modules in one workspace (go.work): the agent (.), and test/ and
 # deploy/, which hold what only builds and tests it.
 PKGS    = $(shell $(GO) list ./... ./test/... ./deploy/... | grep -v /test/e2e)
@@ -94,6 +95,28 @@ deps: ## install the Debian packages and Go modules the tests need (root)
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	for m in . test deploy; do GOWORK=off $(GO) -C $$m mod download || exit 1; done
+	$(MAKE) --no-print-directory kafka-deps
+
+# Apache Kafka for the real-broker scenarios: the version test/kafka/pom.xml
+# pins, resolved from Maven Central (checksums verified: -C fails on a
+# mismatch) into test/kafka/lib, the class path the harness starts brokers
+# and the Java tools from.
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' test/kafka/pom.xml)
+KAFKA_LIB     := test/kafka/lib
+
+.PHONY: kafka-deps
+kafka-deps: ## fetch the pinned Apache Kafka server and tools from Maven Central into test/kafka/lib
+	@command -v mvn >/dev/null || { echo "kafka-deps: mvn (Maven) is not installed; Apache Kafka $(KAFKA_VERSION) cannot be fetched" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "kafka-deps: java is not installed; the real-broker scenarios need Java 17" >&2; exit 1; }
+	@if [ -f $(KAFKA_LIB)/kafka_2.13-$(KAFKA_VERSION).jar ] && [ $(KAFKA_LIB)/.complete -nt test/kafka/pom.xml ]; then exit 0; fi; \
+	rm -rf $(KAFKA_LIB).tmp && \
+	if ! mvn -B -q -C -f test/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIB).tmp > $(KAFKA_LIB).log 2>&1; then \
+		cat $(KAFKA_LIB).log >&2; \
+		echo "kafka-deps: could not fetch org.apache.kafka:kafka_2.13:$(KAFKA_VERSION) and kafka-tools:$(KAFKA_VERSION) with their dependencies from Maven Central (above: Maven's own words)" >&2; \
+		rm -rf $(KAFKA_LIB).tmp; exit 1; \
+	fi; \
+	rm -rf $(KAFKA_LIB) && mv $(KAFKA_LIB).tmp $(KAFKA_LIB) && touch $(KAFKA_LIB)/.complete && rm -f $(KAFKA_LIB).log; \
+	echo "kafka-deps: Apache Kafka $(KAFKA_VERSION), $$(ls $(KAFKA_LIB)/*.jar | wc -l) jars in $(KAFKA_LIB)"
 
 $(BPF_OBJ): $(BPF_SRC) maps/gen.go
 	$(MAKE) --no-print-directory generate
@@ -118,6 +141,7 @@ test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespa
 	$(MAKE) --no-print-directory shaping-check
 	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory adversarial
+	$(MAKE) --no-print-directory kafka-check
 	$(MAKE) --no-print-directory systemd-check
 	$(MAKE) --no-print-directory deb-check
 
@@ -134,6 +158,10 @@ latency-plot: $(BPF_OBJ) ## the latency testbed's four runs as tail CDFs: docs/l
 cluster-plot: $(BPF_OBJ) ## the three-broker cluster budgets scenario's rates over time: docs/cluster-budgets.png and cluster-results.json (root)
 	$(GO) test -count=1 -v -timeout 10m -run '^TestScenarioClusterBudgets$$' ./test/e2e/ -args -results $(CURDIR)/cluster-results.json -cluster-series $(CURDIR)/cluster-series.json
 	$(GO) run ./test/clusterplot -in cluster-series.json -out docs/cluster-budgets.png
+
+.PHONY: kafka-check
+kafka-check: $(BPF_OBJ) kafka-deps ## the scenarios on real Apache Kafka with the Java client; writes kafka-results.json (root)
+	$(GO) test -count=1 -v -timeout 20m -run '^TestKafka' ./test/e2e/ -args -results $(CURDIR)/kafka-results.json -kafka-libs $(CURDIR)/$(KAFKA_LIB)
 
 .PHONY: adversarial
 adversarial: $(BPF_OBJ) ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)

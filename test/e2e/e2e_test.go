@@ -104,6 +104,12 @@ func leftovers() []string {
 			}
 		}
 	}
+	// The real brokers and Java tools of the TestKafka scenarios.
+	if pids, _ := exec.Command("pgrep", "-f", "-d", " ", "test/kafka/lib/").Output(); len(pids) > 0 {
+		for _, pid := range strings.Fields(string(pids)) {
+			out = append(out, "Kafka JVM process "+pid)
+		}
+	}
 	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
 		for _, l := range strings.Split(string(mounts), "\n") {
 			if f := strings.Fields(l); len(f) > 2 && f[2] == "bpf" && strings.HasPrefix(f[1], os.TempDir()) {

@@ -19,7 +19,23 @@ import (
 // and Errors stay zero: only the kernel's figures describe it. Its stderr
 // goes to client-<name>.log in the world's directory.
 func (w *World) StartCommand(name string, argv ...string) (*Client, error) {
-	return startCommand(w.Pair.Client.Name, w.Dir, name, w.track, argv)
+	return startCommand(w.Pair.Client.Name, w.Dir, name, w.track, false, argv)
+}
+
+// StartCommandOut is StartCommand for a program whose standard output is
+// its report (a Java perf tool's throughput and latency lines): it is kept
+// in client-<name>.out (Output reads it).
+func (w *World) StartCommandOut(name string, argv ...string) (*Client, error) {
+	return startCommand(w.Pair.Client.Name, w.Dir, name, w.track, true, argv)
+}
+
+// Output is what a StartCommandOut program printed so far.
+func (c *Client) Output() string {
+	if c.outPath == "" {
+		return ""
+	}
+	data, _ := os.ReadFile(c.outPath)
+	return string(data)
 }
 
 // StartCommand runs a client program in the client host, as World's does.
@@ -28,10 +44,10 @@ func (w *ClusterWorld) StartCommand(name string, argv ...string) (*Client, error
 		w.mu.Lock()
 		w.procs = append(w.procs, cmd)
 		w.mu.Unlock()
-	}, argv)
+	}, false, argv)
 }
 
-func startCommand(ns, dir, name string, track func(*exec.Cmd), argv []string) (*Client, error) {
+func startCommand(ns, dir, name string, track func(*exec.Cmd), keep bool, argv []string) (*Client, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -48,10 +64,19 @@ func startCommand(ns, dir, name string, track func(*exec.Cmd), argv []string) (*
 	}
 	track(cmd)
 	c := &Client{Name: name, cmd: cmd, done: make(chan struct{})}
+	var sink io.WriteCloser = nopCloser{io.Discard}
+	if keep {
+		c.outPath = filepath.Join(dir, "client-"+name+".out")
+		if sink, err = os.Create(c.outPath); err != nil {
+			cmd.Process.Kill()
+			return nil, err
+		}
+	}
 	go func() {
 		defer close(c.done)
 		defer logf.Close()
-		io.Copy(io.Discard, out)
+		defer sink.Close()
+		io.Copy(sink, out)
 		c.mu.Lock()
 		c.early = !c.stopping
 		c.mu.Unlock()
@@ -133,3 +158,7 @@ func (l *LineFeed) Close() {
 		<-l.done
 	})
 }
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }

@@ -41,11 +41,14 @@ type World struct {
 	Sluice  string // built sluice binary
 	Loadgen string // built loadgen binary
 	Kafka   *kfake.Cluster
-	CAFile  string // with Options.TLS: the certificate clients trust
-	bpffs   string
-	mu      sync.Mutex
-	procs   []*exec.Cmd // clients
-	agents  []*Agent
+	// Broker is the real Apache Kafka broker of a world made with
+	// Options.RealKafka (Kafka is then nil).
+	Broker *Broker
+	CAFile string // with Options.TLS: the certificate clients trust
+	bpffs  string
+	mu     sync.Mutex
+	procs  []*exec.Cmd // clients
+	agents []*Agent
 }
 
 // Options shape the world.
@@ -77,6 +80,13 @@ type Options struct {
 	// then delays every other's produce, inside the broker, where the NIC
 	// sees it: the latency testbed's bottleneck.
 	DiskBytesPerSecond float64
+	// RealKafka, when set, is the class path directory of Apache Kafka
+	// (KafkaLibs): the broker namespace runs a real KRaft broker on
+	// 198.18.0.1:9092 instead of kfake, with Topics created at start (one
+	// replica each). SASL, TLS, Log and the delays are kfake's and ignored.
+	RealKafka string
+	// BrokerProps are more server.properties lines for the real broker.
+	BrokerProps []string
 }
 
 // SASLUser is a login kfake accepts.
@@ -147,6 +157,18 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 	w.Pins = filepath.Join(w.bpffs, "sluice")
 	if o.Partitions == 0 {
 		o.Partitions = 1
+	}
+	if o.RealKafka != "" {
+		w.Broker, err = StartBroker(BrokerSpec{Libs: o.RealKafka, NS: pair.Broker, IP: pair.BrokerIP.String(), NodeID: 1,
+			Dir: filepath.Join(dir, "kafka"), Props: o.BrokerProps})
+		if err == nil && len(o.Topics) > 0 {
+			err = w.Broker.CreateTopics(pair.Client, o.Partitions, 1, o.Topics...)
+		}
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		return w, nil
 	}
 	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(o.Partitions, o.Topics...),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
@@ -257,6 +279,9 @@ func (w *World) Close() error {
 	stopProcesses(procs, 10*time.Second)
 	if w.Kafka != nil {
 		w.Kafka.Close()
+	}
+	if w.Broker != nil {
+		w.Broker.Stop()
 	}
 	var errs []error
 	if w.Pins != "" {
@@ -523,6 +548,7 @@ type Client struct {
 	// broker acknowledged and the sum of their CRC-32s.
 	final    *Tally
 	stopOnce sync.Once
+	outPath  string // StartCommandOut: where its standard output goes
 }
 
 // Tally counts records and sums their values' CRC-32s.

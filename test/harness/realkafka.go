@@ -1,0 +1,399 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/internal/netns"
+)
+
+// The real broker: Apache Kafka (KRaft, broker and controller in one JVM)
+// started from the jars `make kafka-deps` copied out of Maven Central
+// (test/kafka/pom.xml pins the version). The scenarios of `make
+// kafka-check` run it where the other worlds run kfake.
+
+// KafkaVersion is the Apache Kafka release test/kafka/pom.xml pins.
+const KafkaVersion = "4.1.1"
+
+// KafkaLibs is the class path directory of the pinned Kafka under the
+// repository root, or an error that says how to fill it.
+func KafkaLibs(root string) (string, error) {
+	dir := filepath.Join(root, "test", "kafka", "lib")
+	jar := filepath.Join(dir, "kafka_2.13-"+KafkaVersion+".jar")
+	if _, err := os.Stat(jar); err != nil {
+		return "", fmt.Errorf("Apache Kafka %s is not in %s (run make kafka-deps): %w", KafkaVersion, dir, err)
+	}
+	return dir, nil
+}
+
+// BrokerSpec is one real broker.
+type BrokerSpec struct {
+	Libs   string        // KafkaLibs
+	NS     *netns.NS     // the broker host
+	IP     string        // the client listener's address (port 9092)
+	NodeID int           // node.id
+	Dir    string        // its configuration, log dirs and server.log
+	Heap   string        // -Xmx, e.g. "768m" (default)
+	Props  []string      // more server.properties lines (key=value)
+	Start  time.Duration // how long it may take to answer ApiVersions (default 60 s)
+}
+
+// Broker is a running Apache Kafka broker.
+type Broker struct {
+	Spec BrokerSpec
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Addr is the broker's client listener.
+func (b *Broker) Addr() string { return net.JoinHostPort(b.Spec.IP, "9092") }
+
+// DataDir is the broker's log directory (the partitions' segments).
+func (b *Broker) DataDir() string { return filepath.Join(b.Spec.Dir, "data") }
+
+func (b *Broker) logDir() string { return filepath.Join(b.Spec.Dir, "logs") }
+
+// StartBroker formats the broker's storage and starts it in its
+// namespace, then waits until its listener answers ApiVersions. A broker
+// that exits or does not answer in time is stopped, and the error carries
+// the end of its own log.
+func StartBroker(s BrokerSpec) (*Broker, error) {
+	if s.Heap == "" {
+		s.Heap = "768m"
+	}
+	if s.Start == 0 {
+		s.Start = 60 * time.Second
+	}
+	b := &Broker{Spec: s, done: make(chan struct{})}
+	for _, d := range []string{b.DataDir(), b.logDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	props := filepath.Join(s.Dir, "server.properties")
+	if err := os.WriteFile(props, []byte(b.properties()), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "log4j2.properties"), []byte(log4j2), 0o644); err != nil {
+		return nil, err
+	}
+	format := b.java("256m", "kafka.tools.StorageTool", "format", "--cluster-id", clusterID, "--config", props, "--standalone", "--ignore-formatted")
+	if out, err := format.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("kafka-storage format (node %d): %v\n%s", s.NodeID, err, out)
+	}
+	logf, err := os.Create(filepath.Join(b.logDir(), "stdout.log"))
+	if err != nil {
+		return nil, err
+	}
+	b.cmd = b.java(s.Heap, "kafka.Kafka", props)
+	b.cmd.Stdout, b.cmd.Stderr = logf, logf
+	if err := b.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	go func() { b.err = b.cmd.Wait(); logf.Close(); close(b.done) }()
+	if err := b.waitReady(); err != nil {
+		b.Stop()
+		return nil, fmt.Errorf("broker %d: %w\n%s", s.NodeID, err, b.LogTail(40))
+	}
+	return b, nil
+}
+
+// clusterID is every real world's cluster id (one cluster a world).
+const clusterID = "c2x1aWNlLXRlc3RzLTAwMQ"
+
+// properties is the broker's server.properties: one combined KRaft node
+// (its controller on loopback inside its host), sized for a 2-core host.
+func (b *Broker) properties() string {
+	s := b.Spec
+	lines := []string{
+		"process.roles=broker,controller",
+		"node.id=" + strconv.Itoa(s.NodeID),
+		"controller.quorum.bootstrap.servers=127.0.0.1:9093",
+		"listeners=PLAINTEXT://" + b.Addr() + ",CONTROLLER://127.0.0.1:9093",
+		"advertised.listeners=PLAINTEXT://" + b.Addr(),
+		"controller.listener.names=CONTROLLER",
+		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"inter.broker.listener.name=PLAINTEXT",
+		"log.dirs=" + b.DataDir(),
+		"num.partitions=1",
+		"offsets.topic.replication.factor=1",
+		"offsets.topic.num.partitions=4",
+		"transaction.state.log.replication.factor=1",
+		"transaction.state.log.min.isr=1",
+		"share.coordinator.state.topic.replication.factor=1",
+		"share.coordinator.state.topic.min.isr=1",
+		"group.initial.rebalance.delay.ms=0",
+		"num.network.threads=2",
+		"num.io.threads=4",
+		"auto.create.topics.enable=false",
+		// Segments small enough that a run's log stays in the page cache's
+		// reach; retention bounds the disk a long run uses.
+		"log.segment.bytes=67108864",
+		"log.retention.bytes=1073741824",
+	}
+	return strings.Join(append(lines, s.Props...), "\n") + "\n"
+}
+
+// log4j2 writes the broker's log to logs/server.log (LogTail reads it).
+const log4j2 = `appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka.request.logger
+logger.kafka.level = WARN
+`
+
+// java is a JVM in the broker's host on the Kafka class path.
+func (b *Broker) java(heap, main string, args ...string) *exec.Cmd {
+	argv := JavaArgv(b.Spec.Libs, filepath.Join(b.Spec.Dir, "log4j2.properties"), filepath.Join(b.Spec.Dir, "logs"), heap, main, args...)
+	// No Pdeathsig: it follows the OS thread that forked, and the
+	// namespace helpers retire threads; Close and the kafka-check's
+	// leftover check end every JVM instead.
+	return exec.Command("ip", append([]string{"netns", "exec", b.Spec.NS.Name}, argv...)...)
+}
+
+// JavaArgv is the command line of a JVM on the Kafka class path: heap is
+// its fixed heap (the machine has 2 cores and brokers beside it), logConf
+// its log4j2 configuration, logDir where that may write.
+func JavaArgv(libs, logConf, logDir, heap, main string, args ...string) []string {
+	return append([]string{"java", "-Xms" + heap, "-Xmx" + heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
+		"-Dkafka.logs.dir=" + logDir, "-Dlog4j2.configurationFile=" + logConf,
+		"-cp", filepath.Join(libs, "*"), main}, args...)
+}
+
+// toolLog4j2 sends a Java tool's warnings to its stderr (the client's
+// log); its report stays alone on stdout.
+const toolLog4j2 = `appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = err
+`
+
+// StartJava runs a Kafka Java tool (a main class of the pinned
+// distribution: ProducerPerformance, ConsumerPerformance, ...) in the
+// client namespace as a Client, its report kept (Output), its log in
+// client-<name>.log. A 256 MiB heap: the tools hold a batch or a fetch.
+func (w *World) StartJava(name, main string, args ...string) (*Client, error) {
+	if w.Broker == nil {
+		return nil, fmt.Errorf("%s: the world runs no real broker (Options.RealKafka)", name)
+	}
+	conf := filepath.Join(w.Dir, "tools-log4j2.properties")
+	if err := os.WriteFile(conf, []byte(toolLog4j2), 0o644); err != nil {
+		return nil, err
+	}
+	return w.StartCommandOut(name, JavaArgv(w.Broker.Spec.Libs, conf, w.Dir, "256m", main, args...)...)
+}
+
+// waitReady probes the listener with ApiVersions until it answers (the
+// broker opens it once it has caught up with the metadata log).
+func (b *Broker) waitReady() error {
+	deadline := time.Now().Add(b.Spec.Start)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-b.done:
+			return fmt.Errorf("exited before it was ready (%v)", b.err)
+		default:
+		}
+		if last = b.apiVersions(); last == nil {
+			return nil
+		}
+		select {
+		case <-b.done:
+		case <-time.After(200 * time.Millisecond): // the next probe, bounded by the deadline
+		}
+	}
+	return fmt.Errorf("no ApiVersions answer within %v: %v", b.Spec.Start, last)
+}
+
+// apiVersions sends one ApiVersions v0 request and reads its answer.
+func (b *Broker) apiVersions() error {
+	c, err := b.Spec.NS.Dial(b.Addr())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	const id = "sluice-probe"
+	var req bytes.Buffer
+	// size, api key 18 (ApiVersions), version 0, correlation id 7, client-id
+	for _, v := range []any{int32(2 + 2 + 4 + 2 + len(id)), int16(18), int16(0), int32(7), int16(len(id))} {
+		binary.Write(&req, binary.BigEndian, v)
+	}
+	req.WriteString(id)
+	if _, err := c.Write(req.Bytes()); err != nil {
+		return err
+	}
+	var head struct {
+		Size, Correlation int32
+		Error             int16
+	}
+	if err := binary.Read(c, binary.BigEndian, &head); err != nil {
+		return err
+	}
+	if head.Correlation != 7 || head.Error != 0 {
+		return fmt.Errorf("ApiVersions answered correlation %d, error %d", head.Correlation, head.Error)
+	}
+	return nil
+}
+
+// Stop ends the broker: SIGTERM (a controlled shutdown), SIGKILL after
+// 20 s.
+func (b *Broker) Stop() {
+	if b.cmd == nil || b.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-b.done:
+		return
+	default:
+	}
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(20 * time.Second):
+		b.cmd.Process.Kill()
+		<-b.done
+	}
+}
+
+// LogTail is the last n lines of the broker's server.log (or of its
+// stdout, if it wrote no log).
+func (b *Broker) LogTail(n int) string {
+	for _, f := range []string{"server.log", "stdout.log"} {
+		data, err := os.ReadFile(filepath.Join(b.logDir(), f))
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		return f + " (last lines):\n" + strings.Join(lines, "\n")
+	}
+	return "(the broker wrote no log)"
+}
+
+// PartitionBytes is the size of a partition's log on the broker's disk:
+// its segments' bytes, what the broker itself appended. A scenario judges
+// per-partition rates by it, never by sluice.
+func (b *Broker) PartitionBytes(topic string, partition int) (int64, error) {
+	segs, err := filepath.Glob(filepath.Join(b.DataDir(), fmt.Sprintf("%s-%d", topic, partition), "*.log"))
+	if err != nil {
+		return 0, err
+	}
+	if len(segs) == 0 {
+		return 0, fmt.Errorf("no log segment of %s-%d in %s", topic, partition, b.DataDir())
+	}
+	var n int64
+	for _, s := range segs {
+		fi, err := os.Stat(s)
+		if err != nil {
+			return 0, err
+		}
+		n += fi.Size()
+	}
+	return n, nil
+}
+
+// Admin is a franz-go client of the broker dialing from ns (the client
+// host), for topics and quotas; the caller closes it.
+func (b *Broker) Admin(ns *netns.NS) (*kadm.Client, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ClientID("e2e-admin"),
+		kgo.Dialer(func(_ context.Context, _, host string) (net.Conn, error) { return ns.Dial(host) }))
+	if err != nil {
+		return nil, err
+	}
+	return kadm.NewClient(cl), nil
+}
+
+// CreateTopics creates topics of partitions each (replication factor rf)
+// and waits until every partition has a leader.
+func (b *Broker) CreateTopics(ns *netns.NS, partitions int32, rf int16, topics ...string) error {
+	adm, err := b.Admin(ns)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := adm.CreateTopics(ctx, partitions, rf, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("create topics %v: %w", topics, err)
+	}
+	for _, r := range res.Sorted() {
+		if r.Err != nil {
+			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	for {
+		md, err := adm.Metadata(ctx, topics...)
+		if err == nil && led(md, topics, partitions) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics %v: partitions without a leader after 30 s (%v)", topics, err)
+		case <-time.After(100 * time.Millisecond): // polling the metadata, bounded by the context
+		}
+	}
+}
+
+func led(md kadm.Metadata, topics []string, partitions int32) bool {
+	for _, t := range topics {
+		td, ok := md.Topics[t]
+		if !ok || td.Err != nil || int32(len(td.Partitions)) != partitions {
+			return false
+		}
+		for _, p := range td.Partitions {
+			if p.Leader < 0 || p.Err != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// SetClientQuota sets (rate > 0) or removes (rate 0) one of a client-id's
+// quotas in the broker's quota store (key producer_byte_rate or
+// consumer_byte_rate), as kafka-configs --alter does.
+func (b *Broker) SetClientQuota(ns *netns.NS, clientID, key string, rate float64) error {
+	adm, err := b.Admin(ns)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	op := kadm.AlterClientQuotaOp{Key: key, Value: rate, Remove: rate == 0}
+	res, err := adm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
+		Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: &clientID}}, Ops: []kadm.AlterClientQuotaOp{op}}})
+	if err == nil && len(res) == 1 {
+		err = res[0].Err
+	}
+	if err != nil {
+		return fmt.Errorf("alter client quota %s of %s: %w", key, clientID, err)
+	}
+	return nil
+}
