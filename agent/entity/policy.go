@@ -46,6 +46,7 @@ type Policy struct {
 	// topic-partitions, their templates, Kafka's quotas): the unresolved
 	// entity's parameters.
 	unresolved config.Quota
+	strictest  strictestTPs
 }
 
 type clientPattern struct {
@@ -122,6 +123,7 @@ func NewPolicyWithKafka(e config.Entities, k KafkaQuotas) *Policy {
 		p.topicParts[topicPartition{topic, part}] = configuredTP{name: name, quota: q}
 	}
 	p.unresolved = mostRestrictive(e, k)
+	p.compileStrictest()
 	return p
 }
 

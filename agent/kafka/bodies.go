@@ -23,6 +23,7 @@ func (p *Parser) produce(w *walker, r *Request) error {
 	b.Int32() // timeout
 	topics, ok := w.count()
 	if w.stop() {
+		r.TopicsHidden = true
 		return w.ended("the produce header")
 	}
 	if !ok {
@@ -31,10 +32,18 @@ func (p *Parser) produce(w *walker, r *Request) error {
 	for t := 0; t < topics; t++ {
 		tp, err := p.topic(w, r.Version >= produceTopicIDsFrom, &r.Topics)
 		if err != nil || tp == nil {
+			r.TopicsHidden = err == nil
 			return err
+		}
+		// A sample that ends from here on hides the topics after this one
+		// and, until its partition list is read whole, some of this one's.
+		hide := func(partitions bool) {
+			tp.Hidden = partitions
+			r.TopicsHidden = t+1 < topics
 		}
 		parts, ok := w.count()
 		if w.stop() {
+			hide(true)
 			return w.ended("a produce topic")
 		}
 		if !ok {
@@ -43,17 +52,20 @@ func (p *Parser) produce(w *walker, r *Request) error {
 		for i := 0; i < parts; i++ {
 			part := b.Int32()
 			if w.stop() {
+				hide(true)
 				return w.ended("a produce partition")
 			}
 			tp.Partitions = append(tp.Partitions, part)
 			w.skipNullableBytes() // records
 			w.skipTags()
 			if w.stop() {
+				hide(i+1 < parts)
 				return w.ended("a produce partition's records")
 			}
 		}
 		w.skipTags()
 		if w.stop() {
+			hide(false)
 			return w.ended("a produce topic's tagged fields")
 		}
 	}
@@ -116,6 +128,7 @@ func (p *Parser) fetch(w *walker, r *Request) error {
 	}
 	topics, ok := w.count()
 	if w.stop() {
+		r.TopicsHidden = true
 		return w.ended("the fetch header")
 	}
 	if !ok {
@@ -124,10 +137,16 @@ func (p *Parser) fetch(w *walker, r *Request) error {
 	for t := 0; t < topics; t++ {
 		tp, err := p.topic(w, v >= fetchTopicIDsFrom, &r.Topics)
 		if err != nil || tp == nil {
+			r.TopicsHidden = err == nil
 			return err
+		}
+		hide := func(partitions bool) {
+			tp.Hidden = partitions
+			r.TopicsHidden = t+1 < topics
 		}
 		parts, ok := w.count()
 		if w.stop() {
+			hide(true)
 			return w.ended("a fetch topic")
 		}
 		if !ok {
@@ -136,6 +155,7 @@ func (p *Parser) fetch(w *walker, r *Request) error {
 		for i := 0; i < parts; i++ {
 			part := b.Int32()
 			if w.stop() {
+				hide(true)
 				return w.ended("a fetch partition")
 			}
 			tp.Partitions = append(tp.Partitions, part)
@@ -152,11 +172,14 @@ func (p *Parser) fetch(w *walker, r *Request) error {
 			b.Int32() // partition max bytes
 			w.skipTags()
 			if w.stop() {
+				// The partition's index was read: it counts.
+				hide(i+1 < parts)
 				return w.ended("a fetch partition")
 			}
 		}
 		w.skipTags()
 		if w.stop() {
+			hide(false)
 			return w.ended("a fetch topic's tagged fields")
 		}
 	}

@@ -51,6 +51,9 @@ type TopicPartitions struct {
 	Name       string
 	ID         [16]byte
 	Partitions []int32
+	// Hidden: the sample ended before this topic's partition list did, so
+	// it names more partitions than Partitions holds.
+	Hidden bool
 }
 
 // Request is what a sample says about one request. A Parser reuses one
@@ -64,6 +67,10 @@ type Request struct {
 	ClientID      string
 	// Topics lists the Produce or Fetch topics reached, in request order.
 	Topics []TopicPartitions
+	// TopicsHidden: the sample ended before the request's topic list did,
+	// so whole topics after Topics (or every topic) went unseen. A topic
+	// cut part-way is Topics' last, marked Hidden.
+	TopicsHidden bool
 
 	// Fetch only. ReplicaID is the body's replica id (v0–14) or the
 	// ReplicaState tagged field's (v15+); -1 for consumers and when absent.

@@ -137,6 +137,11 @@ type conn struct {
 	policyGen uint64 // the policy generation of its last decision
 	// clientIDCut: the last request's client-id is a prefix (Sample).
 	clientIDCut bool
+	// held is, per direction, the strictest topic-partition the
+	// connection's requests have named under policy generation heldGen:
+	// it holds the connection from then on (decide).
+	held    [2]entity.Key
+	heldGen uint64
 }
 
 // New returns a learner resolving entities with policy and topic IDs with
@@ -173,7 +178,12 @@ func (l *Learner[C]) Known(c C, born uint64) bool {
 // learner never saw open) never moves it. A rule change still re-resolves
 // it from its next request that names its entity.
 func (l *Learner[C]) Adopt(c C, born uint64, id Identity, bound Decision) {
-	st := &conn{born: born, decision: bound, mechanism: id.Mechanism, user: id.User, policyGen: l.policyGen}
+	st := &conn{born: born, decision: bound, mechanism: id.Mechanism, user: id.User, policyGen: l.policyGen, heldGen: l.policyGen}
+	// A topic-partition binding is what the connection's requests named:
+	// it keeps holding a producer, as it did under the earlier learner.
+	if t, ok := bound.Target(entity.Produce); ok && t.Key.Kind == entity.KindTopicPartition {
+		st.held[entity.Produce] = t.Key
+	}
 	l.conns[c] = st
 	l.Stats.Adopted++
 }
@@ -306,7 +316,7 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 	case r.APIKey == kafka.KeyProduce:
 		switch {
 		case len(r.Topics) > 0 || !r.Truncated:
-			st.set(entity.Produce, l.resolve(st, r.Topics))
+			st.set(entity.Produce, l.decide(st, entity.Produce, r.Topics, r))
 		case s.Whole && l.policy.HasTopicPartitions():
 			// The whole sample ended before its first partition: what the
 			// client chose to put before them (a transactional.id, header
@@ -315,7 +325,7 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 			st.set(entity.Produce, l.unresolved())
 		case !st.decision.Decided[entity.Produce]:
 			// Fragments were lost: the client's until more is known.
-			st.set(entity.Produce, l.resolve(st, nil))
+			st.set(entity.Produce, l.hold(st, entity.Produce, entity.Key{}))
 		}
 	case r.APIKey == kafka.KeyFetch:
 		if r.Truncated && len(r.Topics) == 0 && len(r.Forgotten) == 0 {
@@ -335,13 +345,13 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 			// unknown) until the client opens a session again.
 			break
 		}
-		st.set(entity.Fetch, l.resolve(st, st.session.partitions(r)))
+		st.set(entity.Fetch, l.decide(st, entity.Fetch, st.session.partitions(r), r))
 	case r.APIKey == kafka.KeyShareFetch:
 		// A share group's records, attributed as Fetch's. A share session's
 		// later requests name only what changed: one that names no topic
 		// keeps the decision its session's topics made.
 		if len(r.Topics) > 0 || !st.decision.Decided[entity.Fetch] {
-			st.set(entity.Fetch, l.resolve(st, r.Topics))
+			st.set(entity.Fetch, l.decide(st, entity.Fetch, r.Topics, r))
 		}
 	default:
 		// Every connection opens with ApiVersions, which names the client:
@@ -373,43 +383,103 @@ func (st *conn) set(d entity.Direction, t Target) {
 	st.decision.Decided[d] = true
 }
 
-// resolve applies docs/design.md §5 to a request's partitions in request order:
-// the first configured topic-partition wins, otherwise the entity of the
-// user and client (Policy.Entity).
-// Kafka's internal topics are never topic-partition entities; a client
-// reading or writing them is governed as that client (as Kafka's own client
-// quotas do: only replication is exempt, and that by its peer).
-func (l *Learner[C]) resolve(st *conn, topics []kafka.TopicPartitions) Target {
+// decide applies docs/design.md §5 to the partitions a Produce or Fetch
+// names (topics: the request's, or its fetch session's whole set; r: the
+// request sampled): a configured topic-partition wins over the entity of
+// the user and client (Policy.Entity). Every partition counts, not the
+// first: the strictest configured one holds the connection (a TCP stream
+// cannot be split between classes). Partitions the sample could not reach
+// (a Produce's record batches lie between them) count as the strictest
+// configured partition of their topic, and unseen topics, or topic IDs not
+// yet known, as the strictest of any topic: a request too long to read
+// whole is decided conservatively, never as the client. The connection
+// then keeps the strictest partition it was seen to name (hold), so
+// requests that name only ungoverned partitions between them never free
+// it. Kafka's internal topics are never topic-partition entities; a
+// client reading or writing them is governed as that client (as Kafka's
+// own client quotas do: only replication is exempt, and that by its peer).
+func (l *Learner[C]) decide(st *conn, d entity.Direction, topics []kafka.TopicPartitions, r *kafka.Request) Target {
 	if !l.policy.HasTopicPartitions() {
 		return l.clientEntity(st)
 	}
+	var strictest entity.Key
+	consider := func(k entity.Key) {
+		if strictest == (entity.Key{}) || l.policy.Stricter(d, k, strictest) {
+			strictest = k
+		}
+	}
+	unseen := r.TopicsHidden
 	for i := range topics {
 		tp := &topics[i]
-		if len(tp.Partitions) == 0 {
+		name, ok := l.topicName(tp)
+		if !ok {
+			unseen = unseen || len(tp.Partitions) > 0 || tp.Hidden
 			continue
-		}
-		name := tp.Name
-		if name == "" && tp.ID != ([16]byte{}) {
-			var ok bool
-			if l.topics != nil {
-				name, ok = l.topics.TopicName(tp.ID)
-			}
-			if !ok {
-				// Until the ID is known the request falls back to its client
-				// entity.
-				continue
-			}
 		}
 		if kafka.IsInternalTopic(name) {
 			continue
 		}
 		for _, p := range tp.Partitions {
-			if key, ok := l.policy.TopicPartition(name, p); ok {
-				return Target{Key: key}
+			if k, ok := l.policy.TopicPartition(name, p); ok {
+				consider(k)
 			}
 		}
 	}
-	return l.clientEntity(st)
+	for i := range r.Topics {
+		if tp := &r.Topics[i]; tp.Hidden {
+			if name, ok := l.topicName(tp); ok && !kafka.IsInternalTopic(name) {
+				if k, ok := l.policy.StrictestTopicPartition(d, name); ok {
+					consider(k)
+				}
+			}
+		}
+	}
+	if unseen {
+		if k, ok := l.policy.StrictestTopicPartition(d, ""); ok {
+			consider(k)
+		}
+	}
+	return l.hold(st, d, strictest)
+}
+
+// hold returns the stricter of k (zero: the request named no configured
+// partition) and what the connection holds already, and keeps it; with
+// neither, the connection is its client's. A policy change starts over.
+// Only produce connections hold: a Produce carries its own bytes, so a
+// producer could otherwise put a small request for an ungoverned partition
+// where it is sampled and its governed batches in the requests between.
+// A fetch session's set is the broker's (the learner follows it, and a
+// consumer leaving a governed partition at a rebalance leaves its limit).
+func (l *Learner[C]) hold(st *conn, d entity.Direction, k entity.Key) Target {
+	if d != entity.Produce {
+		if k == (entity.Key{}) {
+			return l.clientEntity(st)
+		}
+		return Target{Key: k}
+	}
+	if st.heldGen != l.policyGen {
+		st.held, st.heldGen = [2]entity.Key{}, l.policyGen
+	}
+	if h := st.held[d]; h != (entity.Key{}) && (k == (entity.Key{}) || l.policy.Stricter(d, h, k)) {
+		k = h
+	}
+	if k == (entity.Key{}) {
+		return l.clientEntity(st)
+	}
+	st.held[d] = k
+	return Target{Key: k}
+}
+
+// topicName is a topic's name, resolving a topic ID (Produce and Fetch
+// v13+) through the broker's metadata; false while the ID is not known.
+func (l *Learner[C]) topicName(tp *kafka.TopicPartitions) (string, bool) {
+	if tp.Name != "" || tp.ID == ([16]byte{}) {
+		return tp.Name, true
+	}
+	if l.topics == nil {
+		return "", false
+	}
+	return l.topics.TopicName(tp.ID)
 }
 
 // clientEntity is the entity of the connection's user and client-id

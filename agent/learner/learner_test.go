@@ -107,8 +107,8 @@ func TestPrecedence(t *testing.T) {
 			kt.ShareFetch(1, 0, kt.TP{ID: ordersID, Partitions: []int32{3}}, kt.TP{ID: broadcastID, Partitions: []int32{0}}), entity.Fetch, topicPart("broadcast-topic-0")},
 		{"a share group's fetch of unconfigured partitions is its client's", "core-group",
 			kt.ShareFetch(1, 0, kt.TP{ID: ordersID, Partitions: []int32{3}}), entity.Fetch, client("core-group")},
-		{"an unknown topic ID falls back to the client entity", "core-group",
-			kt.Fetch(18, 0, -1, []kt.TP{{ID: unknownID, Partitions: []int32{0}}}, nil), entity.Fetch, client("core-group")},
+		{"an unknown topic ID is held to the strictest configured topic-partition until its name is known", "core-group",
+			kt.Fetch(18, 0, -1, []kt.TP{{ID: unknownID, Partitions: []int32{0}}}, nil), entity.Fetch, topicPart("broadcast-topic-1")},
 		{"internal topics are skipped", "x",
 			kt.Produce(9, kt.TP{Topic: "__transaction_state", Partitions: []int32{0}}, kt.TP{Topic: "core-topic", Partitions: []int32{0}}), entity.Produce, topicPart("core-topic-0")},
 		{"a client reading only internal topics is governed as that client", "x",
@@ -294,8 +294,10 @@ entities:
     orders-2: {producer_byte_rate: 1MiB}
 `)
 	for client, want := range map[string]struct{ produce, fetch Target }{
-		// franz-go names topics by ID; with no metadata it falls back to the client.
-		"franz-go": {client("franz-orders"), client("franz-orders")},
+		// franz-go names topics by ID; with no metadata an ID might be any
+		// topic's, so its producer is held to the strictest configured
+		// partition. Its last fetch closes the session and names nothing.
+		"franz-go": {topicPart("orders-2"), client("franz-orders")},
 		"sarama":   {client("sarama-orders"), client("sarama-orders")},
 		// kafka-go's writer hashes key "k" to some partition; its reader reads partition 2.
 		"kafka-go": {Target{}, topicPart("orders-2")},

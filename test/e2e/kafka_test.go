@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -139,7 +140,61 @@ func TestKafkaJavaClientLimits(t *testing.T) {
 		Pass: within(p[0], produceLimit, 0.03) && within(c[0], fetchLimit, 0.03) && !early,
 		Measured: map[string]any{"producer_bps": p[0], "consumer_bps": c[0], "exited_early": early, "measured_at": meteredAt,
 			"sluice_vs_kernel_consumer": differences(c, own),
-			"producer_said": producerSaid(prod), "consumer_said": consumerSaid(cons), "broker": "Apache Kafka " + harness.KafkaVersion},
+			"producer_said":             producerSaid(prod), "consumer_said": consumerSaid(cons), "broker": "Apache Kafka " + harness.KafkaVersion},
 		Expected: map[string]any{"producer_bps": produceLimit, "consumer_bps": fetchLimit, "tolerance": 0.03, "exited_early": false},
+	})
+}
+
+// ② A Java producer writing round-robin to the six partitions of orders,
+// of which orders-3 has a topic-partition limit: the Java client sends one
+// Produce request per broker carrying a batch for every partition, with
+// orders-3 anywhere in it. What orders-3 receives obeys its limit, judged
+// by the growth of its log on the broker's disk. The rule for a connection
+// whose requests mix entities (docs/identity.md): the strictest governing
+// entity its requests name holds the whole connection, so the producer is
+// held to orders-3's limit in all (judged by the broker's socket). Beside
+// it a Java producer writing six partitions of events, none governed, is
+// not held: it moves what it asked for.
+func TestKafkaMultiPartitionProducer(t *testing.T) {
+	w := kafkaWorld(t, harness.Options{Topics: []string{"orders", "events"}, Partitions: 6})
+	const limit = 2e6
+	const eventsAsked = 5000 // records/s of recordSize: 5.1 MB/s
+	start(t, w, harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", Extra: "entities:\n  topic-partitions:\n    orders-3: {producer_byte_rate: " + itoa(limit) + "}\n"})
+	roundRobin := "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"
+	orders := javaProducer(t, w, "orders-producer", "orders-app", "orders", -1, roundRobin)
+	events := javaProducer(t, w, "events-producer", "events-app", "events", eventsAsked, roundRobin)
+	time.Sleep(3 * time.Second) // settle, as metered does
+	disk := func() []int64 {
+		out := make([]int64, 6)
+		for p := range out {
+			n, err := w.Broker.PartitionBytes("orders", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[p] = n
+		}
+		return out
+	}
+	before, from := disk(), time.Now()
+	rates, err := w.MeterClients(0, 5*time.Second, orders, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, secs := disk(), time.Since(from).Seconds()
+	perPartition := make([]float64, 6)
+	for p := range perPartition {
+		perPartition[p] = float64(after[p]-before[p]) / secs
+	}
+	eventsWant := float64(eventsAsked * recordSize)
+	early := orders.ExitedEarly() || events.ExitedEarly()
+	record(t, Result{
+		Name: "kafka-multi-partition-producer",
+		Pass: perPartition[3] <= 1.03*limit && within(rates[0], limit, 0.03) && rates[1] >= 0.97*eventsWant && !early,
+		Measured: map[string]any{"orders_partition_log_bps": perPartition, "orders_producer_bps": rates[0], "events_producer_bps": rates[1],
+			"exited_early": early, "measured_at": meteredAt + "; per partition: growth of its log segments on the broker's disk",
+			"orders_producer_said": producerSaid(orders), "events_producer_said": producerSaid(events)},
+		Expected: map[string]any{"orders_3_log_max_bps": 1.03 * limit, "orders_producer_bps": limit, "tolerance": 0.03,
+			"events_producer_min_bps": 0.97 * eventsWant, "exited_early": false,
+			"rule": "the strictest governing entity a connection's requests name holds the whole connection"},
 	})
 }

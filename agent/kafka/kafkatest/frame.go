@@ -34,6 +34,12 @@ type TP struct {
 
 // Produce builds a Produce request of a version with small record batches.
 func Produce(version int16, topics ...TP) *kmsg.ProduceRequest {
+	return ProduceBatches(version, 64, topics...)
+}
+
+// ProduceBatches builds a Produce request whose record batches are
+// batchBytes long each: a sample of its first bytes ends inside the first.
+func ProduceBatches(version int16, batchBytes int, topics ...TP) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()
 	req.SetVersion(version)
 	req.Acks = -1
@@ -44,7 +50,7 @@ func Produce(version int16, topics ...TP) *kmsg.ProduceRequest {
 		for _, p := range tp.Partitions {
 			part := kmsg.NewProduceRequestTopicPartition()
 			part.Partition = p
-			part.Records = make([]byte, 64)
+			part.Records = make([]byte, batchBytes)
 			t.Partitions = append(t.Partitions, part)
 		}
 		req.Topics = append(req.Topics, t)
