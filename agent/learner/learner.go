@@ -402,18 +402,21 @@ func (l *Learner[C]) decide(st *conn, d entity.Direction, topics []kafka.TopicPa
 	if !l.policy.HasTopicPartitions() {
 		return l.clientEntity(st)
 	}
-	var strictest entity.Key
-	consider := func(k entity.Key) {
-		if strictest == (entity.Key{}) || l.policy.Stricter(d, k, strictest) {
-			strictest = k
+	// strictest is what the request names or hides; unknownIDs, topic IDs
+	// the metadata does not know yet, hold only this request (the agent
+	// may have just started): a producer is not pinned by them.
+	var strictest, unknown entity.Key
+	stricter := func(cur *entity.Key, k entity.Key) {
+		if *cur == (entity.Key{}) || l.policy.Stricter(d, k, *cur) {
+			*cur = k
 		}
 	}
-	unseen := r.TopicsHidden
+	unseen, unknownIDs := r.TopicsHidden, false
 	for i := range topics {
 		tp := &topics[i]
 		name, ok := l.topicName(tp)
 		if !ok {
-			unseen = unseen || len(tp.Partitions) > 0 || tp.Hidden
+			unknownIDs = unknownIDs || len(tp.Partitions) > 0 || tp.Hidden
 			continue
 		}
 		if kafka.IsInternalTopic(name) {
@@ -421,7 +424,7 @@ func (l *Learner[C]) decide(st *conn, d entity.Direction, topics []kafka.TopicPa
 		}
 		for _, p := range tp.Partitions {
 			if k, ok := l.policy.TopicPartition(name, p); ok {
-				consider(k)
+				stricter(&strictest, k)
 			}
 		}
 	}
@@ -429,17 +432,24 @@ func (l *Learner[C]) decide(st *conn, d entity.Direction, topics []kafka.TopicPa
 		if tp := &r.Topics[i]; tp.Hidden {
 			if name, ok := l.topicName(tp); ok && !kafka.IsInternalTopic(name) {
 				if k, ok := l.policy.StrictestTopicPartition(d, name); ok {
-					consider(k)
+					stricter(&strictest, k)
 				}
 			}
 		}
 	}
-	if unseen {
-		if k, ok := l.policy.StrictestTopicPartition(d, ""); ok {
-			consider(k)
+	if anyTP, ok := l.policy.StrictestTopicPartition(d, ""); ok {
+		if unseen {
+			stricter(&strictest, anyTP)
+		}
+		if unknownIDs {
+			unknown = anyTP
 		}
 	}
-	return l.hold(st, d, strictest)
+	t := l.hold(st, d, strictest)
+	if unknown != (entity.Key{}) && (t.Key.Kind != entity.KindTopicPartition || l.policy.Stricter(d, unknown, t.Key)) {
+		t = Target{Key: unknown}
+	}
+	return t
 }
 
 // hold returns the stricter of k (zero: the request named no configured

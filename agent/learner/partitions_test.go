@@ -104,3 +104,21 @@ func TestProducerHoldsTheStrictestPartition(t *testing.T) {
 		t.Errorf("a consumer that forgot orders-3 is still held by it: %+v", got)
 	}
 }
+
+// A topic ID the metadata does not know yet (an agent that just started)
+// holds the request it is in to the strictest configured partition, and no
+// more: once the name is known, an ungoverned topic is the client's.
+func TestUnknownTopicIDPinsNothing(t *testing.T) {
+	known := names{}
+	l := New[int](mustPolicy(t, partitionsConfig), known)
+	produce := func() Target {
+		return learn(t, l, 1, kt.Produce(13, kt.TP{ID: ordersID, Partitions: []int32{0}}), "app").Produce
+	}
+	if got := produce(); got != topicPart("orders-5") {
+		t.Fatalf("unknown ID: %+v, want the strictest partition", got)
+	}
+	known[ordersID] = "events"
+	if got := produce(); got != client("app") {
+		t.Errorf("the ID is now an ungoverned topic's, still held: %+v", got)
+	}
+}
