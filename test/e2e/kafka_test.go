@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -197,4 +198,79 @@ func TestKafkaMultiPartitionProducer(t *testing.T) {
 			"events_producer_min_bps": 0.97 * eventsWant, "exited_early": false,
 			"rule": "the strictest governing entity a connection's requests name holds the whole connection"},
 	})
+}
+
+// ③ Kafka's own quota and sluice's on one client: the broker throttles by
+// delaying its answers (throttle_time_ms), sluice by holding the client's
+// segments at the NIC. Whichever is stricter holds the client, and the two
+// do not fight: the client's rate is within ±5 % of the stricter over
+// each phase, no 2-second rate passes sluice's limit (Kafka's throttling
+// is stop-and-go over its quota window: a client it releases runs at what
+// else holds it, here sluice), and it keeps its connections (no reconnects). First
+// Kafka's quota is the stricter, then it is raised with AlterClientQuotas
+// (what kafka-configs --alter sends) while the producer runs, and
+// sluice's is.
+func TestKafkaBrokerQuotaBesideSluice(t *testing.T) {
+	// Kafka's quota window shortened from 11 to 3 one-second samples: its
+	// throttling then alternates within seconds, not over ten, so a window
+	// of a few seconds judges its average (with the default, 20-second
+	// windows measured 3.74 and 4.38 MB/s under a 4 MB/s quota).
+	w := kafkaWorld(t, harness.Options{Topics: []string{"events"}, BrokerProps: []string{"quota.window.num=3"}})
+	const sluiceLimit, kafkaLow, kafkaHigh = 6e6, 4e6, 10e6
+	start(t, w, harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB",
+		Extra: "entities:\n  clients:\n    quota-app: {producer_byte_rate: " + itoa(sluiceLimit) + "}\n"})
+	if err := w.Broker.SetClientQuota(w.Pair.Client, "quota-app", "producer_byte_rate", kafkaLow); err != nil {
+		t.Fatal(err)
+	}
+	prod := javaProducer(t, w, "quota-producer", "quota-app", "events", -1)
+	trace := w.TraceClient(0, 250*time.Millisecond, prod)
+	// Settle past Kafka's quota window: the producer's first burst, at
+	// sluice's limit, is paid back in throttling over the window after it.
+	time.Sleep(6 * time.Second)
+	portsBefore := clientPorts(t, w, prod)
+	kafkaStricter, err := w.MeterClients(0, 12*time.Second, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase1 := [2]time.Time{time.Now().Add(-12 * time.Second), time.Now()}
+	if err := w.Broker.SetClientQuota(w.Pair.Client, "quota-app", "producer_byte_rate", kafkaHigh); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second) // settle: the broker's window forgets the old quota's throttling
+	sluiceStricter, err := w.MeterClients(0, 8*time.Second, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phase2 := [2]time.Time{time.Now().Add(-8 * time.Second), time.Now()}
+	portsAfter := clientPorts(t, w, prod)
+	points, err := trace.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak1, _ := harness.PeakRate(points, 2*time.Second, phase1[0], phase1[1])
+	peak2, _ := harness.PeakRate(points, 2*time.Second, phase2[0], phase2[1])
+	kept := slices.Equal(portsBefore, portsAfter) && len(portsBefore) > 0
+	record(t, Result{
+		Name: "kafka-broker-quota-beside-sluice",
+		Pass: within(kafkaStricter[0], kafkaLow, 0.05) && within(sluiceStricter[0], sluiceLimit, 0.05) &&
+			peak1 <= 1.05*sluiceLimit && peak2 <= 1.05*sluiceLimit && kept && !prod.ExitedEarly(),
+		Measured: map[string]any{"kafka_stricter_bps": kafkaStricter[0], "sluice_stricter_bps": sluiceStricter[0],
+			"kafka_stricter_peak_2s_bps": peak1, "sluice_stricter_peak_2s_bps": peak2,
+			"connections_before": portsBefore, "connections_after": portsAfter, "measured_at": meteredAt, "producer_said": producerSaid(prod)},
+		Expected: map[string]any{"kafka_stricter_bps": kafkaLow, "sluice_stricter_bps": sluiceLimit, "tolerance": 0.05,
+			"peak_2s_max_bps": 1.05 * sluiceLimit, "kafka_phase_window_s": 12, "kafka_quota_window": "quota.window.num=3 × 1 s", "connections": "the same client ports throughout (no reconnect)"},
+	})
+}
+
+// clientPorts is the sorted local ports of a client process's connections
+// to the broker.
+func clientPorts(t *testing.T, w *harness.World, c *harness.Client) []uint16 {
+	t.Helper()
+	all, err := w.ClientPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := slices.Clone(all[c.Pid()])
+	slices.Sort(ports)
+	return ports
 }
