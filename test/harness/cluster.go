@@ -76,6 +76,9 @@ type BrokerHost struct {
 	IP, ClientIP, OtherIP netip.Addr
 	Pins, Socket          string
 	Agent                 *Agent
+	// Kafka is the host's Apache Kafka broker in a world made by
+	// NewRealClusterWorld (nil with kfake).
+	Kafka *Broker
 }
 
 // Addr is the broker's listener.
@@ -84,14 +87,53 @@ func (b *BrokerHost) Addr() string { return net.JoinHostPort(b.IP.String(), "909
 // NewClusterWorld builds the topology and a three-broker kfake with
 // DataTopic seeded with partitions partitions.
 func NewClusterWorld(dir, sluice, loadgen, dataTopic string, partitions int32) (*ClusterWorld, error) {
+	w, err := newClusterHosts(dir, sluice, loadgen)
+	if err != nil {
+		return nil, err
+	}
+	w.DataTopic, w.canned = dataTopic, cannedBatch()
+	listening := 0
+	w.Kafka, err = kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(partitions, dataTopic),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			b := w.Brokers[listening] // kfake creates brokers 0, 1, 2 in order
+			listening++
+			return b.NS.Listen(b.Addr())
+		}))
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	for p := range partitions {
+		w.leaders[p] = w.Kafka.LeaderFor(dataTopic, p)
+	}
+	info := w.Kafka.TopicInfo(dataTopic)
+	if info == nil {
+		w.Close()
+		return nil, fmt.Errorf("kfake did not seed %s", dataTopic)
+	}
+	w.dataID = info.TopicID
+	c := w.Kafka
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return w.produce(req.(*kmsg.ProduceRequest), c.CurrentNode())
+	})
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return w.fetch(req.(*kmsg.FetchRequest), c.CurrentNode())
+	})
+	return w, nil
+}
+
+// newClusterHosts builds the three broker hosts and the client host that
+// joins and routes between them, and a bpffs for the agents' pins.
+func newClusterHosts(dir, sluice, loadgen string) (*ClusterWorld, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the cluster world builds namespaces, BPF programs and qdiscs: it needs root")
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, err
 	}
-	w := &ClusterWorld{Dir: dir, Sluice: sluice, Loadgen: loadgen, DataTopic: dataTopic, leaders: map[int32]int32{}, next: map[int32]int64{},
-		canned: cannedBatch()}
+	w := &ClusterWorld{Dir: dir, Sluice: sluice, Loadgen: loadgen, leaders: map[int32]int32{}, next: map[int32]int64{}}
 	sfx := netns.Suffix()
 	var err error
 	if w.Clients, err = netns.Create(netns.Prefix + "cc-" + sfx); err != nil {
@@ -137,35 +179,6 @@ func NewClusterWorld(dir, sluice, loadgen, dataTopic string, partitions int32) (
 		b.Pins = filepath.Join(w.bpffs, fmt.Sprintf("b%d", b.ID))
 		b.Socket = filepath.Join(dir, fmt.Sprintf("b%d.sock", b.ID))
 	}
-	listening := 0
-	w.Kafka, err = kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(partitions, dataTopic),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			b := w.Brokers[listening] // kfake creates brokers 0, 1, 2 in order
-			listening++
-			return b.NS.Listen(b.Addr())
-		}))
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	for p := range partitions {
-		w.leaders[p] = w.Kafka.LeaderFor(dataTopic, p)
-	}
-	info := w.Kafka.TopicInfo(dataTopic)
-	if info == nil {
-		w.Close()
-		return nil, fmt.Errorf("kfake did not seed %s", dataTopic)
-	}
-	w.dataID = info.TopicID
-	c := w.Kafka
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		return w.produce(req.(*kmsg.ProduceRequest), c.CurrentNode())
-	})
-	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		return w.fetch(req.(*kmsg.FetchRequest), c.CurrentNode())
-	})
 	return w, nil
 }
 
@@ -456,7 +469,19 @@ func (w *ClusterWorld) ClientSocketBytes() (map[netip.AddrPort]LinkBytes, error)
 	if err != nil {
 		return nil, fmt.Errorf("ss in the client host: %w", err)
 	}
-	return parseClientSockets(out)
+	return parseSockets(out, func(local, _ netip.AddrPort) netip.AddrPort { return local })
+}
+
+// ListenerSockets reads, from broker host b's kernel, every established
+// connection to its listener on 9092, keyed by the peer (a client, or
+// another broker's replica fetcher): bytes_received is what the peer sent,
+// bytes_acked what it received.
+func (b *BrokerHost) ListenerSockets() (map[netip.AddrPort]LinkBytes, error) {
+	out, err := exec.Command("ip", "netns", "exec", b.NS.Name, "ss", "-tniH", "state", "established", "( sport = :9092 )").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ss in broker host %d: %w", b.ID, err)
+	}
+	return parseSockets(out, func(_, peer netip.AddrPort) netip.AddrPort { return peer })
 }
 
 // LinkBytes is one connection's link and acknowledged bytes.
@@ -470,7 +495,14 @@ type LinkBytes struct {
 // consumers read.
 type LinkCounts struct{ Acked, Received uint64 }
 
-func parseClientSockets(out []byte) (map[netip.AddrPort]LinkBytes, error) {
+func parseUnmapped(s string) (netip.AddrPort, error) {
+	a, err := netip.ParseAddrPort(s)
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()), err
+}
+
+// parseSockets reads `ss -tniH` output into each connection's link and
+// counters, keyed by what key picks of its two ends.
+func parseSockets(out []byte, key func(local, peer netip.AddrPort) netip.AddrPort) (map[netip.AddrPort]LinkBytes, error) {
 	socks := map[netip.AddrPort]LinkBytes{}
 	var local, peer netip.AddrPort
 	haveSocket := false
@@ -487,8 +519,9 @@ func parseClientSockets(out []byte) (map[netip.AddrPort]LinkBytes, error) {
 				continue
 			}
 			var err1, err2 error
-			local, err1 = netip.ParseAddrPort(f[2])
-			peer, err2 = netip.ParseAddrPort(f[3])
+			// A JVM's sockets are dual-stack: ss prints [::ffff:a.b.c.d].
+			local, err1 = parseUnmapped(f[2])
+			peer, err2 = parseUnmapped(f[3])
 			haveSocket = err1 == nil && err2 == nil
 			continue
 		}
@@ -507,7 +540,7 @@ func parseClientSockets(out []byte) (map[netip.AddrPort]LinkBytes, error) {
 				}
 			}
 		}
-		socks[local] = lb
+		socks[key(local, peer)] = lb
 		haveSocket = false
 	}
 	return socks, sc.Err()
@@ -573,6 +606,13 @@ func (w *ClusterWorld) Close() error {
 	if w.Kafka != nil {
 		w.Kafka.Close()
 	}
+	var stopping sync.WaitGroup
+	for _, b := range w.Brokers {
+		if b.Kafka != nil {
+			stopping.Go(b.Kafka.Stop)
+		}
+	}
+	stopping.Wait()
 	var errs []error
 	for _, b := range w.Brokers {
 		// The agents left their pins and trees (keep_attached_on_exit):

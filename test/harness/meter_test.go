@@ -31,7 +31,7 @@ func TestParseClientSockets(t *testing.T) {
 		"\t cubic wscale:7,7 rto:204 bytes_sent:5000 bytes_acked:4000 bytes_received:100000 segs_out:4\n" +
 		"0      0      198.18.11.3:40200 198.18.11.2:9092\n" +
 		"\t cubic wscale:7,7 rto:201 segs_out:1\n")
-	socks, err := parseClientSockets(out)
+	socks, err := parseSockets(out, func(local, _ netip.AddrPort) netip.AddrPort { return local })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,11 @@ type BrokerSpec struct {
 	Heap   string        // -Xmx, e.g. "768m" (default)
 	Props  []string      // more server.properties lines (key=value)
 	Start  time.Duration // how long it may take to answer ApiVersions (default 60 s)
+	// Voters, when set, is a static quorum of combined nodes
+	// (controller.quorum.voters, id@host:9093,...): the node's controller
+	// listens on IP:9093. Unset, the node is a quorum of its own, its
+	// controller on the host's loopback.
+	Voters string
 }
 
 // Broker is a running Apache Kafka broker.
@@ -91,7 +96,11 @@ func StartBroker(s BrokerSpec) (*Broker, error) {
 	if err := os.WriteFile(filepath.Join(s.Dir, "log4j2.properties"), []byte(log4j2), 0o644); err != nil {
 		return nil, err
 	}
-	format := b.java("256m", "kafka.tools.StorageTool", "format", "--cluster-id", clusterID, "--config", props, "--standalone", "--ignore-formatted")
+	formatArgs := []string{"format", "--cluster-id", clusterID, "--config", props, "--ignore-formatted"}
+	if s.Voters == "" {
+		formatArgs = append(formatArgs, "--standalone")
+	}
+	format := b.java("256m", "kafka.tools.StorageTool", formatArgs...)
 	if out, err := format.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("kafka-storage format (node %d): %v\n%s", s.NodeID, err, out)
 	}
@@ -120,11 +129,15 @@ const clusterID = "c2x1aWNlLXRlc3RzLTAwMQ"
 // (its controller on loopback inside its host), sized for a 2-core host.
 func (b *Broker) properties() string {
 	s := b.Spec
+	quorum, controller := "controller.quorum.bootstrap.servers=127.0.0.1:9093", "127.0.0.1:9093"
+	if s.Voters != "" {
+		quorum, controller = "controller.quorum.voters="+s.Voters, net.JoinHostPort(s.IP, "9093")
+	}
 	lines := []string{
 		"process.roles=broker,controller",
 		"node.id=" + strconv.Itoa(s.NodeID),
-		"controller.quorum.bootstrap.servers=127.0.0.1:9093",
-		"listeners=PLAINTEXT://" + b.Addr() + ",CONTROLLER://127.0.0.1:9093",
+		quorum,
+		"listeners=PLAINTEXT://" + b.Addr() + ",CONTROLLER://" + controller,
 		"advertised.listeners=PLAINTEXT://" + b.Addr(),
 		"controller.listener.names=CONTROLLER",
 		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
