@@ -193,7 +193,7 @@ func TestKafkaReplicationExempt(t *testing.T) {
 		Measured: map[string]any{"producer_per_broker_bps": perBroker, "producer_total_bps": clientTotal,
 			"brokers_received_from_clients_bps": brokersReceived, "replicated_to_followers_bps": replicated,
 			"isr_before": isrBefore, "isr_after": isrAfter,
-			"measured_at": "client host's tcp_info per link (the producer); the brokers' listener sockets (replication to peers, client bytes received)",
+			"measured_at":   "client host's tcp_info per link (the producer); the brokers' listener sockets (replication to peers, client bytes received)",
 			"producer_said": producerSaid(prod), "brokers": "3 × Apache Kafka " + harness.KafkaVersion + " (KRaft, RF 3, min.insync.replicas 2)"},
 		Expected: map[string]any{"producer_per_broker_bps": limit, "tolerance": 0.03, "isr": []int{3, 3, 3},
 			"replicated_to_followers_bps": "2 × what the brokers received from clients, ±10 % (exempt: never held)"},
