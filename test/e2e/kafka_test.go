@@ -50,9 +50,15 @@ func kafkaWorld(t *testing.T, o harness.Options) *harness.World {
 // can), with the producer properties given after the client-id.
 func javaProducer(t *testing.T, w *harness.World, name, clientID, topic string, recordsPerSec int, props ...string) *harness.Client {
 	t.Helper()
-	args := []string{"--topic", topic, "--num-records", "1000000000", "--record-size", strconv.Itoa(recordSize),
-		"--throughput", strconv.Itoa(recordsPerSec), "--producer-props", "bootstrap.servers=" + w.Bootstrap(), "client.id=" + clientID, "acks=1"}
-	c, err := w.StartJava(name, "org.apache.kafka.tools.ProducerPerformance", append(args, props...)...)
+	// The properties go in a file: --producer-props refuses a value with
+	// an '=' in it (a JAAS line).
+	conf := filepath.Join(w.Dir, name+".properties")
+	lines := append([]string{"bootstrap.servers=" + w.Bootstrap(), "client.id=" + clientID, "acks=1"}, props...)
+	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.StartJava(name, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", "1000000000",
+		"--record-size", strconv.Itoa(recordSize), "--throughput", strconv.Itoa(recordsPerSec), "--producer.config", conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,5 +383,97 @@ func TestKafkaDesignScenarios(t *testing.T) {
 		Pass:     pass,
 		Measured: map[string]any{"phases": phases, "overcommit_alert_raised": raised, "measured_at": meteredAt, "broker": "Apache Kafka " + harness.KafkaVersion},
 		Expected: map[string]any{"C_bps": c, "tolerance": 0.03, "oracle": "DESIGN §4: floors after reservations, spare by weight", "overcommit_alert_raised": true},
+	})
+}
+
+// ⑥ SCRAM-SHA-512 users on a real broker's SASL_PLAINTEXT listener, made
+// with kafka-configs, with Java producers, the broker re-authenticating
+// every connection every 10 s (connections.max.reauth.ms, KIP-368):
+//
+//   - alice's producers under KIP-55's precedence: client-id reports has a
+//     <user, client-id> entity of 2 MB/s of its own, client-id app shares
+//     alice's 4 MB/s (both from sluice's file);
+//   - bob's limit is Kafka's own quota (kafka-configs --add-config
+//     producer_byte_rate on users/bob), imported (kafka_quotas: import),
+//     3 MB/s and then, while bob's producer runs, altered to 5 MB/s with
+//     kafka-configs: the import follows;
+//   - identity is held through every re-authentication: each producer
+//     keeps its connections through the run (the broker closes one that
+//     fails to re-authenticate) and its rate through every window.
+//
+// Each rate within ±5 % (Kafka enforces bob's quota too: the stricter of
+// two equal limits; its quota window is shortened as in ③).
+func TestKafkaSCRAMUsers(t *testing.T) {
+	w := kafkaWorld(t, harness.Options{Topics: []string{"events"}, BrokerSASL: true,
+		BrokerProps: []string{"connections.max.reauth.ms=10000", "quota.window.num=3"}})
+	passwords := map[string]string{"alice": "alice-Pw-7f3c91", "bob": "bob-Pw-4e2a08", "sluice": "sluice-Pw-0b77"}
+	for _, u := range []string{"alice", "bob", "sluice"} {
+		if err := w.Broker.AddSCRAMUser(u, passwords[u]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const aliceLimit, reportsLimit, bobBefore, bobAfter = 4e6, 2e6, 3e6, 5e6
+	setBob := func(rate float64) {
+		if _, err := w.Broker.Configs("--alter", "--entity-type", "users", "--entity-name", "bob", "--add-config", "producer_byte_rate="+itoa(rate)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setBob(bobBefore)
+	start(t, w, harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", Listeners: "[{port: 9092, protocol: SASL_PLAINTEXT}]",
+		Extra: "sasl: {mechanism: SCRAM-SHA-512, username: sluice, password: " + passwords["sluice"] + "}\nkafka_quotas: import\n" +
+			"entities:\n  users:\n    alice:\n      producer_byte_rate: " + itoa(aliceLimit) + "\n      clients:\n        reports: {producer_byte_rate: " + itoa(reportsLimit) + "}\n"})
+	login := func(user string) []string {
+		return []string{"security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512",
+			`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="` + user + `" password="` + passwords[user] + `";`}
+	}
+	reports := javaProducer(t, w, "alice-reports", "reports", "events", -1, login("alice")...)
+	app := javaProducer(t, w, "alice-app", "app", "events", -1, login("alice")...)
+	bob := javaProducer(t, w, "bob", "bob-app", "events", -1, login("bob")...)
+	producers := []*harness.Client{reports, app, bob}
+	started := time.Now()
+	time.Sleep(6 * time.Second) // settle past Kafka's quota window (3 s) and the JVMs' start
+	ports := make([][]uint16, len(producers))
+	for i, p := range producers {
+		ports[i] = clientPorts(t, w, p)
+	}
+	// Three 5-second windows before bob's quota changes, three after.
+	var before, after [][]float64
+	for range 3 {
+		r, err := w.MeterClients(0, 5*time.Second, producers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, r)
+	}
+	setBob(bobAfter)
+	changed := time.Now()
+	time.Sleep(5 * time.Second) // the import's interval (metadata_refresh 2 s) and Kafka's quota window (3 s)
+	for range 3 {
+		r, err := w.MeterClients(0, 5*time.Second, producers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = append(after, r)
+	}
+	kept := true
+	for i, p := range producers {
+		kept = kept && len(ports[i]) > 0 && slices.Equal(ports[i], clientPorts(t, w, p)) && !p.ExitedEarly()
+	}
+	pass := kept
+	for _, r := range before {
+		pass = pass && within(r[0], reportsLimit, 0.05) && within(r[1], aliceLimit, 0.05) && within(r[2], bobBefore, 0.05)
+	}
+	for _, r := range after {
+		pass = pass && within(r[0], reportsLimit, 0.05) && within(r[1], aliceLimit, 0.05) && within(r[2], bobAfter, 0.05)
+	}
+	ran := time.Since(started)
+	record(t, Result{
+		Name: "kafka-scram-users",
+		Pass: pass,
+		Measured: map[string]any{"windows_before_bps": before, "windows_after_bps": after, "order": []string{"alice/reports", "alice/app", "bob"},
+			"connections_kept": kept, "ran_s": ran.Seconds(), "reauthentications_each_at_least": int(ran / (10 * time.Second)),
+			"quota_altered_s_before_windows": time.Since(changed).Seconds() - 15, "measured_at": meteredAt},
+		Expected: map[string]any{"alice_reports_bps": reportsLimit, "alice_app_bps": aliceLimit, "bob_bps": []float64{bobBefore, bobAfter},
+			"tolerance": 0.05, "connections_kept": true, "reauthentications_each_at_least": 3},
 	})
 }

@@ -54,7 +54,15 @@ type BrokerSpec struct {
 	// listens on IP:9093. Unset, the node is a quorum of its own, its
 	// controller on the host's loopback.
 	Voters string
+	// SASL makes the client listener SASL_PLAINTEXT (SCRAM-SHA-512, users
+	// made with AddSCRAMUser); the broker then also listens, in PLAINTEXT,
+	// on the host's loopback (InternalAddr) for itself and the admin tools.
+	SASL bool
 }
+
+// InternalAddr is a SASL broker's PLAINTEXT listener on its host's
+// loopback.
+const InternalAddr = "127.0.0.1:9094"
 
 // Broker is a running Apache Kafka broker.
 type Broker struct {
@@ -133,16 +141,30 @@ func (b *Broker) properties() string {
 	if s.Voters != "" {
 		quorum, controller = "controller.quorum.voters="+s.Voters, net.JoinHostPort(s.IP, "9093")
 	}
-	lines := []string{
+	listeners := []string{
+		"listeners=PLAINTEXT://" + b.Addr() + ",CONTROLLER://" + controller,
+		"advertised.listeners=PLAINTEXT://" + b.Addr(),
+		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+		"inter.broker.listener.name=PLAINTEXT",
+	}
+	if s.SASL {
+		listeners = []string{
+			"listeners=SASL_PLAINTEXT://" + b.Addr() + ",CONTROLLER://" + controller + ",INTERNAL://" + InternalAddr,
+			"advertised.listeners=SASL_PLAINTEXT://" + b.Addr() + ",INTERNAL://" + InternalAddr,
+			"listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT",
+			"inter.broker.listener.name=INTERNAL",
+			"sasl.enabled.mechanisms=SCRAM-SHA-512",
+			"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
+		}
+	}
+	lines := append([]string{
 		"process.roles=broker,controller",
 		"node.id=" + strconv.Itoa(s.NodeID),
 		quorum,
-		"listeners=PLAINTEXT://" + b.Addr() + ",CONTROLLER://" + controller,
-		"advertised.listeners=PLAINTEXT://" + b.Addr(),
 		"controller.listener.names=CONTROLLER",
-		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-		"inter.broker.listener.name=PLAINTEXT",
-		"log.dirs=" + b.DataDir(),
+	}, listeners...)
+	lines = append(lines,
+		"log.dirs="+b.DataDir(),
 		"num.partitions=1",
 		"offsets.topic.replication.factor=1",
 		"offsets.topic.num.partitions=4",
@@ -158,7 +180,7 @@ func (b *Broker) properties() string {
 		// reach; retention bounds the disk a long run uses.
 		"log.segment.bytes=67108864",
 		"log.retention.bytes=1073741824",
-	}
+	)
 	return strings.Join(append(lines, s.Props...), "\n") + "\n"
 }
 
@@ -333,7 +355,13 @@ func (b *Broker) PartitionBytes(topic string, partition int) (int64, error) {
 // Admin is a franz-go client of the broker dialing from ns (the client
 // host), for topics and quotas; the caller closes it.
 func (b *Broker) Admin(ns *netns.NS) (*kadm.Client, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ClientID("e2e-admin"),
+	seed := b.Addr()
+	if b.Spec.SASL {
+		// Its client listener wants a login: the admin goes through the
+		// broker host's PLAINTEXT loopback listener instead.
+		seed, ns = InternalAddr, b.Spec.NS
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seed), kgo.ClientID("e2e-admin"),
 		kgo.Dialer(func(_ context.Context, _, host string) (net.Conn, error) { return ns.Dial(host) }))
 	if err != nil {
 		return nil, err
@@ -409,4 +437,26 @@ func (b *Broker) SetClientQuota(ns *netns.NS, clientID, key string, rate float64
 		return fmt.Errorf("alter client quota %s of %s: %w", key, clientID, err)
 	}
 	return nil
+}
+
+// Configs runs kafka-configs (ConfigCommand) on the broker's host against
+// its own listener (the loopback one of a SASL broker), as an operator
+// would, and returns what it printed.
+func (b *Broker) Configs(args ...string) (string, error) {
+	addr := b.Addr()
+	if b.Spec.SASL {
+		addr = InternalAddr
+	}
+	out, err := b.java("256m", "kafka.admin.ConfigCommand", append([]string{"--bootstrap-server", addr}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kafka-configs %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// AddSCRAMUser creates a SCRAM-SHA-512 user with kafka-configs.
+func (b *Broker) AddSCRAMUser(user, password string) error {
+	_, err := b.Configs("--alter", "--entity-type", "users", "--entity-name", user,
+		"--add-config", "SCRAM-SHA-512=[iterations=4096,password="+password+"]")
+	return err
 }
