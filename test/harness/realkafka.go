@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -116,7 +117,7 @@ func StartBroker(s BrokerSpec) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.cmd = b.java(s.Heap, "kafka.Kafka", props)
+	b.cmd = b.javaJMX(s.Heap, "kafka.Kafka", props)
 	b.cmd.Stdout, b.cmd.Stderr = logf, logf
 	if err := b.cmd.Start(); err != nil {
 		logf.Close()
@@ -203,6 +204,56 @@ func (b *Broker) java(heap, main string, args ...string) *exec.Cmd {
 	// namespace helpers retire threads; Close and the kafka-check's
 	// leftover check end every JVM instead.
 	return exec.Command("ip", append([]string{"netns", "exec", b.Spec.NS.Name}, argv...)...)
+}
+
+// jmxPort is where a broker serves JMX, on its host's loopback: the
+// scenarios read Kafka's own metrics there (JMX).
+const jmxPort = "9999"
+
+// javaJMX is java with the JVM's JMX agent on the host's loopback.
+func (b *Broker) javaJMX(heap, main string, args ...string) *exec.Cmd {
+	cmd := b.java(heap, main, args...)
+	jmx := []string{"-Dcom.sun.management.jmxremote", "-Dcom.sun.management.jmxremote.port=" + jmxPort,
+		"-Dcom.sun.management.jmxremote.rmi.port=" + jmxPort, "-Dcom.sun.management.jmxremote.local.only=true",
+		"-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false",
+		"-Djava.rmi.server.hostname=127.0.0.1"}
+	// After "ip netns exec NS java": the JVM's options.
+	cmd.Args = slices.Concat(cmd.Args[:5], jmx, cmd.Args[5:])
+	return cmd
+}
+
+// JMX reads attributes of the MBeans matching object (a JMX object name
+// pattern) from the broker's own metrics, with Kafka's JmxTool: each
+// attribute summed over the matching MBeans.
+func (b *Broker) JMX(object string, attrs ...string) (map[string]float64, error) {
+	out, err := b.java("128m", "org.apache.kafka.tools.JmxTool", "--jmx-url",
+		"service:jmx:rmi:///jndi/rmi://127.0.0.1:"+jmxPort+"/jmxrmi", "--object-name", object,
+		"--attributes", strings.Join(attrs, ","), "--one-time", "true", "--report-format", "properties").Output()
+	if err != nil {
+		return nil, fmt.Errorf("JmxTool %s: %v\n%s", object, err, out)
+	}
+	// A line an attribute: "<mbean name>:<attribute>=<value>" (the MBean
+	// name holds commas and '='s of its own).
+	sums := map[string]float64{}
+	for _, line := range strings.Split(string(out), "\n") {
+		i := strings.LastIndexByte(line, ':')
+		if i < 0 {
+			continue
+		}
+		attr, v, ok := strings.Cut(line[i+1:], "=")
+		if !ok || !slices.Contains(attrs, attr) {
+			continue
+		}
+		if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			sums[attr] += x
+		}
+	}
+	for _, a := range attrs {
+		if _, ok := sums[a]; !ok {
+			return nil, fmt.Errorf("JmxTool %s: no %s in %q", object, a, out)
+		}
+	}
+	return sums, nil
 }
 
 // JavaArgv is the command line of a JVM on the Kafka class path: heap is
