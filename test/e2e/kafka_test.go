@@ -3,6 +3,7 @@ package e2e
 import (
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -404,7 +405,7 @@ func TestKafkaDesignScenarios(t *testing.T) {
 // Each rate within ±5 % (Kafka enforces bob's quota too: the stricter of
 // two equal limits; its quota window is shortened as in ③).
 func TestKafkaSCRAMUsers(t *testing.T) {
-	w := kafkaWorld(t, harness.Options{Topics: []string{"events"}, BrokerSASL: true,
+	w := kafkaWorld(t, harness.Options{Topics: []string{"events"}, BrokerProtocol: "SASL_PLAINTEXT",
 		BrokerProps: []string{"connections.max.reauth.ms=10000", "quota.window.num=3"}})
 	passwords := map[string]string{"alice": "alice-Pw-7f3c91", "bob": "bob-Pw-4e2a08", "sluice": "sluice-Pw-0b77"}
 	for _, u := range []string{"alice", "bob", "sluice"} {
@@ -492,5 +493,37 @@ func TestKafkaSCRAMUsers(t *testing.T) {
 			"quota_altered_s_before_windows": time.Since(changed).Seconds() - 15, "measured_at": meteredAt},
 		Expected: map[string]any{"alice_reports_bps": reportsLimit, "alice_app_bps": aliceLimit, "bob_bps": []float64{bobBefore, bobAfter},
 			"tolerance": 0.05, "connections_kept": true, "broker_successful_reauthentications_min": 3 * len(producers)},
+	})
+}
+
+// ⑦ An SSL listener on a real broker, its keystore made with keytool: a
+// Java producer from 198.18.0.2, inside the peer rule 198.18.0.0/26, is
+// held to that peer's limit; a franz-go producer from an address no rule
+// holds is held to the listener's entity. Both claim one client-id, which
+// TLS hides from sluice anyway. Each within ±5 % (the broker's sockets).
+func TestKafkaTLSPeers(t *testing.T) {
+	const peerLimit, listenerLimit = 3e6, 4e6
+	w := kafkaWorld(t, harness.Options{Topics: []string{"events"}, BrokerProtocol: "SSL"})
+	other := netip.MustParseAddr("198.18.0.200")
+	if err := w.AddClientAddress(other); err != nil {
+		t.Fatal(err)
+	}
+	tf := w.Broker.TLSFiles()
+	start(t, w, harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", Listeners: "[{port: 9092, protocol: SSL}]",
+		Extra: "tls: {enabled: true, ca_file: " + tf.CertPEM + "}\n" +
+			"entities:\n  peers:\n    198.18.0.0/26: {producer_byte_rate: " + itoa(peerLimit) + "}\n" +
+			"  listeners:\n    '9092': {producer_byte_rate: " + itoa(listenerLimit) + "}\n"})
+	java := javaProducer(t, w, "java-peer", "same-app", "events", -1, "security.protocol=SSL", "ssl.truststore.type=PKCS12",
+		"ssl.truststore.location="+tf.Truststore, "ssl.truststore.password="+tf.Password)
+	franz := client(t, w, harness.ClientSpec{Name: "franz-unmatched", Lib: "franz", Mode: "produce", ClientID: "same-app", Topic: "events",
+		Args: []string{"-tls-ca", tf.CertPEM, "-source-addr", other.String()}})
+	kernel, own := metered(t, w, 0, []*harness.Client{java, franz}, []harness.Ref{{Kind: "peer", Name: "198.18.0.0/26"}, {Kind: "listener", Name: "9092"}})
+	errs, ok := noErrors(franz)
+	record(t, Result{
+		Name: "kafka-tls-peers",
+		Pass: within(kernel[0], peerLimit, 0.05) && within(kernel[1], listenerLimit, 0.05) && ok && !java.ExitedEarly(),
+		Measured: map[string]any{"java_peer_bps": kernel[0], "franz_unmatched_bps": kernel[1], "client_errors": errs, "measured_at": meteredAt,
+			"sluice_vs_kernel": differences(kernel, own), "java_said": producerSaid(java)},
+		Expected: map[string]any{"java_peer_bps": peerLimit, "franz_unmatched_bps": listenerLimit, "tolerance": 0.05, "client_errors": 0},
 	})
 }

@@ -87,9 +87,9 @@ type Options struct {
 	RealKafka string
 	// BrokerProps are more server.properties lines for the real broker.
 	BrokerProps []string
-	// BrokerSASL makes the real broker's listener SASL_PLAINTEXT with
-	// SCRAM-SHA-512 (BrokerSpec.SASL).
-	BrokerSASL bool
+	// BrokerProtocol is the real broker's client listener protocol
+	// (BrokerSpec.Protocol: "" PLAINTEXT, SASL_PLAINTEXT, SSL).
+	BrokerProtocol string
 }
 
 // SASLUser is a login kfake accepts.
@@ -163,7 +163,7 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 	}
 	if o.RealKafka != "" {
 		w.Broker, err = StartBroker(BrokerSpec{Libs: o.RealKafka, NS: pair.Broker, IP: pair.BrokerIP.String(), NodeID: 1,
-			Dir: filepath.Join(dir, "kafka"), Props: o.BrokerProps, SASL: o.BrokerSASL})
+			Dir: filepath.Join(dir, "kafka"), Props: o.BrokerProps, Protocol: o.BrokerProtocol})
 		if err == nil && len(o.Topics) > 0 {
 			err = w.Broker.CreateTopics(pair.Client, o.Partitions, 1, o.Topics...)
 		}

@@ -55,15 +55,21 @@ type BrokerSpec struct {
 	// listens on IP:9093. Unset, the node is a quorum of its own, its
 	// controller on the host's loopback.
 	Voters string
-	// SASL makes the client listener SASL_PLAINTEXT (SCRAM-SHA-512, users
-	// made with AddSCRAMUser); the broker then also listens, in PLAINTEXT,
-	// on the host's loopback (InternalAddr) for itself and the admin tools.
-	SASL bool
+	// Protocol is the client listener's: PLAINTEXT (""), SASL_PLAINTEXT
+	// (SCRAM-SHA-512, users made with AddSCRAMUser) or SSL (a keystore
+	// made for IP, its certificate in TLSFiles). Other than PLAINTEXT, the
+	// broker also listens in PLAINTEXT on the host's loopback
+	// (InternalAddr) for itself, the readiness probe and the admin tools.
+	Protocol string
 }
 
-// InternalAddr is a SASL broker's PLAINTEXT listener on its host's
-// loopback.
+// InternalAddr is the PLAINTEXT listener on the broker host's loopback of
+// a broker whose client listener is not PLAINTEXT.
 const InternalAddr = "127.0.0.1:9094"
+
+// internal says whether the broker's own traffic and the admin tools go
+// through InternalAddr.
+func (s BrokerSpec) internal() bool { return s.Protocol != "" && s.Protocol != "PLAINTEXT" }
 
 // Broker is a running Apache Kafka broker.
 type Broker struct {
@@ -95,6 +101,11 @@ func StartBroker(s BrokerSpec) (*Broker, error) {
 	b := &Broker{Spec: s, done: make(chan struct{})}
 	for _, d := range []string{b.DataDir(), b.logDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if s.Protocol == "SSL" {
+		if err := b.makeKeystore(); err != nil {
 			return nil, err
 		}
 	}
@@ -148,15 +159,23 @@ func (b *Broker) properties() string {
 		"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
 		"inter.broker.listener.name=PLAINTEXT",
 	}
-	if s.SASL {
+	if s.internal() {
+		p := s.Protocol
 		listeners = []string{
-			"listeners=SASL_PLAINTEXT://" + b.Addr() + ",CONTROLLER://" + controller + ",INTERNAL://" + InternalAddr,
-			"advertised.listeners=SASL_PLAINTEXT://" + b.Addr() + ",INTERNAL://" + InternalAddr,
-			"listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT",
+			"listeners=" + p + "://" + b.Addr() + ",CONTROLLER://" + controller + ",INTERNAL://" + InternalAddr,
+			"advertised.listeners=" + p + "://" + b.Addr() + ",INTERNAL://" + InternalAddr,
+			"listener.security.protocol.map=" + p + ":" + p + ",CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT",
 			"inter.broker.listener.name=INTERNAL",
-			"sasl.enabled.mechanisms=SCRAM-SHA-512",
-			"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;",
 		}
+	}
+	switch s.Protocol {
+	case "SASL_PLAINTEXT":
+		listeners = append(listeners, "sasl.enabled.mechanisms=SCRAM-SHA-512",
+			"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;")
+	case "SSL":
+		tf := b.TLSFiles()
+		listeners = append(listeners, "ssl.keystore.type=PKCS12", "ssl.keystore.location="+tf.Keystore,
+			"ssl.keystore.password="+tf.Password, "ssl.key.password="+tf.Password)
 	}
 	lines := append([]string{
 		"process.roles=broker,controller",
@@ -315,7 +334,11 @@ func (b *Broker) waitReady() error {
 
 // apiVersions sends one ApiVersions v0 request and reads its answer.
 func (b *Broker) apiVersions() error {
-	c, err := b.Spec.NS.Dial(b.Addr())
+	addr := b.Addr()
+	if b.Spec.internal() {
+		addr = InternalAddr // a TLS listener would want a handshake first
+	}
+	c, err := b.Spec.NS.Dial(addr)
 	if err != nil {
 		return err
 	}
@@ -407,7 +430,7 @@ func (b *Broker) PartitionBytes(topic string, partition int) (int64, error) {
 // host), for topics and quotas; the caller closes it.
 func (b *Broker) Admin(ns *netns.NS) (*kadm.Client, error) {
 	seed := b.Addr()
-	if b.Spec.SASL {
+	if b.Spec.internal() {
 		// Its client listener wants a login: the admin goes through the
 		// broker host's PLAINTEXT loopback listener instead.
 		seed, ns = InternalAddr, b.Spec.NS
@@ -495,7 +518,7 @@ func (b *Broker) SetClientQuota(ns *netns.NS, clientID, key string, rate float64
 // would, and returns what it printed.
 func (b *Broker) Configs(args ...string) (string, error) {
 	addr := b.Addr()
-	if b.Spec.SASL {
+	if b.Spec.internal() {
 		addr = InternalAddr
 	}
 	out, err := b.java("256m", "kafka.admin.ConfigCommand", append([]string{"--bootstrap-server", addr}, args...)...).CombinedOutput()
@@ -510,4 +533,39 @@ func (b *Broker) AddSCRAMUser(user, password string) error {
 	_, err := b.Configs("--alter", "--entity-type", "users", "--entity-name", user,
 		"--add-config", "SCRAM-SHA-512=[iterations=4096,password="+password+"]")
 	return err
+}
+
+// TLSFiles are an SSL broker's key material: its PKCS12 keystore, the
+// certificate in PEM (what the agent's metadata client and Go clients
+// trust) and a PKCS12 truststore holding it (what Java clients trust).
+type TLSFiles struct {
+	Keystore, CertPEM, Truststore, Password string
+}
+
+// TLSFiles is where the broker's key material is.
+func (b *Broker) TLSFiles() TLSFiles {
+	d := filepath.Join(b.Spec.Dir, "tls")
+	return TLSFiles{Keystore: filepath.Join(d, "broker.p12"), CertPEM: filepath.Join(d, "broker.pem"),
+		Truststore: filepath.Join(d, "truststore.p12"), Password: "sluice-test-store"}
+}
+
+// makeKeystore makes the broker a self-signed key pair for its address
+// with the JDK's keytool, exports its certificate and builds a truststore
+// of it.
+func (b *Broker) makeKeystore() error {
+	tf := b.TLSFiles()
+	if err := os.MkdirAll(filepath.Dir(tf.Keystore), 0o700); err != nil {
+		return err
+	}
+	for _, argv := range [][]string{
+		{"-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-validity", "2", "-dname", "CN=" + b.Spec.IP,
+			"-ext", "SAN=ip:" + b.Spec.IP, "-keystore", tf.Keystore, "-storetype", "PKCS12", "-storepass", tf.Password, "-keypass", tf.Password},
+		{"-exportcert", "-rfc", "-alias", "broker", "-keystore", tf.Keystore, "-storepass", tf.Password, "-file", tf.CertPEM},
+		{"-importcert", "-noprompt", "-alias", "broker", "-file", tf.CertPEM, "-keystore", tf.Truststore, "-storetype", "PKCS12", "-storepass", tf.Password},
+	} {
+		if out, err := exec.Command("keytool", argv...).CombinedOutput(); err != nil {
+			return fmt.Errorf("keytool %s: %v\n%s", argv[0], err, out)
+		}
+	}
+	return nil
 }
