@@ -119,9 +119,15 @@ type Learner[C comparable] struct {
 	// policyGen counts SetPolicy calls: a connection decided under an
 	// older generation that changes entity changed by a rule.
 	policyGen uint64
-	cause     Cause
-	lastAPI   int16 // the API key of the last request parsed
-	Stats     Stats
+	// ranked and rank order the policy's configured topic-partitions for
+	// fetch sessions (sessionEnv), computed once per policy generation.
+	ranked  []entity.Key
+	rank    map[entity.Key]int32
+	rankGen uint64
+	ranks   bool // ranked and rank are policy generation rankGen's
+	cause   Cause
+	lastAPI int16 // the API key of the last request parsed
+	Stats   Stats
 }
 
 type conn struct {
@@ -316,7 +322,7 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 	case r.APIKey == kafka.KeyProduce:
 		switch {
 		case len(r.Topics) > 0 || !r.Truncated:
-			st.set(entity.Produce, l.decide(st, entity.Produce, r.Topics, r))
+			st.set(entity.Produce, l.decide(st, entity.Produce, nil, r))
 		case s.Whole && l.policy.HasTopicPartitions():
 			// The whole sample ended before its first partition: what the
 			// client chose to put before them (a transactional.id, header
@@ -337,7 +343,8 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 				break // fragments lost before its partitions: says nothing new
 			}
 		}
-		st.session.update(r)
+		env := l.sessionEnv()
+		st.session.update(r, &env)
 		if !st.session.known && r.SessionEpoch != epochFinal {
 			// An incremental request of a session this learner never saw
 			// open: its set is not the broker's, so this request decides
@@ -345,13 +352,17 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 			// unknown) until the client opens a session again.
 			break
 		}
-		st.set(entity.Fetch, l.decide(st, entity.Fetch, st.session.partitions(r), r))
+		var set *session // sessionless: the request's own partitions are the set
+		if r.SessionEpoch != epochFinal {
+			set = &st.session
+		}
+		st.set(entity.Fetch, l.decide(st, entity.Fetch, set, r))
 	case r.APIKey == kafka.KeyShareFetch:
 		// A share group's records, attributed as Fetch's. A share session's
 		// later requests name only what changed: one that names no topic
 		// keeps the decision its session's topics made.
 		if len(r.Topics) > 0 || !st.decision.Decided[entity.Fetch] {
-			st.set(entity.Fetch, l.decide(st, entity.Fetch, r.Topics, r))
+			st.set(entity.Fetch, l.decide(st, entity.Fetch, nil, r))
 		}
 	default:
 		// Every connection opens with ApiVersions, which names the client:
@@ -384,21 +395,24 @@ func (st *conn) set(d entity.Direction, t Target) {
 }
 
 // decide applies docs/design.md §5 to the partitions a Produce or Fetch
-// names (topics: the request's, or its fetch session's whole set; r: the
-// request sampled): a configured topic-partition wins over the entity of
-// the user and client (Policy.Entity). Every partition counts, not the
-// first: the strictest configured one holds the connection (a TCP stream
-// cannot be split between classes). Partitions the sample could not reach
-// (a Produce's record batches lie between them) count as the strictest
-// configured partition of their topic, and unseen topics, or topic IDs not
-// yet known, as the strictest of any topic: a request too long to read
+// names (set: its fetch session's whole set, nil for the request's own
+// partitions; r: the request sampled): a configured topic-partition wins
+// over the entity of the user and client (Policy.Entity). Every partition
+// counts, not the first: the strictest configured one holds the
+// connection (a TCP stream cannot be split between classes). Partitions
+// the sample could not reach (a Produce's record batches lie between them)
+// count as the strictest configured partition of their topic, and unseen
+// topics, topic IDs not yet known, or a fetch session grown past
+// sessionCap as the strictest of any topic: a request too long to read
 // whole is decided conservatively, never as the client. The connection
 // then keeps the strictest partition it was seen to name (hold), so
 // requests that name only ungoverned partitions between them never free
 // it. Kafka's internal topics are never topic-partition entities; a
 // client reading or writing them is governed as that client (as Kafka's
 // own client quotas do: only replication is exempt, and that by its peer).
-func (l *Learner[C]) decide(st *conn, d entity.Direction, topics []kafka.TopicPartitions, r *kafka.Request) Target {
+// A session's set is not walked: it keeps what decide needs as it changes
+// (session.named), so a sample costs the same whatever the set's size.
+func (l *Learner[C]) decide(st *conn, d entity.Direction, set *session, r *kafka.Request) Target {
 	if !l.policy.HasTopicPartitions() {
 		return l.clientEntity(st)
 	}
@@ -412,21 +426,29 @@ func (l *Learner[C]) decide(st *conn, d entity.Direction, topics []kafka.TopicPa
 		}
 	}
 	unseen, unknownIDs := r.TopicsHidden, false
-	for i := range topics {
-		tp := &topics[i]
-		name, ok := l.topicName(tp)
-		if !ok {
-			unknownIDs = unknownIDs || len(tp.Partitions) > 0 || tp.Hidden
-			continue
-		}
-		if kafka.IsInternalTopic(name) {
-			continue
-		}
-		for _, p := range tp.Partitions {
-			if k, ok := l.policy.TopicPartition(name, p); ok {
-				stricter(&strictest, k)
+	switch {
+	case set == nil:
+		for i := range r.Topics {
+			tp := &r.Topics[i]
+			name, ok := l.topicName(tp)
+			if !ok {
+				unknownIDs = unknownIDs || len(tp.Partitions) > 0 || tp.Hidden
+				continue
+			}
+			if kafka.IsInternalTopic(name) {
+				continue
+			}
+			for _, p := range tp.Partitions {
+				if k, ok := l.policy.TopicPartition(name, p); ok {
+					stricter(&strictest, k)
+				}
 			}
 		}
+	case set.overflow:
+		unseen = true // the set is no longer the broker's: it may hold any partition
+	default:
+		env := l.sessionEnv()
+		strictest, unknownIDs = set.named(&env)
 	}
 	for i := range r.Topics {
 		if tp := &r.Topics[i]; tp.Hidden {
@@ -450,6 +472,17 @@ func (l *Learner[C]) decide(st *conn, d entity.Direction, topics []kafka.TopicPa
 		t = Target{Key: unknown}
 	}
 	return t
+}
+
+// sessionEnv is what fetch sessions keep their counts against: the policy,
+// its generation, the topic names, and the policy's configured
+// topic-partitions ranked by strictness (computed once per generation).
+func (l *Learner[C]) sessionEnv() sessionEnv {
+	if !l.ranks || l.rankGen != l.policyGen {
+		l.ranked, l.rank = rankTopicPartitions(l.policy, l.ranked)
+		l.rankGen, l.ranks = l.policyGen, true
+	}
+	return sessionEnv{policy: l.policy, gen: l.policyGen, names: l.topics, rank: l.rank, ranked: l.ranked}
 }
 
 // hold returns the stricter of k (zero: the request named no configured
@@ -483,13 +516,19 @@ func (l *Learner[C]) hold(st *conn, d entity.Direction, k entity.Key) Target {
 // topicName is a topic's name, resolving a topic ID (Produce and Fetch
 // v13+) through the broker's metadata; false while the ID is not known.
 func (l *Learner[C]) topicName(tp *kafka.TopicPartitions) (string, bool) {
-	if tp.Name != "" || tp.ID == ([16]byte{}) {
-		return tp.Name, true
+	return topicName(l.topics, tp.Name, tp.ID)
+}
+
+// topicName is the name of a topic named by name or by ID, through names
+// (nil: no ID is known).
+func topicName(names TopicNames, name string, id [16]byte) (string, bool) {
+	if name != "" || id == ([16]byte{}) {
+		return name, true
 	}
-	if l.topics == nil {
+	if names == nil {
 		return "", false
 	}
-	return l.topics.TopicName(tp.ID)
+	return names.TopicName(id)
 }
 
 // clientEntity is the entity of the connection's user and client-id
