@@ -299,14 +299,22 @@ func clientPorts(t *testing.T, w *harness.World, c *harness.Client) []uint16 {
 //     pool of 18): both scaled to C/2.
 //
 // Each within ±3 % of the oracle's rate, judged by the broker's sockets.
+// Under contention the others' oracle follows from what core took: work
+// conservation gives what core leaves of its share to the others by
+// weight (DESIGN §4 steps 3-4), so a core client the host's CPU slowed
+// still has the others judged exactly (a loaded host starved core's JVM
+// to 11.99 of its 12.51 in one run). The hot spot's oracle is what core
+// left of C in the same window.
 func TestKafkaDesignScenarios(t *testing.T) {
 	w := kafkaWorld(t, harness.Options{Topics: []string{"events", "ordersA", "ordersB"}})
 	const capacity, res, tpRes = 20e6, 8e6, 12e6
 	const c = 0.9 * capacity
 	const floor = harness.WorldMinLimit
 	// Two memory cycles: the overcommit phase starts once the earlier
-	// producers have left the active set.
-	start(t, w, harness.Config{ProduceCapacity: itoa(capacity), FetchCapacity: "200MB", MemoryCycles: 2, Extra: "entities:\n" +
+	// producers have left the active set. Limits rewritten when they move
+	// 1 %, not the shipped 5 %: the oracle's ±3 % would otherwise judge the
+	// update threshold (backfill's 0.713 MB/s held at 0.754 in one run).
+	start(t, w, harness.Config{ProduceCapacity: itoa(capacity), FetchCapacity: "200MB", MemoryCycles: 2, Extra: "update_threshold: 0.01\nentities:\n" +
 		"  clients:\n    core-producer: {producer_byte_reservation: " + itoa(res) + "}\n    backfill-producer: {quota_weight: 0.1}\n" +
 		"  topic-partitions:\n    ordersA-0: {producer_byte_reservation: " + itoa(tpRes) + "}\n    ordersB-0: {producer_byte_reservation: " + itoa(tpRes) + "}\n"})
 	// A phase is measured once sluice holds every greedy producer (its
@@ -335,7 +343,7 @@ func TestKafkaDesignScenarios(t *testing.T) {
 			t.Logf("phase %s: the greedy producers were not all held within 30 s: %v", name, err)
 		}
 		got, own := metered(t, w, 0, clients, refs)
-		pass := true
+		pass := want != nil
 		said := map[string]javaReport{}
 		for i, cl := range clients {
 			pass = pass && within(got[i], want[i], 0.03) && !cl.ExitedEarly()
@@ -355,17 +363,20 @@ func TestKafkaDesignScenarios(t *testing.T) {
 	core := javaProducer(t, w, "core-paced", "core-producer", "events", coreRecords)
 	idle := phase("idle", []*harness.Client{core}, []float64{coreAsks})
 	hot := javaProducer(t, w, "hot-spot", "hot-producer", "events", -1)
-	coreNow, err := w.MeterClients(0, 2*time.Second, core)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hotSpot := phase("hot-spot", []*harness.Client{core, hot}, []float64{coreAsks, c - coreNow[0]}, hot)
+	hotSpot := phase("hot-spot", []*harness.Client{core, hot}, nil, hot)
+	got := hotSpot["kernel_bps"].([]float64)
+	hotSpot["oracle_bps"] = []float64{coreAsks, c - got[0]}
+	hotSpot["pass"] = within(got[0], coreAsks, 0.03) && within(got[1], c-got[0], 0.03) && !hot.ExitedEarly() && !core.ExitedEarly()
 	core.Stop()
 	coreGreedy := javaProducer(t, w, "core-greedy", "core-producer", "events", -1)
 	backfill := javaProducer(t, w, "backfill", "backfill-producer", "events", -1)
-	spare := c - res - 2*floor
-	contention := phase("contention", []*harness.Client{coreGreedy, hot, backfill},
-		[]float64{res + spare/2.1, floor + spare/2.1, floor + spare*0.1/2.1}, coreGreedy, hot, backfill)
+	coreShare := res + (c-res-2*floor)/2.1
+	contention := phase("contention", []*harness.Client{coreGreedy, hot, backfill}, nil, coreGreedy, hot, backfill)
+	got = contention["kernel_bps"].([]float64)
+	rest := c - min(got[0], coreShare) - 2*floor
+	contention["oracle_bps"] = []float64{coreShare, floor + rest/1.1, floor + rest*0.1/1.1}
+	contention["pass"] = within(got[0], coreShare, 0.03) && within(got[1], floor+rest/1.1, 0.03) && within(got[2], floor+rest*0.1/1.1, 0.03) &&
+		!coreGreedy.ExitedEarly() && !hot.ExitedEarly() && !backfill.ExitedEarly()
 	for _, cl := range []*harness.Client{coreGreedy, hot, backfill} {
 		cl.Stop()
 	}
