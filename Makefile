@@ -138,6 +138,7 @@ check-generated: ## fail when the committed Go bindings are stale
 test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespaces, shaping); needs root
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: the BPF, namespace and qdisc tests must run, not skip" >&2; exit 1; fi
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) --no-print-directory bench-once
 	$(MAKE) --no-print-directory shaping-check
 	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory adversarial
@@ -158,6 +159,10 @@ latency-plot: $(BPF_OBJ) ## the latency testbed's four runs as tail CDFs: docs/l
 cluster-plot: $(BPF_OBJ) ## the three-broker cluster budgets scenario's rates over time: docs/cluster-budgets.png and cluster-results.json (root)
 	$(GO) test -count=1 -v -timeout 10m -run '^TestScenarioClusterBudgets$$' ./test/e2e/ -args -results $(CURDIR)/cluster-results.json -cluster-series $(CURDIR)/cluster-series.json
 	$(GO) run ./test/clusterplot -in cluster-series.json -out docs/cluster-budgets.png
+
+.PHONY: bench-once
+bench-once: $(BPF_OBJ) ## run every benchmark once (-benchtime 1x): a benchmark whose own check broke fails here, not in a release run (root)
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 15m $(PKGS)
 
 .PHONY: kafka-check
 kafka-check: $(BPF_OBJ) kafka-deps ## the scenarios on real Apache Kafka with the Java client; writes kafka-results.json (root)
