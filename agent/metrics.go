@@ -176,11 +176,11 @@ type collector struct {
 	// per entity
 	entityBytes, entityRate, reservation, limit, weight, effRes, dynLimit, active, throttled, delay, held, dropped *prometheus.Desc
 	// registry, learner, connections
-	registered, maxEntities, unconfigured, overflowed, peerRefused            *prometheus.Desc
-	samples, replicationClaims, unresolved, learnerConns                      *prometheus.Desc
-	connsTracked, connsReaped, connsRebound, rebinds, identityErrors          *prometheus.Desc
-	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn *prometheus.Desc
-	dpFailOpen, dpUnproven                                                    *prometheus.Desc
+	registered, maxEntities, unconfigured, unconfiguredMax, overflowed, peerRefused *prometheus.Desc
+	samples, replicationClaims, unresolved, learnerConns                            *prometheus.Desc
+	connsTracked, connsReaped, connsRebound, rebinds, identityErrors                *prometheus.Desc
+	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn       *prometheus.Desc
+	dpFailOpen, dpUnproven                                                          *prometheus.Desc
 	// request latency at the NIC (latencybook.go)
 	latency, latencyFirst, dpLatency, dpResponses *prometheus.Desc
 	// latency objectives (objectives.go)
@@ -222,11 +222,12 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		held:        d("entity_held_bytes_total", "Bytes a BPF shaper (edt, police, and produce under htb+police) held back; htb reports queue delay and drops instead.", entity...),
 		dropped:     d("entity_dropped_packets_total", "Packets the shaper dropped (beyond the delay bound).", entity...),
 
-		registered:   d("entities_registered", "Entities in the registry (configured and learned, unknown and overflow included)."),
-		maxEntities:  d("entities_max", "max_entities: the registry's size."),
-		unconfigured: d("entities_unconfigured", "Live entities nobody configured (bounded by max_unconfigured_entities)."),
-		overflowed:   d("entities_overflowed_total", "New entities that went to the overflow entity because the registry was full."),
-		peerRefused:  d("entities_peer_rate_refused_total", "New unconfigured entities refused because their peer created them faster than new_entities_per_peer."),
+		registered:      d("entities_registered", "Entities in the registry (configured and learned, unknown and overflow included)."),
+		maxEntities:     d("entities_max", "max_entities: the registry's size."),
+		unconfigured:    d("entities_unconfigured", "Live entities nobody configured (bounded by max_unconfigured_entities)."),
+		unconfiguredMax: d("entities_unconfigured_max", "max_unconfigured_entities: the live unconfigured entities at which new ones go to overflow."),
+		overflowed:      d("entities_overflowed_total", "New entities that went to the overflow entity because the registry was full."),
+		peerRefused:     d("entities_peer_rate_refused_total", "New unconfigured entities refused because their peer created them faster than new_entities_per_peer."),
 
 		samples:           d("learner_samples_total", "Request samples read by the learner, by result: complete, truncated (parsed from a cut sample) or failed.", "result"),
 		unresolved:        d("learner_unresolved_total", "Requests whose sample could not tell their entity (a client-id longer than a sample keeps where the client-id decides, topics hidden behind client-chosen fields), charged to the unresolved entity, held to the most restrictive limits configured."),
@@ -267,7 +268,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.agentInfo,
 		c.capacity, c.distributable, c.headroom, c.promised, c.green, c.overcommit, c.scale, c.entities, c.withoutSeries, c.exemptBytes,
 		c.entityBytes, c.entityRate, c.reservation, c.limit, c.weight, c.effRes, c.dynLimit, c.active, c.throttled, c.delay, c.held, c.dropped,
-		c.registered, c.maxEntities, c.unconfigured, c.overflowed, c.peerRefused,
+		c.registered, c.maxEntities, c.unconfigured, c.unconfiguredMax, c.overflowed, c.peerRefused,
 		c.samples, c.replicationClaims, c.unresolved, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
 		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven,
 		c.latency, c.latencyFirst, c.dpLatency, c.dpResponses, c.objectiveLevel, c.objectiveOpen, c.objectiveTransitions} {
@@ -348,6 +349,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.registered, float64(s.Entities))
 		gauge(c.maxEntities, float64(s.MaxEntities))
 		gauge(c.unconfigured, float64(s.Unconfigured))
+		gauge(c.unconfiguredMax, float64(s.UnconfiguredMax))
 		counter(c.overflowed, s.Overflowed)
 		counter(c.peerRefused, s.PeerRateRefused)
 		counter(c.samples, s.Learner.Parsed-min(s.Learner.Truncated, s.Learner.Parsed), "complete")

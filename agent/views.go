@@ -77,7 +77,9 @@ func (a *Agent) view() *status.Snapshot {
 		MaxEntities:  a.cfg.MaxEntities,
 		Overflowed:   a.registry.Overflowed,
 		Unconfigured: a.registry.Unconfigured(),
-		LastReload:   a.lastReload,
+		// Where overflow begins: what the near-full alert divides by.
+		UnconfiguredMax: a.registry.UnconfiguredBudget(),
+		LastReload:      a.lastReload,
 		// Brokers exempt_peers misses (their replication is governed).
 		UnexemptBrokers: a.unexempt,
 		// New unconfigured entities a peer asked for faster than new_entities_per_peer.

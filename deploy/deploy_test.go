@@ -27,6 +27,9 @@ const (
 	// The committed list of families a running agent exports (held to it
 	// by agent's TestMetricsMatchTheCommittedList).
 	metricsList = "../agent/testdata/metrics.txt"
+	// runbookBase is where the rules' runbook_url point by default: the
+	// project's published runbook. docs/runbook.md says how to rewrite it.
+	runbookBase = "https://github.com/sluice-dev/sluice/blob/main/docs/runbook.md"
 )
 
 // promtool is Prometheus' own checker (Debian's prometheus package, which
@@ -50,11 +53,66 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 	if !strings.Contains(out, "SUCCESS") {
 		t.Errorf("promtool test rules:\n%s", out)
 	}
-	// Every alert has a unit test.
-	for _, alert := range ruleNames(t, "alert") {
-		if !strings.Contains(readFile(t, rulesTests), "alertname: "+alert+"\n") {
-			t.Errorf("alert %s has no case in %s", alert, rulesTests)
+	// Every alert has a unit test that fires it and one that keeps it quiet.
+	var tests struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string           `yaml:"alertname"`
+				ExpAlerts []map[string]any `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, rulesTests)), &tests); err != nil {
+		t.Fatal(err)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range tests.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
 		}
+	}
+	for _, alert := range ruleNames(t, "alert") {
+		if !fires[alert] {
+			t.Errorf("alert %s: no case in %s fires it", alert, rulesTests)
+		}
+		if !quiet[alert] {
+			t.Errorf("alert %s: no case in %s keeps it quiet (exp_alerts: [])", alert, rulesTests)
+		}
+	}
+}
+
+// Moving the runbook (a fork, a pinned release, an internal wiki) is one
+// substitution of the base in the rules and their tests alike, as
+// docs/runbook.md tells operators; the rewritten pair still passes
+// promtool, with every runbook_url under the new base.
+func TestRunbookBaseRewrites(t *testing.T) {
+	runbook := readFile(t, "../docs/runbook.md")
+	for _, want := range []string{runbookBase, "sluice-rules.yaml", "sluice-rules.test.yaml", "sed "} {
+		if !strings.Contains(runbook, want) {
+			t.Errorf("docs/runbook.md does not say how to rewrite the runbook base: no %q", want)
+		}
+	}
+	const moved = "https://wiki.example.com/ops/sluice-runbook"
+	dir := t.TempDir()
+	for _, f := range []string{rulesFile, rulesTests} {
+		data := strings.ReplaceAll(readFile(t, f), runbookBase, moved)
+		if strings.Contains(data, "github.com/sluice-dev") {
+			t.Errorf("%s: a link the base rewrite misses", f)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	promtool(t, "check", "rules", filepath.Join(dir, filepath.Base(rulesFile)))
+	if out := promtool(t, "test", "rules", filepath.Join(dir, filepath.Base(rulesTests))); !strings.Contains(out, "SUCCESS") {
+		t.Errorf("promtool test rules after the rewrite:\n%s", out)
+	}
+	if n := strings.Count(readFile(t, filepath.Join(dir, filepath.Base(rulesFile))), `runbook_url: "`+moved+"#"); n != len(ruleNames(t, "alert")) {
+		t.Errorf("%d runbook_url under the new base, want one per alert (%d)", n, len(ruleNames(t, "alert")))
 	}
 }
 
@@ -194,8 +252,9 @@ func rules(t *testing.T) ruleFile {
 	return f
 }
 
-// Every alert says what to do: a description, and a runbook_url naming a
-// section of docs/runbook.md that exists.
+// Every alert says what to do: a description, and an absolute runbook_url
+// (Alertmanager and pagers cannot open a path) naming a section of
+// docs/runbook.md that exists, by the anchor GitHub gives its heading.
 func TestAlertsHaveDescriptionsAndRunbooks(t *testing.T) {
 	runbook := readFile(t, "../docs/runbook.md")
 	for _, g := range rules(t).Groups {
@@ -209,8 +268,8 @@ func TestAlertsHaveDescriptionsAndRunbooks(t *testing.T) {
 				t.Errorf("alert %s: no description", name)
 			}
 			url, _ := ann["runbook_url"].(string)
-			if url != "docs/runbook.md#"+strings.ToLower(name) {
-				t.Errorf("alert %s: runbook_url %q, want docs/runbook.md#%s", name, url, strings.ToLower(name))
+			if want := runbookBase + "#" + strings.ToLower(name); url != want {
+				t.Errorf("alert %s: runbook_url %q, want %s", name, url, want)
 			}
 			if !strings.Contains(runbook, "\n## "+name+"\n") {
 				t.Errorf("alert %s: no section \"## %s\" in docs/runbook.md", name, name)

@@ -70,6 +70,10 @@ func NewRegistry(max int) *Registry {
 // keys overflow until idle ones are reclaimed.
 func (r *Registry) SetUnconfiguredBudget(n int) { r.unconfiguredMax = min(n, r.max) }
 
+// UnconfiguredBudget is how many live unconfigured entities the registry
+// takes before new ones go to overflow.
+func (r *Registry) UnconfiguredBudget() int { return r.unconfiguredMax }
+
 // Pin makes exactly the given keys the pinned (configured) ones: each is
 // registered if new and is never reclaimed; keys pinned before and absent
 // now become ordinary entities. It returns the ids it assigned to keys that

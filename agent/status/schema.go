@@ -180,6 +180,9 @@ type Snapshot struct {
 	Overflowed   uint64           `json:"overflowed"`
 	// Unconfigured: live entities nobody configured (bounded by max_unconfigured_entities).
 	Unconfigured int `json:"unconfigured"`
+	// UnconfiguredMax: the live unconfigured entities at which new ones go
+	// to overflow (max_unconfigured_entities, within max_entities).
+	UnconfiguredMax int `json:"unconfigured_max"`
 	// PeerRateRefused: new entities refused because their peer created them
 	// faster than new_entities_per_peer (their connections share overflow).
 	PeerRateRefused uint64      `json:"peer_rate_refused"`

@@ -3,7 +3,9 @@
 // library (make packages). The static binaries come from make packages
 // (dist/sluice_<version>_linux_<arch>); a binary this machine runs writes
 // the man pages and completion scripts from its own command tree, so the
-// packages document the commands they ship.
+// packages document the commands they ship; deploy/notices writes
+// THIRD_PARTY_NOTICES from the modules those binaries link, so the
+// packages pass on the license of everything they contain.
 package main
 
 import (
@@ -22,6 +24,8 @@ import (
 	"github.com/goreleaser/nfpm/v2/deb"
 	"github.com/goreleaser/nfpm/v2/rpm"
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/deploy/notices"
 )
 
 func main() {
@@ -88,7 +92,7 @@ func build(describe, dist, native string, arches, formats []string) ([]string, e
 		return nil, err
 	}
 	defer os.RemoveAll(generated)
-	if err := generate(generated, native); err != nil {
+	if err := generate(generated, native, arches); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -160,8 +164,16 @@ const unitPath = "/usr/lib/systemd/system/sluice.service"
 
 // generate writes what the packages carry that is made, not kept: the
 // unit naming the packaged binary, the man pages (gzipped) and the
-// completion scripts, the last two by the native binary from its tree.
-func generate(dir, native string) error {
+// completion scripts, the last two by the native binary from its tree,
+// and the third-party notices of what the binaries for arches link.
+func generate(dir, native string, arches []string) error {
+	third, err := notices.Generate(".", arches)
+	if err != nil {
+		return fmt.Errorf("third-party notices: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, notices.FileName), third, 0o644); err != nil {
+		return err
+	}
 	unit, err := os.ReadFile("deploy/sluice.service")
 	if err != nil {
 		return err

@@ -49,7 +49,8 @@ for arch in amd64 arm64; do
 	files=$(dpkg-deb -c "$deb" | awk '{print $6}')
 	for want in ./usr/bin/sluice ./usr/lib/systemd/system/sluice.service ./etc/sluice/sluice.yaml ./usr/share/doc/sluice/copyright \
 		./usr/share/doc/sluice/changelog.Debian.gz ./usr/share/man/man1/sluice.1.gz ./usr/share/man/man1/sluice-status.1.gz \
-		./usr/share/bash-completion/completions/sluice ./usr/share/sluice/prometheus/sluice-rules.yaml; do
+		./usr/share/bash-completion/completions/sluice ./usr/share/sluice/prometheus/sluice-rules.yaml \
+		./usr/share/doc/sluice/LICENSE ./usr/share/doc/sluice/NOTICE ./usr/share/doc/sluice/THIRD_PARTY_NOTICES; do
 		grep -qx "$want" <<<"$files" || fail "$deb lacks $want"
 	done
 	dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/sluice/sluice.yaml || fail "$deb: sluice.yaml is not a conffile"
@@ -67,7 +68,8 @@ for arch in amd64 arm64; do
 	[ "$(rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$rpmf" 2>/dev/null | grep ' /etc/sluice/sluice.yaml$' | cut -d' ' -f1)" = cn ] ||
 		fail "$rpmf: sluice.yaml is not %config(noreplace)"
 	rpmfiles=$(rpm -qlp "$rpmf" 2>/dev/null)
-	for want in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /usr/share/man/man1/sluice.1.gz /usr/share/doc/sluice/copyright; do
+	for want in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /usr/share/man/man1/sluice.1.gz /usr/share/doc/sluice/copyright \
+		/usr/share/doc/sluice/LICENSE /usr/share/doc/sluice/NOTICE /usr/share/doc/sluice/THIRD_PARTY_NOTICES; do
 		grep -qx "$want" <<<"$rpmfiles" || fail "$rpmf lacks $want"
 	done
 	scripts=$(rpm -qp --scripts "$rpmf" 2>/dev/null)
