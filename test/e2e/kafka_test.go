@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
 )
 
@@ -600,5 +601,119 @@ func TestKafkaLatencyBesideJava(t *testing.T) {
 			"sluice_requests_measured": nic.RequestsMinute, "java_summary": m[0], "client_time_p99_ms": javaP99 - nic.P99MinuteMillis},
 		Expected: map[string]any{"sluice_p50_ms_max": "the Java p50 (+1: whole ms)", "sluice_p99_ms_max": "the Java p99 (+1: whole ms)",
 			"sluice_requests_measured_min": 1000},
+	})
+}
+
+// ⑨ Identity through agent restarts on a real broker: a Java producer
+// logged in with SCRAM as alice (her 5 MB/s user limit) and a Java
+// consumer in a fetch session (KIP-227) reading events-0 (its 3 MB/s
+// topic-partition limit). The agent is killed (kill -9) and started again,
+// then stopped (SIGTERM, as systemctl restart does, keeping the data path
+// attached) and started again: in every 5-second window the clients stay
+// within ±5 % of their limits, and no 2-second rate passes 1.05 × the
+// limit while the agents change (the broker's sockets).
+func TestKafkaRestartDurability(t *testing.T) {
+	w := kafkaWorld(t, harness.Options{Topics: []string{"orders", "events"}, BrokerProtocol: "SASL_PLAINTEXT"})
+	passwords := map[string]string{"alice": "alice-Pw-90ab", "reader": "reader-Pw-77c2", "sluice": "sluice-Pw-3d1e"}
+	for u, p := range passwords {
+		if err := w.Broker.AddSCRAMUser(u, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	login := func(user string) []string {
+		return []string{"security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512",
+			`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="` + user + `" password="` + passwords[user] + `";`}
+	}
+	// The consumer reads what a producer wrote before any agent ran.
+	fill := javaProducer(t, w, "prefill", "prefill", "events", -1, append(login("reader"), "batch.size=262144", "linger.ms=10")...)
+	for {
+		if n, err := w.Broker.PartitionBytes("events", 0); err == nil && n >= 200<<20 {
+			break
+		}
+		if fill.ExitedEarly() {
+			t.Fatal("the prefill producer exited")
+		}
+		time.Sleep(200 * time.Millisecond) // polling the broker's log, bounded by the test's timeout
+	}
+	fill.Stop()
+	const aliceLimit, sessionLimit = 5e6, 3e6
+	cfg := w.WriteConfig("restart", harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", KeepAttached: true,
+		Listeners: "[{port: 9092, protocol: SASL_PLAINTEXT}]",
+		Extra: "sasl: {mechanism: SCRAM-SHA-512, username: sluice, password: " + passwords["sluice"] + "}\n" +
+			"entities:\n  users:\n    alice: {producer_byte_rate: " + itoa(aliceLimit) + "}\n" +
+			"  topic-partitions:\n    events-0: {consumer_byte_rate: " + itoa(sessionLimit) + "}\n"})
+	a, err := w.StartAgent(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { a.Stop() }()
+	prod := javaProducer(t, w, "alice-producer", "alice-app", "orders", -1, login("alice")...)
+	conf := filepath.Join(w.Dir, "reader.properties")
+	if err := os.WriteFile(conf, []byte("client.id=reader-app\n"+strings.Join(login("reader"), "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := w.StartJava("session-consumer", "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", w.Bootstrap(),
+		"--topic", "events", "--messages", "1000000000", "--timeout", "600000", "--group", "reader-group", "--consumer.config", conf,
+		"--show-detailed-stats", "--reporting-interval", "1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cons.Stop)
+	if _, err := w.WaitFor(40*time.Second, func(s *status.Snapshot) bool {
+		p, f := entityOf(s, maps.Produce, "user", "alice"), entityOf(s, maps.Fetch, "topic-partition", "events-0")
+		return p != nil && p.Throttled && f != nil && f.Throttled
+	}); err != nil {
+		t.Fatalf("alice and events-0 were not held within 40 s: %v", err)
+	}
+	time.Sleep(3 * time.Second) // settle, as metered does
+	produceTrace, fetchTrace := w.TraceClient(0, meterEvery, prod), w.TraceClient(1, meterEvery, cons)
+	windows := map[string][2]float64{}
+	window := func(name string) {
+		r, err := w.MeterClients(0, 5*time.Second, prod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := w.MeterClients(1, 5*time.Second, cons)
+		if err != nil {
+			t.Fatal(err)
+		}
+		windows[name] = [2]float64{r[0], f[0]}
+	}
+	restartFrom := time.Now()
+	window("before")
+	a.Kill()
+	if a, err = w.StartAgent(cfg); err != nil {
+		t.Fatal(err)
+	}
+	window("after kill -9")
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = w.StartAgent(cfg); err != nil {
+		t.Fatal(err)
+	}
+	window("after SIGTERM")
+	restartTo := time.Now()
+	pp, err := produceTrace.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := fetchTrace.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peakProduce, _ := harness.PeakRate(pp, 2*time.Second, restartFrom, restartTo)
+	peakFetch, _ := harness.PeakRate(fp, 2*time.Second, restartFrom, restartTo)
+	pass := peakProduce <= 1.05*aliceLimit && peakFetch <= 1.05*sessionLimit && !prod.ExitedEarly() && !cons.ExitedEarly()
+	for _, r := range windows {
+		pass = pass && within(r[0], aliceLimit, 0.05) && within(r[1], sessionLimit, 0.05)
+	}
+	record(t, Result{
+		Name: "kafka-restart-durability",
+		Pass: pass,
+		Measured: map[string]any{"windows_produce_fetch_bps": windows, "peak_2s_produce_bps": peakProduce, "peak_2s_fetch_bps": peakFetch,
+			"measured_at": meteredAt, "consumer_said": consumerSaid(cons)},
+		Expected: map[string]any{"alice_bps": aliceLimit, "events_0_bps": sessionLimit, "tolerance": 0.05,
+			"peak_2s_max": "1.05 × each limit through both restarts"},
 	})
 }
