@@ -166,12 +166,16 @@ func TestKafkaJavaClientLimits(t *testing.T) {
 // entity its requests name holds the whole connection, so the producer is
 // held to orders-3's limit in all (judged by the broker's socket). Beside
 // it a Java producer writing six partitions of events, none governed, is
-// not held: it moves what it asked for.
+// not held: it moves what it asked for. A Java consumer group reading the
+// six partitions of orders (one fetch session naming them all) is held to
+// orders-3's consumer limit by the same rule; it reads behind the
+// producer, which writes faster than it may read.
 func TestKafkaMultiPartitionProducer(t *testing.T) {
 	w := kafkaWorld(t, harness.Options{Topics: []string{"orders", "events"}, Partitions: 6})
-	const limit = 2e6
+	const limit, fetchLimit = 2e6, 1.5e6
 	const eventsAsked = 5000 // records/s of recordSize: 5.1 MB/s
-	start(t, w, harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", Extra: "entities:\n  topic-partitions:\n    orders-3: {producer_byte_rate: " + itoa(limit) + "}\n"})
+	start(t, w, harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", Extra: "entities:\n  topic-partitions:\n" +
+		"    orders-3: {producer_byte_rate: " + itoa(limit) + ", consumer_byte_rate: " + itoa(fetchLimit) + "}\n"})
 	roundRobin := "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"
 	orders := javaProducer(t, w, "orders-producer", "orders-app", "orders", -1, roundRobin)
 	events := javaProducer(t, w, "events-producer", "events-app", "events", eventsAsked, roundRobin)
@@ -193,19 +197,22 @@ func TestKafkaMultiPartitionProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, secs := disk(), time.Since(from).Seconds()
+	group := javaConsumer(t, w, "orders-group", "orders-reader", "orders")
+	read, own := metered(t, w, 1, []*harness.Client{group}, []harness.Ref{{Kind: "topic-partition", Name: "orders-3"}})
 	perPartition := make([]float64, 6)
 	for p := range perPartition {
 		perPartition[p] = float64(after[p]-before[p]) / secs
 	}
 	eventsWant := float64(eventsAsked * recordSize)
-	early := orders.ExitedEarly() || events.ExitedEarly()
+	early := orders.ExitedEarly() || events.ExitedEarly() || group.ExitedEarly()
 	record(t, Result{
 		Name: "kafka-multi-partition-producer",
-		Pass: perPartition[3] <= 1.03*limit && within(rates[0], limit, 0.03) && rates[1] >= 0.97*eventsWant && !early,
+		Pass: perPartition[3] <= 1.03*limit && within(rates[0], limit, 0.03) && rates[1] >= 0.97*eventsWant && within(read[0], fetchLimit, 0.03) && !early,
 		Measured: map[string]any{"orders_partition_log_bps": perPartition, "orders_producer_bps": rates[0], "events_producer_bps": rates[1],
 			"exited_early": early, "measured_at": meteredAt + "; per partition: growth of its log segments on the broker's disk",
-			"orders_producer_said": producerSaid(orders), "events_producer_said": producerSaid(events)},
-		Expected: map[string]any{"orders_3_log_max_bps": 1.03 * limit, "orders_producer_bps": limit, "tolerance": 0.03,
+			"orders_producer_said": producerSaid(orders), "events_producer_said": producerSaid(events),
+			"orders_group_bps": read[0], "orders_group_said": consumerSaid(group), "sluice_vs_kernel_group": differences(read, own)},
+		Expected: map[string]any{"orders_3_log_max_bps": 1.03 * limit, "orders_producer_bps": limit, "tolerance": 0.03, "orders_group_bps": fetchLimit,
 			"events_producer_min_bps": 0.97 * eventsWant, "exited_early": false,
 			"rule": "the strictest governing entity a connection's requests name holds the whole connection"},
 	})
