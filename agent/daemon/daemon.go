@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/attach"
@@ -64,10 +66,18 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, build agent.Bu
 	failed := true // until the agent ran and stopped as asked
 	defer func() { r.cleanup(failed) }()
 	log.Debug("setting up", "config", configPath)
-	if err := r.setup(); err != nil {
+	// What a restart cannot fix and needs no BPF is refused before
+	// anything is loaded or attached: the host stays as it was found.
+	if err := r.preflight(); err != nil {
 		return refusal(err)
 	}
+	if err := r.setup(); err != nil {
+		return refusal(startRefusal(err))
+	}
 	if err := r.run(ctx, readyFile); err != nil {
+		if !r.started {
+			err = startRefusal(err)
+		}
 		return refusal(err)
 	}
 	failed = false
@@ -118,17 +128,68 @@ type daemon struct {
 	// adopted[i]: atts[i] was left attached by an earlier agent (not
 	// attached by this one).
 	adopted []bool
+	// metricsHold holds metrics_address from the preflight until the
+	// agent's metrics listener takes it over.
+	metricsHold net.Listener
+	// statusListener is the status socket, open from the preflight on.
+	statusListener net.Listener
+	// socketDirs are the directories made for the status socket, deepest
+	// first: they go with it.
+	socketDirs []string
+	// mountedBPFFS is the bpffs this start mounted ("": none), on the
+	// directories bpffsDirs it made: a failed start unmounts and removes
+	// them.
+	mountedBPFFS string
+	bpffsDirs    []string
+	// started: the first cycle is under way; before, a failure is the
+	// start's.
+	started bool
+}
+
+// preflight takes, before anything is loaded or attached, what the agent
+// needs of the host and a restart would not change: the metrics address
+// (held until the agent serves on it) and the status socket. Each failure
+// is a *Refusal naming the key and the fix, or a live socket of another
+// agent (status.ErrSocketTaken).
+func (r *daemon) preflight() error {
+	l, err := holdMetricsAddress(r.cfg.MetricsAddress)
+	if err != nil {
+		return err
+	}
+	r.metricsHold = l
+	sl, made, err := listenStatus(r.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	r.statusListener, r.socketDirs = sl, made
+	r.closers = append(r.closers, sl)
+	return nil
 }
 
 func (r *daemon) setup() error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("raise memlock limit: %w", err)
 	}
-	if err := maps.MountBPFFS(filepath.Dir(r.cfg.PinPath)); err != nil {
+	bpffs := filepath.Dir(r.cfg.PinPath)
+	wasBPFFS, missing := isBPFFS(bpffs), missingDirs(bpffs)
+	if err := maps.MountBPFFS(bpffs); err != nil {
+		removeDirs(missing)
 		return err
+	}
+	if !wasBPFFS {
+		r.mountedBPFFS, r.bpffsDirs = bpffs, missing
 	}
 	d, err := maps.Load(DataPathOptions(r.cfg))
 	if err != nil {
+		if errors.Is(refusal(err), ErrRefused) {
+			return err
+		}
+		// maps.Load flattens the verifier's rejection into text (every
+		// line of its log): the same programs loaded again without pins
+		// give it back typed, and the refusal says it in one line.
+		if _, _, verr := VerifyDataPath(r.cfg); errors.As(verr, new(*Refusal)) {
+			return verr
+		}
 		return err
 	}
 	r.dp = d
@@ -313,15 +374,19 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	r.agent = a
 	r.log.Info("shaper chosen", "shaper", a.ShaperKind(), "why", a.ShaperReason())
 	metrics := agent.NewMetrics(a, dp, agent.MetricsInfo{Build: r.build, Attach: r.attachModes()})
-	if err := a.ServeMetrics(metrics.Open); err != nil {
-		return err
+	open := func(addr, webConfigFile string) (func(), error) {
+		if r.metricsHold != nil { // the preflight's: the agent's listener takes the port over
+			r.metricsHold.Close()
+			r.metricsHold = nil
+		}
+		return metrics.Open(addr, webConfigFile)
 	}
-	sl, err := status.Listen(r.cfg.Socket)
-	if err != nil {
-		return err
+	if err := a.ServeMetrics(open); err != nil {
+		// Taken in the instant between the preflight's hold and this
+		// listen: refused all the same, after cleanup detaches.
+		return metricsRefusal(r.cfg.MetricsAddress, err)
 	}
-	r.closers = append(r.closers, sl)
-	go a.ServeStatus(sl)
+	go a.ServeStatus(r.statusListener)
 	// The watcher ends before the agent's cleanup starts: no reload runs
 	// on an agent that is closing.
 	// `sluice reload` (systemd's ExecReload) asks on the status socket and
@@ -357,6 +422,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		r.log.Info("sluice agent running", "interfaces", r.cfg.Interfaces, "listeners", r.cfg.Listeners, "mode", r.cfg.Mode,
 			"metrics", r.cfg.MetricsAddress, "socket", r.cfg.Socket)
 	}
+	r.started = true
 	err = runAgent(ctx, a, r.samples, r.latencies, ready, r.log)
 	r.samples, r.latencies = nil, nil // closed by runAgent
 	NotifyStopping()
@@ -417,6 +483,18 @@ func (r *daemon) cleanup(failed bool) {
 	for _, c := range r.closers {
 		c.Close()
 	}
+	if r.metricsHold != nil {
+		r.metricsHold.Close()
+	}
+	removeDirs(r.socketDirs) // the socket is gone with its listener
+	if r.dp == nil && len(r.atts) == 0 && r.agent == nil {
+		// A start refused before the data path loaded: nothing to detach,
+		// and the refusal is the one line to log.
+		if failed {
+			r.unmountBPFFS()
+		}
+		return
+	}
 	if r.samples != nil {
 		r.samples.Close()
 	}
@@ -456,6 +534,9 @@ func (r *daemon) cleanup(failed bool) {
 			}
 			errs = append(errs, RemoveLeftovers(r.cfg.PinPath, ifindexes, func(line string) { r.log.Debug("cleanup: " + line) }))
 		}
+	}
+	if failed && !keep {
+		r.unmountBPFFS()
 	}
 	if err := errors.Join(errs...); err != nil {
 		r.log.Error("cleanup", "err", err)
@@ -522,5 +603,33 @@ func (r *daemon) recordAddedClsact(added map[int]string) {
 		if err := maps.RecordOwned(r.cfg.PinPath, maps.OwnedClsact, idx, name); err != nil {
 			r.log.Warn("the clsact qdisc sluice added is not recorded: it stays after sluice", "interface", name, "err", err)
 		}
+	}
+}
+
+// isBPFFS reports whether dir is a mounted bpffs.
+func isBPFFS(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.BPF_FS_MAGIC
+}
+
+// unmountBPFFS unmounts the bpffs this start mounted, once it holds
+// nothing but what the kernel puts in a fresh one, and removes the
+// directories it made for it.
+func (r *daemon) unmountBPFFS() {
+	if r.mountedBPFFS == "" {
+		return
+	}
+	entries, err := os.ReadDir(r.mountedBPFFS)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.Name() != "maps.debug" && e.Name() != "progs.debug" {
+			return
+		}
+	}
+	if err := unix.Unmount(r.mountedBPFFS, 0); err == nil {
+		r.mountedBPFFS = ""
+		removeDirs(r.bpffsDirs)
 	}
 }

@@ -21,10 +21,14 @@ var ErrRefused = errors.New("refused (not restarted)")
 const ExitRefused = 78
 
 // refusal marks err as a refusal when it is one of the host's or the
-// configuration's (a missing interface is marked where it is found).
+// configuration's (a missing interface is marked where it is found, the
+// host's others are a *Refusal).
 func refusal(err error) error {
 	if err == nil || errors.Is(err, ErrRefused) {
 		return err
+	}
+	if r := (*Refusal)(nil); errors.As(err, &r) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	for _, r := range []error{config.ErrInvalid, maps.ErrIncompatiblePins, maps.ErrPinDirBusy, maps.ErrPinPath,
 		shaper.ErrForeignRootQdisc, shaper.ErrForeignDevice, status.ErrSocketTaken} {

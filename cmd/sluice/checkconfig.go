@@ -83,7 +83,9 @@ type checkReport struct {
 	Warnings  []string       `json:"warnings,omitempty"`
 	Kernel    string         `json:"kernel,omitempty"`
 	Verified  string         `json:"verified,omitempty"`
-	NotRoot   bool           `json:"not_root,omitempty"`
+	// VerifierLog is the kernel verifier's log of a rejected program.
+	VerifierLog []string `json:"verifier_log,omitempty"`
+	NotRoot     bool     `json:"not_root,omitempty"`
 }
 
 type checkProblem struct {
@@ -144,13 +146,24 @@ func checkConfig(path string) (checkReport, error) {
 		}
 		return r, usageError{fmt.Errorf("%s does not fit this kernel", path)}
 	}
-	coll, err := ebpf.NewCollection(spec)
+	// The dry run `sluice run` would fail at: its rejection in the same
+	// words, and the verifier's log.
+	programs, nmaps, err := daemon.VerifyDataPath(cfg)
+	var refusal *daemon.Refusal
+	if errors.As(err, &refusal) {
+		r.Stage = "kernel"
+		r.Problems = append(r.Problems, checkProblem{Message: refusal.Reason})
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			r.VerifierLog = verr.Log
+		}
+		return r, usageError{fmt.Errorf("%s does not fit this kernel", path)}
+	}
 	if err != nil {
 		return r, fmt.Errorf("the data path does not load on this kernel: %w", err)
 	}
-	defer coll.Close()
 	r.Valid = true
-	r.Verified = fmt.Sprintf("data path verified by the kernel: %d programs, %d maps", len(coll.Programs), len(coll.Maps))
+	r.Verified = fmt.Sprintf("data path verified by the kernel: %d programs, %d maps", programs, nmaps)
 	return r, nil
 }
 
@@ -190,15 +203,28 @@ func (r checkReport) writeText(stdout, stderr io.Writer) {
 			fmt.Fprintf(stderr, "  %s\n", p.Message)
 		}
 	}
+	if n := len(r.VerifierLog); n > 0 {
+		lines := r.VerifierLog[max(0, n-verifierLogLines):]
+		fmt.Fprintf(stderr, "the verifier's log (its last %d of %d lines; -o json has them all):\n", len(lines), n)
+		for _, l := range lines {
+			fmt.Fprintf(stderr, "  %s\n", l)
+		}
+	}
 	if r.Verified != "" {
 		fmt.Fprintln(stdout, r.Verified)
 	}
 }
 
+// verifierLogLines is how much of a rejection's verifier log the text
+// report prints: the end, where the verifier says why.
+const verifierLogLines = 40
+
 // hostChecks predicts, as root on the broker host, what `sluice run` would
 // refuse (problems) or what looks wrong (warnings): interfaces that do not
 // exist, a root qdisc htb would not replace, a pin_path that is not
-// sluice's to use, capacities beyond the NICs' speed.
+// sluice's to use, a metrics_address it could not listen on, a socket it
+// could not create (here, or under the installed unit's sandbox),
+// capacities beyond the NICs' speed.
 func hostChecks(cfg config.Config) (problems, warnings []string) {
 	var speed float64 // bytes/s over every interface; 0 when one is unknown
 	known := true
@@ -235,6 +261,19 @@ func hostChecks(cfg config.Config) (problems, warnings []string) {
 	}
 	if err := maps.CheckPinPath(cfg.PinPath); err != nil {
 		problems = append(problems, fmt.Sprintf("pin_path: %v", err))
+	}
+	if err := daemon.CheckMetricsAddress(cfg.MetricsAddress); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if err := daemon.CheckSocketPath(cfg.Socket); err != nil {
+		problems = append(problems, err.Error())
+	} else if sb, ok := installedSandbox(); ok && !sb.allows(cfg.Socket) {
+		problems = append(problems, fmt.Sprintf("socket %s is outside the directories %s lets the agent write (ProtectSystem=strict: %s): "+
+			"the agent could not create it and would refuse to start: set socket: /run/sluice/sluice.sock",
+			cfg.Socket, sb.Unit, strings.Join(sb.Writable, ", ")))
+	} else if ok && !sb.reachable(cfg.Socket) {
+		warnings = append(warnings, fmt.Sprintf("socket: %s is in the private /tmp %s gives the agent (PrivateTmp=yes): sluice status and sluice reload cannot reach it; set socket: /run/sluice/sluice.sock",
+			cfg.Socket, sb.Unit))
 	}
 	return problems, warnings
 }

@@ -5,7 +5,11 @@
 # writes (so the host's files are untouched: its tmpfiles setup would
 # otherwise empty the shared /tmp). Then: make install; start on an empty
 # bpffs (a fresh boot) reaches active through sd_notify, a start the host
-# refuses is not restarted and leaves nothing; systemctl reload
+# refuses is not restarted and leaves nothing (a missing interface, a
+# metrics_address in use, a socket outside /run/sluice, programs the
+# verifier rejects: each exits 78 with one line, check-config predicting
+# the first two), a start that exits 1 every time ends failed at the start
+# limit; systemctl reload
 # applies an edit, and fails with the reason on a refused file; systemctl restart re-adopts what the agent left
 # (keep_attached_on_exit, the default); kill -9 is restarted by
 # Restart=on-failure and re-adopts; a hung agent is restarted by the
@@ -108,6 +112,85 @@ ns ip -o link | grep >/dev/null slifb && fail "a refused start left an IFB"
 ns sh -c "cat > /etc/sluice/sluice.yaml" < "$work/sluice.yaml"
 ns systemctl reset-failed sluice
 
+# refused_start WHAT LINE: started as the file and the host are now, the unit
+# exits 78, is not restarted, ends failed (not activating), the agent logs
+# exactly one line and it holds LINE, and the qdiscs, pins and socket are as
+# they were.
+refused_start() {
+	local what=$1 line=$2 qdiscs pid logged
+	qdiscs=$(ns tc -j qdisc show)
+	if ns systemctl start sluice; then fail "started with $what"; fi
+	for _ in $(seq 30); do
+		[ "$(ns systemctl show -p NRestarts --value sluice)" = 0 ] || fail "$what: restarted"
+		sleep 0.2
+	done
+	ns systemctl show -p ExecMainStatus -p NRestarts -p ActiveState -p Result sluice
+	[ "$(ns systemctl show -p ActiveState --value sluice)" = failed ] || fail "$what: the unit is not failed"
+	[ "$(ns systemctl show -p ExecMainStatus --value sluice)" = 78 ] || fail "$what: the exit status is not 78"
+	# What the agent itself logged in this start: its stderr lines carry its
+	# pid (systemd's own lines about it carry 1).
+	pid=$(ns systemctl show -p ExecMainPID --value sluice)
+	logged=$(ns journalctl --no-pager -o cat _PID="$pid")
+	echo "$logged"
+	[ "$(printf '%s\n' "$logged" | wc -l)" = 1 ] || fail "$what: the agent logged more than the one line"
+	printf '%s\n' "$logged" | grep -F >/dev/null "$line" || fail "$what: the line does not say '$line'"
+	[ "$(ns tc -j qdisc show)" = "$qdiscs" ] || fail "$what: the qdiscs changed: $(ns tc -j qdisc show)"
+	ns test ! -e /sys/fs/bpf/sluice || fail "$what: pins left"
+	ns test ! -e /run/sluice/sluice.sock || fail "$what: the socket left"
+	ns systemctl reset-failed sluice
+}
+
+say "no crash loop: a metrics_address in use exits 78 with one line, and check-config says so"
+ns systemd-run --quiet --unit=porthog /usr/bin/perl -MIO::Socket::INET -e \
+	'my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:7359", Listen => 1, ReuseAddr => 1) or die "$!"; sleep 600'
+for _ in $(seq 50); do ns ss -ltnH 'sport = :7359' | grep >/dev/null 7359 && break; sleep 0.1; done
+ns ss -ltnH 'sport = :7359' | grep 7359 || { ns systemctl status porthog --no-pager || true; fail "nothing listens on 127.0.0.1:7359"; }
+refused_start "metrics_address in use" "refused (not restarted): metrics_address 127.0.0.1:7359 is in use by another process"
+if out=$(ns sluice check-config --config /etc/sluice/sluice.yaml 2>&1); then fail "check-config passed with metrics_address in use: $out"; fi
+echo "$out" | grep -F 'metrics_address 127.0.0.1:7359 is in use by another process (perl, pid' || fail "check-config did not name the port's holder: $out"
+ns systemctl stop porthog
+
+say "no crash loop: a socket outside /run/sluice (read-only under ProtectSystem=strict) exits 78 with one line, and check-config says so"
+ns sh -c 'echo "socket: /etc/sluice/sluice.sock" >> /etc/sluice/sluice.yaml'
+refused_start "socket: /etc/sluice/sluice.sock" "refused (not restarted): socket /etc/sluice/sluice.sock cannot be created: its directory is on a read-only file system"
+ns test ! -e /etc/sluice/sluice.sock || fail "a socket was made"
+if out=$(ns sluice check-config --config /etc/sluice/sluice.yaml 2>&1); then fail "check-config passed with socket in /etc: $out"; fi
+echo "$out" | grep -F 'socket /etc/sluice/sluice.sock is outside the directories /etc/systemd/system/sluice.service lets the agent write' || fail "check-config did not predict the sandbox: $out"
+ns sh -c "cat > /etc/sluice/sluice.yaml" < "$work/sluice.yaml"
+
+say "no crash loop: programs the verifier rejects (a drop-in takes CAP_PERFMON away) exit 78 with one line"
+ns mkdir -p /etc/systemd/system/sluice.service.d
+ns sh -c 'printf "[Service]\nCapabilityBoundingSet=\nCapabilityBoundingSet=CAP_BPF CAP_NET_ADMIN\nAmbientCapabilities=\nAmbientCapabilities=CAP_BPF CAP_NET_ADMIN\n" > /etc/systemd/system/sluice.service.d/no-perfmon.conf'
+ns systemctl daemon-reload
+refused_start "no CAP_PERFMON" "refused (not restarted): the kernel's verifier (Linux $(uname -r)) rejects sluice's BPF programs: program sluice_"
+ns rm -r /etc/systemd/system/sluice.service.d
+ns systemctl daemon-reload
+
+say "no crash loop even at exit 1: a start that fails every time (the file is gone) ends failed at the start limit"
+ns mv /etc/sluice/sluice.yaml /etc/sluice/sluice.yaml.away
+qdiscs=$(ns tc -j qdisc show)
+since=$(ns date +%s)
+ns systemctl start sluice || true
+# Five starts 2 s apart, then StartLimitBurst=5 in StartLimitIntervalSec=60
+# refuses the sixth (systemd 252 keeps Result=exit-code, from the last run,
+# and says why in the journal).
+limited() { ns journalctl -u sluice --no-pager -o cat --since "@$since" | grep 'Start request repeated too quickly'; }
+for _ in $(seq 150); do
+	[ "$(ns systemctl show -p ActiveState --value sluice)" = failed ] && limited >/dev/null && break
+	sleep 0.2
+done
+ns systemctl show -p ExecMainStatus -p NRestarts -p ActiveState -p Result sluice
+limited || fail "an exit-1 loop did not end at the start limit"
+[ "$(ns systemctl show -p ActiveState --value sluice)" = failed ] || fail "an exit-1 loop did not end failed"
+[ "$(ns journalctl -u sluice --no-pager -o cat --since "@$since" | grep -c 'read configuration: open /etc/sluice/sluice.yaml')" = 5 ] || fail "not five starts"
+restarts=$(ns systemctl show -p NRestarts --value sluice)
+sleep 3 # RestartSec=2: no further start comes
+[ "$(ns systemctl show -p ActiveState --value sluice)" = failed ] || fail "started again after the start limit"
+[ "$(ns systemctl show -p NRestarts --value sluice)" = "$restarts" ] || fail "restarted after the start limit"
+[ "$(ns tc -j qdisc show)" = "$qdiscs" ] || fail "the qdiscs changed"
+ns mv /etc/sluice/sluice.yaml.away /etc/sluice/sluice.yaml
+ns systemctl reset-failed sluice
+
 say "start on an empty bpffs (a fresh boot)"
 ns test ! -e /sys/fs/bpf/sluice || fail "sluice pins present before the first start"  # a fresh bpffs holds only the kernel's maps.debug, progs.debug
 ns systemctl start sluice || { ns journalctl -u sluice --no-pager | tail -30; ns stat -f -c "bpffs type: %T" /sys/fs/bpf; ns findmnt /sys/fs/bpf; fail "start"; }
@@ -152,6 +235,9 @@ ns systemctl show -p NRestarts -p ActiveState sluice
 ns journalctl -u sluice --no-pager -o cat | grep -E 're-adopted|attached' | tail -2 || true
 
 say "a hung agent: the watchdog restarts it (WatchdogSec shortened to 2s by a drop-in)"
+# The starts so far stay under StartLimitBurst=5 in 60 s; this section adds
+# two more.
+ns systemctl reset-failed sluice
 ns mkdir -p /etc/systemd/system/sluice.service.d
 ns sh -c 'printf "[Service]\nWatchdogSec=2s\nTimeoutAbortSec=2s\n" > /etc/systemd/system/sluice.service.d/watchdog.conf'
 ns systemctl daemon-reload
