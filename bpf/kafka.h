@@ -10,9 +10,41 @@
 // bytes of the request to the agent through its CPU's sample ring, as fragments
 // the agent stitches (a sample whose bytes span segments continues with the
 // next in-order segment). Retransmitted bytes lie before next_seq and are
-// never sampled twice. Connections that predate the agent, or whose stream
-// was lost (a gap, an implausible size), re-synchronise on a segment that
-// begins with a plausible request header.
+// never sampled twice.
+//
+// Position is kept through any segment: the first MAX_REQUESTS_PER_SEGMENT
+// requests starting in it may be sampled, and the rest are followed by
+// their size fields alone (follow_rest), so a segment of many small
+// requests costs their samples, never the position. It is lost only at a
+// gap (a segment this hook never saw in order), at an implausible size, or
+// in a segment of more than MAX_REQUESTS_FOLLOWED requests (none of up to
+// 64 KiB holds so many). Connections that predate the agent start where the
+// broker's acknowledgement says the stream stands, which may be inside a
+// request.
+//
+// Position is found again (track_regain) only in the newest bytes seen
+// since it was lost, at the first of:
+//   - a segment that begins with a plausible request header;
+//   - a plausible header in a segment's first PROBE_BYTES bytes whose size
+//     leads to another plausible header: in the same segment (found at
+//     once), or in a later one (a candidate, confirmed by the segment that
+//     holds it; the search goes on meanwhile, keeping the nearest).
+// Each probed segment costs a token of the connection's sample budget, so
+// a stream of junk costs at most samples_per_sec probes a second.
+//
+// The bound. Requests of at most PROBE_BYTES bytes put a request start in
+// the first PROBE_BYTES bytes of every segment. Where segments are also at
+// least two requests and a header long (2 * size + 14 bytes), that start's
+// successor lies in the same segment: a stream that loses its position at
+// a gap finds it again in the first segment after the gap, at its first
+// request start, budget allowing. What goes unsampled is the requests that
+// started in the bytes never seen and before that start.
+// Smaller segments confirm the successor in the later segment that holds
+// it (a header a segment end cuts starts the search again there). A stream
+// of larger requests whose segments never begin at, nor hold early, a
+// request start stays unsampled until one does: what that costs is
+// samples (the agent's view of its client-id), never its counting or
+// shaping.
 #pragma once
 
 #include <linux/bpf.h>
@@ -28,9 +60,27 @@
 #define MAX_REQUEST_SIZE (100u << 20)
 // The smallest request: api key, version, correlation id, client-id length.
 #define MIN_REQUEST_SIZE 10u
-// Requests looked for in one segment (GRO segments hold many small ones;
-// the rest of such a segment is found again only by re-synchronising).
+// Requests looked for, and maybe sampled, in one segment (GRO segments hold
+// many small ones; the rest of such a segment is followed, not sampled).
 #define MAX_REQUESTS_PER_SEGMENT 16
+// The largest segment this hook sees: GRO and GSO build none larger unless
+// BIG TCP raises a device's gro_max_size.
+#define MAX_SEGMENT_BYTES (1u << 16)
+// Requests followed in one segment past the looked-for ones: enough for a
+// segment of MAX_SEGMENT_BYTES of the smallest requests. Each costs a size
+// field read (a few ns), far less than what the broker spends on it.
+#define MAX_REQUESTS_FOLLOWED (MAX_SEGMENT_BYTES / (4 + MIN_REQUEST_SIZE) + 1)
+// How far into a segment a stream that lost its position looks for a
+// request start (track_regain), a header check per byte: a bound on what
+// a stream of junk costs per segment.
+#define PROBE_BYTES 256u
+// Request header bytes plausible_header reads.
+#define HEADER_BYTES 14u
+
+// How a stream that lost its position looks for it (struct track's regain).
+#define REGAIN_FRESH 0     // lost_end not set yet (a connection entered unsynchronised)
+#define REGAIN_SEARCHING 1 // lost_end set: probing the newest segments
+#define REGAIN_CANDIDATE 2 // next_seq is a request start to confirm
 
 // Runtime knobs fixed at load (set through spec.Variables).
 volatile const __u32 sample_bytes = 256;          // <= SAMPLE_MAX
@@ -106,16 +156,12 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	return n;
 }
 
-// take_sample spends the connection's sample budget: its first requests
-// are always sampled, then a token bucket of samples_per_sec. Times here are
-// CLOCK_MONOTONIC_COARSE (coarse_now): a tick of resolution is plenty for a
-// budget and a sample's age.
-static __always_inline int take_sample(struct track *t)
+// spend_token takes a token of the connection's sample budget
+// (samples_per_sec a second, refilled here), and returns whether there was
+// one. Times here are CLOCK_MONOTONIC_COARSE (coarse_now): a tick of
+// resolution is plenty for a budget and a sample's age.
+static __always_inline int spend_token(struct track *t)
 {
-	if (t->requests < first_requests_sampled) {
-		t->requests++;
-		return 1;
-	}
 	__u32 zero = 0;
 	struct datapath_settings *cfg = bpf_map_lookup_elem(&settings, &zero);
 	__u32 rate = cfg ? cfg->samples_per_sec : 0;
@@ -131,19 +177,33 @@ static __always_inline int take_sample(struct track *t)
 		t->tokens = tokens > rate ? rate : tokens;
 		t->refill_ns = now;
 	}
-	if (!t->tokens) {
-		stat_inc(STAT_BUDGET_DROPS);
+	if (!t->tokens)
 		return 0;
-	}
 	t->tokens--;
 	return 1;
 }
 
-// plausible_header checks the 14 bytes at a segment start for a request
-// header: size, api key, version, correlation id, client-id length.
-static __always_inline int plausible_header(struct __sk_buff *skb, __u32 poff, __u32 plen)
+// take_sample spends the connection's sample budget: its first requests
+// are always sampled, then a token bucket of samples_per_sec.
+static __always_inline int take_sample(struct track *t)
 {
-	__u8 h[14];
+	if (t->requests < first_requests_sampled) {
+		t->requests++;
+		return 1;
+	}
+	if (spend_token(t))
+		return 1;
+	stat_inc(STAT_BUDGET_DROPS);
+	return 0;
+}
+
+// plausible_header checks the HEADER_BYTES bytes at packet offset poff,
+// where plen payload bytes are left, for a request header: size, api key,
+// version, correlation id, client-id length. It returns the request's size
+// field, or 0 (no request is that small).
+static __always_inline __u32 plausible_header(struct __sk_buff *skb, __u32 poff, __u32 plen)
+{
+	__u8 h[HEADER_BYTES];
 	if (plen < sizeof(h) || load(skb, poff, h, sizeof(h)) < 0)
 		return 0;
 	__u32 size = (__u32)h[0] << 24 | (__u32)h[1] << 16 | (__u32)h[2] << 8 | h[3];
@@ -156,7 +216,208 @@ static __always_inline int plausible_header(struct __sk_buff *skb, __u32 poff, _
 		return 0; // unknown api key, version, or a negative correlation id
 	if (client_len < -1 || (client_len > 0 && (__u32)client_len + MIN_REQUEST_SIZE > size))
 		return 0;
-	return 1;
+	return size;
+}
+
+// lose_position: where the next request starts is no longer known.
+// lost_end remembers the newest byte seen (end), so that position is found
+// again only in bytes at least as new: an old retransmission that begins
+// with a header would place it behind bytes already gone by.
+static __always_inline void lose_position(struct track *t, __u32 end)
+{
+	t->synced = 0;
+	t->size_have = 0;
+	t->settled = 0;
+	t->regain = REGAIN_SEARCHING;
+	t->lost_end = end;
+	stat_inc(STAT_DESYNCS);
+}
+
+// regain_position: the next request starts at at. Not settled: the bytes
+// before it were not followed.
+static __always_inline void regain_position(struct track *t, __u32 at)
+{
+	t->synced = 1;
+	t->next_seq = at;
+	t->size_have = 0;
+	t->settled = 0;
+	stat_inc(STAT_RESYNCS);
+}
+
+// keep_cut_size keeps the first avail (1..3) bytes of a size field that a
+// segment end cuts, at packet offset off, for the next segment to complete.
+static __always_inline int keep_cut_size(struct __sk_buff *skb, struct track *t, __u32 off, __u32 avail)
+{
+	__u8 b[4] = {};
+	__u32 have = avail - 1; // avail is 1..3: have is [1, 4] for the verifier
+	verifier_mask(have, 3);
+	have += 1;
+	if (bpf_skb_load_bytes(skb, off, b, have) < 0)
+		return -1;
+	t->size_partial = 0;
+	for (int j = 0; j < 3; j++)
+		if (j < avail)
+			t->size_partial = t->size_partial << 8 | b[j];
+	t->size_have = avail;
+	return 0;
+}
+
+// The segment follow_rest and probe_segment walk: payload [seq, end) at
+// packet offset poff.
+struct walk {
+	struct __sk_buff *skb;
+	struct track *t;
+	__u32 seq, end, poff;
+	__u32 found;     // probe_one: the offset of a request start, or 0
+	__u32 candidate; // probe_one: the offset of the nearest successor past the segment, or 0
+};
+
+// follow_one steps over the request that starts at next_seq inside the
+// segment, unsampled. It returns 1 (stop) when the segment holds no
+// further request start, or position is lost.
+static long follow_one(__u32 i, struct walk *w)
+{
+	struct track *t = w->t;
+	if (!seq_before(t->next_seq, w->end))
+		return 1;
+	__u32 off = w->poff + (t->next_seq - w->seq);
+	__u32 avail = w->end - t->next_seq;
+	if (avail < 4) {
+		if (keep_cut_size(w->skb, t, off, avail) < 0)
+			lose_position(t, w->end);
+		return 1;
+	}
+	__be32 be;
+	if (load(w->skb, off, &be, 4) < 0) {
+		lose_position(t, w->end);
+		return 1;
+	}
+	__u32 size = bpf_ntohl(be);
+	if (size < MIN_REQUEST_SIZE || size > MAX_REQUEST_SIZE) {
+		lose_position(t, w->end);
+		return 1;
+	}
+	t->next_seq += 4 + size;
+	return 0;
+}
+
+// follow_rest follows the requests of a segment [seq, end) at packet
+// offset poff past those step 4 looked at, so that position survives any
+// number of them (up to MAX_REQUESTS_FOLLOWED). A bpf_loop, whose body the
+// verifier walks once however many requests there are, in a global
+// function, which it checks once on its own rather than on every path of
+// the data path that reaches it.
+__noinline int follow_rest(struct __sk_buff *skb, struct track *t, __u32 seq, __u32 poff, __u32 end)
+{
+	if (!t)
+		return 0;
+	struct walk w = {.skb = skb, .t = t, .seq = seq, .end = end, .poff = poff};
+	bpf_loop(MAX_REQUESTS_FOLLOWED, follow_one, &w, 0);
+	if (t->synced && !t->size_have && seq_before(t->next_seq, end))
+		lose_position(t, end); // more requests than followed (BIG TCP)
+	return 0;
+}
+
+// probe_one looks for a request start at offset i + 1 of the segment (its
+// start was tried): a plausible header whose size leads to another one in
+// the segment (found), or past its end (a candidate, confirmed later; the
+// nearest is kept). It returns 1 (stop) at a find, or past the bytes a
+// header fits in.
+static long probe_one(__u32 i, struct walk *w)
+{
+	__u32 plen = w->end - w->seq;
+	__u32 o = i + 1;
+	if (o + HEADER_BYTES > plen)
+		return 1;
+	__u32 size = plausible_header(w->skb, w->poff + o, plen - o);
+	if (!size)
+		return 0;
+	__u32 next = o + 4 + size; // no overflow: o < 64 KiB, size <= 100 MiB
+	if (next >= plen) {
+		if (!w->candidate || next < w->candidate)
+			w->candidate = next;
+		return 0;
+	}
+	if (plausible_header(w->skb, w->poff + next, plen - next)) {
+		w->found = o;
+		return 1;
+	}
+	return 0;
+}
+
+// probe_segment looks through the first PROBE_BYTES bytes of a segment for
+// a request start (probe_one), for a stream that lost its position. It
+// returns whether position was found in the segment; a candidate found
+// instead is confirmed by the segment that holds it (track_regain).
+static __always_inline int probe_segment(struct __sk_buff *skb, struct track *t, __u32 seq, __u32 poff, __u32 end)
+{
+	struct walk w = {.skb = skb, .t = t, .seq = seq, .end = end, .poff = poff};
+	bpf_loop(min_u32(end - seq, PROBE_BYTES), probe_one, &w, 0);
+	if (w.found) {
+		regain_position(t, seq + w.found);
+		return 1;
+	}
+	if (!w.candidate)
+		return 0;
+	// Of two candidates the nearer is confirmed (or not) first: a false
+	// one far ahead (bytes that pass for a header of a 70 MB request) then
+	// costs nothing.
+	__u32 candidate = seq + w.candidate;
+	if (t->regain != REGAIN_CANDIDATE || seq_before(candidate, t->next_seq)) {
+		t->next_seq = candidate;
+		t->regain = REGAIN_CANDIDATE;
+	}
+	return 0;
+}
+
+// track_regain looks for the position of a stream that lost it in the
+// segment [seq, end) at packet offset poff (the bound: top of this file),
+// and returns whether it found it: tracking then carries on from next_seq.
+// A global function, as follow_rest.
+__noinline int track_regain(struct __sk_buff *skb, struct track *t, __u32 seq, __u32 poff, __u32 end)
+{
+	if (!t)
+		return 0;
+	if (t->regain == REGAIN_FRESH || seq_before(t->lost_end, end)) {
+		t->lost_end = end;
+		if (t->regain == REGAIN_FRESH)
+			t->regain = REGAIN_SEARCHING;
+	}
+	if (seq_before(end, t->lost_end))
+		return 0; // older bytes than some already seen
+	// A candidate is confirmed by the segment that holds it. Segments
+	// before it are searched all the same: it may be false.
+	if (t->regain == REGAIN_CANDIDATE && seq_before(t->next_seq, end)) {
+		__u32 at = t->next_seq;
+		t->regain = REGAIN_SEARCHING;
+		if (!seq_before(at, seq) && plausible_header(skb, poff + (at - seq), end - at)) {
+			regain_position(t, at);
+			return 1;
+		}
+	}
+	if (plausible_header(skb, poff, end - seq)) {
+		regain_position(t, seq);
+		return 1;
+	}
+	// Probing (a header check per byte) is paid from the sample budget: a
+	// stream of junk costs at most samples_per_sec probes a second.
+	if (!spend_token(t))
+		return 0;
+	return probe_segment(skb, t, seq, poff, end);
+}
+
+// stream_stands_at tells whether the client's stream, as request tracking
+// follows it, stands exactly at seq: a request start that following its
+// payload reached, with no byte followed past it (settled), on a connection
+// whose every client segment tracking sees (governed, not attributed by its
+// peer). Unknown (not synced, no payload followed yet, a size field cut,
+// the middle of a request: the cached copies of the entry answer segments
+// there without the table) is no.
+static __always_inline int stream_stands_at(const struct conn_state *st, __u32 seq)
+{
+	const struct track *t = &st->track;
+	return t->synced && t->settled && !t->size_have && !t->by_peer &&
+	       st->bound.entity[DIR_PRODUCE] != ENTITY_NOT_GOVERNED && t->next_seq == seq;
 }
 
 // The header a cut sample keeps: size, api key, version, correlation id,
@@ -244,11 +505,12 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 
 	// A gap: the stream jumped past where the next request starts (a
 	// segment this hook never saw in order). Find the stream again.
-	if (t->synced && seq_before(t->next_seq + t->size_have, seq)) {
-		t->synced = 0;
-		t->size_have = 0;
-		stat_inc(STAT_DESYNCS);
-	}
+	if (t->synced && seq_before(t->next_seq + t->size_have, seq))
+		lose_position(t, end);
+	// The segment holds the followed position (it cannot lie before it:
+	// that is a gap): following it to its end settles the stream there
+	// (stream_stands_at).
+	int from_position = t->synced && seq_before(t->next_seq + t->size_have, end);
 
 	// 1. Complete a size field the previous segment cut.
 	if (t->synced && t->size_have) {
@@ -269,8 +531,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 				__u32 size = t->size_partial;
 				t->size_have = 0;
 				if (size < MIN_REQUEST_SIZE || size > MAX_REQUEST_SIZE) {
-					t->synced = 0;
-					stat_inc(STAT_DESYNCS);
+					lose_position(t, end);
 				} else {
 					if (t->sample_seq == t->next_seq && t->sample_next != t->sample_end) {
 						t->req_len = 4 + size;
@@ -291,15 +552,9 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			continue_sample(skb, seg, st, seq, end);
 	}
 
-	// 3. Re-synchronise on a segment that starts with a plausible header.
-	if (!t->synced) {
-		if (!plausible_header(skb, poff, plen))
-			return;
-		t->synced = 1;
-		t->next_seq = seq;
-		t->size_have = 0;
-		stat_inc(STAT_RESYNCS);
-	}
+	// 3. A stream that lost its position looks for it.
+	if (!t->synced && !track_regain(skb, t, seq, poff, end))
+		return;
 
 	// 4. Every request that starts in this segment. Not unrolled: sixteen
 	// copies would make the program too big for the instruction cache.
@@ -317,17 +572,8 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		int sample = !sample_pending_before(t, end) && take_sample(t);
 		if (avail < 4) {
 			// The size field is cut: keep its first bytes for the next segment.
-			__u8 b[4] = {};
-			__u32 have = avail - 1; // avail is 1..3: have is [1, 4] for the verifier
-			verifier_mask(have, 3);
-			have += 1;
-			if (bpf_skb_load_bytes(skb, poff + off, b, have) < 0)
+			if (keep_cut_size(skb, t, poff + off, avail) < 0)
 				break;
-			t->size_partial = 0;
-			for (int j = 0; j < 3; j++)
-				if (j < avail)
-					t->size_partial = t->size_partial << 8 | b[j];
-			t->size_have = avail;
 			if (sample) {
 				__u32 sent = emit(skb, seg, st, poff, off, avail, t->next_seq, 0, 0);
 				t->sample_seq = t->next_seq;
@@ -343,8 +589,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			break;
 		__u32 size = bpf_ntohl(be);
 		if (size < MIN_REQUEST_SIZE || size > MAX_REQUEST_SIZE) {
-			t->synced = 0;
-			stat_inc(STAT_DESYNCS);
+			lose_position(t, end);
 			break;
 		}
 		if (sample && !st->lat.cand_size) {
@@ -375,6 +620,14 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		}
 		t->next_seq += 4 + size;
 	}
+	// The requests past those: followed, not sampled. next_seq is right
+	// where the loop stopped, and the bytes it has to follow are in this
+	// segment only: stopping there and carrying on at the next segment
+	// would find next_seq behind it, a gap.
+	if (t->synced && !t->size_have && !seq_before(t->next_seq, seq) && seq_before(t->next_seq, end))
+		follow_rest(skb, t, seq, poff, end);
+	if (from_position && t->synced)
+		t->settled = !t->size_have;
 
 	if (st->lat.cand_size)
 		latency_on_request(skb, st, seq, poff, end);

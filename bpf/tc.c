@@ -339,30 +339,83 @@ static __always_inline int cache_answers(int dir, const struct parsed *p, const 
 #define UNKNOWN_ENTITIES ((struct conn_entities){{ENTITY_UNKNOWN, ENTITY_UNKNOWN}})
 #define EXEMPT_ENTITIES ((struct conn_entities){{ENTITY_NOT_GOVERNED, ENTITY_NOT_GOVERNED}})
 
-// How far from where the client's stream stands (its next request start)
-// a client's RST may lie and still count: behind, a RST sent in the middle
-// of a request up to this size; ahead, one that overtook the client's last
-// segments.
-#define RST_WINDOW_BEHIND (1u << 20)
-#define RST_WINDOW_AHEAD (1u << 16)
+// synchronized tells whether a socket in state takes a RST only at exactly
+// its rcv_nxt (RFC 5961): every state after the handshake in which it
+// still receives.
+static __always_inline int synchronized(__u32 state)
+{
+	return state == BPF_TCP_ESTABLISHED || state == BPF_TCP_FIN_WAIT1 || state == BPF_TCP_FIN_WAIT2 ||
+	       state == BPF_TCP_CLOSE_WAIT || state == BPF_TCP_CLOSING || state == BPF_TCP_LAST_ACK;
+}
+
+// broker_expects tells whether the broker's socket for the segment's
+// connection (in the namespace of the device the segment came in on) is
+// synchronized and expects seq as its next byte (rcv_nxt). A lookup that
+// finds the listener instead (no such connection) is no. A global function:
+// the verifier checks it once, on its own, instead of walking the lookup's
+// stack (the tuple) into every path after it.
+__noinline int broker_expects(struct __sk_buff *skb, const struct parsed *p, __u32 seq)
+{
+	if (!p)
+		return 0;
+	struct bpf_sock_tuple tuple = {};
+	__u32 size;
+	if (p->v6) {
+		__builtin_memcpy(tuple.ipv6.saddr, p->key.peer_addr, 16);
+		__builtin_memcpy(tuple.ipv6.daddr, p->key.local_addr, 16);
+		tuple.ipv6.sport = bpf_htons(p->key.peer_port);
+		tuple.ipv6.dport = bpf_htons(p->key.local_port);
+		size = sizeof(tuple.ipv6);
+	} else {
+		tuple.ipv4.saddr = p->key4.peer_addr;
+		tuple.ipv4.daddr = p->key4.local_addr;
+		tuple.ipv4.sport = bpf_htons(p->key4.peer_port);
+		tuple.ipv4.dport = bpf_htons(p->key4.local_port);
+		size = sizeof(tuple.ipv4);
+	}
+	struct bpf_sock *sk = bpf_sk_lookup_tcp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	int expects = 0;
+	if (synchronized(sk->state)) {
+		struct bpf_tcp_sock *tp = bpf_tcp_sock(sk);
+		expects = tp && tp->rcv_nxt == seq;
+	}
+	bpf_sk_release(sk);
+	return expects;
+}
 
 // ends_connection tells whether a FIN or RST ends the connection (the
 // agent then reclaims its entry). The broker's own segments (egress) come
-// from its kernel: they do. A client's FIN is answered by the broker's
-// own FIN, which is the one counted. A client's RST counts only near where
-// its stream stands, which request tracking follows: an off-path packet
-// that guesses the 4-tuple but not the sequence space changes nothing
-// (Linux itself takes a RST only at exactly the next byte, RFC 5961). A
-// connection whose stream is not followed (a TLS listener's, or one that
-// lost sync) ends by the broker's FIN or RST, or leaves the LRU table.
-static __always_inline int ends_connection(int dir, const struct parsed *p, const struct conn_state *st)
+// from its kernel: they do. A client's FIN is answered by the broker's own
+// FIN, which is the one counted. A client's RST counts only where the
+// broker's kernel takes it: Linux acts on a RST only at exactly the next
+// byte it expects (rcv_nxt, RFC 5961) and answers any other with a
+// challenge ACK. Two views of that byte must agree with the RST's:
+//   - request tracking's: the client's stream stands exactly there, at a
+//     request start that following its payload reached (stream_stands_at,
+//     kafka.h). It alone is not enough: segments the shaper holds back (at
+//     the IFB) have gone by this hook but reach the socket after a RST,
+//     which passes at once;
+//   - the broker's socket's (broker_expects). It alone is not enough
+//     either: segments that went by this hook just before the RST may not
+//     have reached the socket yet (one NAPI batch goes through this hook
+//     before TCP sees any of it), and would move rcv_nxt past the RST.
+// Where both agree, every byte that went by this hook before the RST has
+// reached the socket, so the socket takes the RST: an off-path host must
+// guess the exact 32-bit number, and a client cannot end its entry while
+// its socket lives on.
+// The socket is looked up only for a RST that passes the first test. A RST
+// that is not counted (mid-request, before any payload, on a stream not
+// followed or whose socket another namespace holds) changes nothing: the
+// connection then ends by the broker's own FIN or RST, or leaves the LRU
+// table.
+static __always_inline int ends_connection(struct __sk_buff *skb, int dir, const struct parsed *p,
+					   const struct conn_state *st)
 {
 	if (dir == DIR_FETCH)
 		return 1;
-	if (!(p->fin_rst & TCP_FLAG_RST) || !st->track.synced)
-		return 0;
-	__u32 next = st->track.next_seq;
-	return next - p->seq <= RST_WINDOW_BEHIND || p->seq - next <= RST_WINDOW_AHEAD;
+	return (p->fin_rst & TCP_FLAG_RST) && stream_stands_at(st, p->seq) && broker_expects(skb, p, p->seq);
 }
 
 // identity_forget drops what an earlier connection on the segment's
@@ -395,7 +448,7 @@ static __always_inline struct conn_entities from_table(struct __sk_buff *skb, in
 		if (!st)
 			return UNKNOWN_ENTITIES;
 	}
-	if (p->fin_rst && ends_connection(dir, p, st))
+	if (p->fin_rst && ends_connection(skb, dir, p, st))
 		st->track.closing = 1;
 
 	struct conn_entities bound = st->bound; // one load: both directions agree

@@ -60,8 +60,13 @@ struct conn_entities {
 // Kafka request boundary tracking on one client->broker stream, owned by
 // the data path: the agent's bindings write only the entities beside it.
 struct track {
-	__u32 next_seq;     // TCP sequence number where the next request starts
-	__u32 size_partial; // bytes of a size field cut by a segment end
+	// synced: the TCP sequence number where the next request starts.
+	// Not synced, regain REGAIN_CANDIDATE: a request start to confirm.
+	__u32 next_seq;
+	union {
+		__u32 size_partial; // synced: bytes of a size field cut by a segment end
+		__u32 lost_end;     // not synced: one past the newest payload byte seen since (kafka.h)
+	};
 	__u32 sample_seq;   // start of the request whose sample continues
 	__u32 sample_next;  // next sample byte wanted
 	__u32 sample_end;   // one past the last sample byte wanted
@@ -74,8 +79,16 @@ struct track {
 	__u8 closing;       // a FIN or RST went by: the agent reclaims the entry
 	__u8 by_peer;       // attributed by its peer at start (TLS listener): no request tracking
 	__u16 sample_gap;   // client-id bytes the continuing sample leaves out (CLIENT_ID_KEPT)
-	__u8 pad[2];
+	// Following the client's payload reached next_seq from a position it
+	// followed, and no byte it followed lies past it (a client's RST: tc.c).
+	__u8 settled;
+	__u8 regain; // not synced: REGAIN_* (kafka.h), how position is looked for
 };
+// settled and regain take the two pad bytes of earlier releases (zero in
+// the entries a restart carries over: not settled, REGAIN_FRESH), and
+// lost_end shares size_partial's word: struct track, and struct conn_state
+// around it, keep their size and layout, so pinned tables are reused whole.
+_Static_assert(sizeof(struct track) == 48, "struct track keeps its layout");
 
 // Request latency on one connection (latency.h): one sampled request at a
 // time is pending, from its arrival until its response's first byte leaves;

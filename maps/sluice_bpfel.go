@@ -249,7 +249,8 @@ type sluiceTrack struct {
 	Closing     uint8
 	ByPeer      uint8
 	SampleGap   uint16
-	Pad         [2]uint8
+	Settled     uint8
+	Regain      uint8
 }
 
 // Names of all BPF objects in the ELF.
