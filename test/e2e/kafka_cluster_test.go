@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -198,4 +200,202 @@ func TestKafkaReplicationExempt(t *testing.T) {
 		Expected: map[string]any{"producer_per_broker_bps": limit, "tolerance": 0.03, "isr": []int{3, 3, 3},
 			"replicated_to_followers_bps": "2 × what the brokers received from clients, ±10 % (exempt: never held)"},
 	})
+}
+
+// ⑩ A cluster budget on a real three-broker cluster: the tenant's one
+// Java producer (acks=all, three partitions, one led by each broker) under
+// 6 MB/s across the cluster. The coordination topic is
+// created by the agents with the brokers' defaults here: three replicas,
+// min.insync.replicas 2; every agent bootstraps from all three brokers.
+// Judged by the client host's sockets: the tenant's total within ±3 % of
+// the budget in the steady state and from 3 s after Kafka moved the
+// killed broker's partition (kill -9 of broker 2's JVM; the controller
+// fences it, the producer follows the new leader), and no 2-second total
+// above the budget by more than 5 % at any time, and within ±3 % from 3 s
+// after broker 2 returns and a preferred-leader election moves its
+// partition back. Not yet in `make kafka-check` (its own target, `make
+// kafka-cluster-budgets`; issue #45): it holds the steady state (6.00,
+// 5.90 MB/s) and never passes the budget, but after Kafka's failover the
+// total measured 5.98 and 5.73, and after the election the Java producer
+// moved nothing for 2-3 s while it learned the new leaders, then 2.8-6.05
+// MB/s a second (4.38 and 5.55 on average over 3-10 s).
+func TestRealClusterBudgets(t *testing.T) {
+	// A dead broker is fenced after 2 s, not 9: until then its partition
+	// has no leader, and the producer waits for Kafka, not for sluice.
+	w := realClusterWorld(t, "broker.heartbeat.interval.ms=500", "broker.session.timeout.ms=2000")
+	const limit = 6e6
+	if err := w.Brokers[0].Kafka.CreateTopics(w.Clients, 3, 3, "history"); err != nil {
+		t.Fatal(err)
+	}
+	section := clusterSection(fmt.Sprintf("tenant: {producer_byte_rate: %v, topics: [history]}", int64(limit)))
+	for _, b := range w.Brokers {
+		cfg := w.WriteAgentConfig(b, harness.ClusterAgentConfig{ProduceCapacity: "200MB", Cluster: section, AllBrokers: true,
+			Extra: "keep_attached_on_exit: false\n"})
+		if err := w.StartAgent(b, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod, err := w.StartJava("tenant", "org.apache.kafka.tools.ProducerPerformance", "--topic", "history",
+		"--num-records", "1000000000", "--record-size", strconv.Itoa(recordSize), "--throughput", "-1", "--producer-props",
+		// The default partitioner (adaptive: more to the brokers that take
+		// more), as producers in the field run; round-robin would hold
+		// every broker to the slowest one's share.
+		"bootstrap.servers="+w.Bootstrap(), "client.id=tenant", "acks=all", "batch.size=262144", "linger.ms=20", "request.timeout.ms=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Stop)
+	run := &clusterRun{t: t, w: w}
+	if run.meter, err = w.NewLinkMeter(); err != nil {
+		t.Fatal(err)
+	}
+	run.settle(60 * time.Second)
+	run.follow(2 * time.Second)
+	steady := sum3(run.window(5 * time.Second))
+	// The coordination topic as the agents made it.
+	coordRF, coordISR := topicReplicas(t, w, "__sluice_cluster_budgets")
+
+	// Broker 2's JVM killed: its partition's leader moves to another host
+	// once the controller fences it (Kafka's failover, not sluice's: the
+	// window opens from there).
+	before := leadersOf(t, w, "history")
+	killed := time.Now()
+	w.Brokers[2].Kafka.Kill()
+	for slices.Equal(leadersOf(t, w, "history"), before) && time.Since(killed) < 20*time.Second {
+		run.follow(200 * time.Millisecond)
+	}
+	moved := time.Now()
+	run.follow(10 * time.Second)
+	afterKill := run.totalBetween(moved.Add(3*time.Second), moved.Add(10*time.Second))
+	peakKill := run.peakTotal(killed, time.Now(), 2*time.Second)
+	seriesKill := run.seconds(killed, time.Now())
+
+	// Broker 2 back; once it is in sync again, a preferred-leader election
+	// gives it its partition back.
+	b2 := w.Brokers[2]
+	if b2.Kafka, err = harness.StartBroker(b2.Kafka.Spec); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !slices.Equal(isr(t, w, "history"), []int{3, 3, 3}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("broker 2 did not rejoin every ISR in 60 s: %v", isr(t, w, "history"))
+		}
+		run.follow(500 * time.Millisecond)
+	}
+	elected := time.Now()
+	if out, err := w.Brokers[0].Kafka.Tool("org.apache.kafka.tools.LeaderElectionCommand", "--election-type", "PREFERRED", "--all-topic-partitions"); err != nil {
+		t.Fatalf("kafka-leader-election: %v\n%s", err, out)
+	}
+	run.follow(10 * time.Second)
+	afterElection := run.totalBetween(elected.Add(3*time.Second), elected.Add(10*time.Second))
+	peakElection := run.peakTotal(elected, time.Now(), 2*time.Second)
+	seriesElection := run.seconds(elected, time.Now())
+	leaders := leadersOf(t, w, "history")
+	record(t, Result{
+		Name: "kafka-cluster-budgets",
+		Pass: within(steady, limit, 0.03) && within(afterKill, limit, 0.03) && within(afterElection, limit, 0.03) &&
+			peakKill <= 1.05*limit && peakElection <= 1.05*limit && coordRF == 3 && coordISR >= 2 && !prod.ExitedEarly(),
+		Measured: map[string]any{"steady_total_bps": steady, "after_kill_total_bps": afterKill, "after_election_total_bps": afterElection,
+			"peak_2s_after_kill_bps": peakKill, "peak_2s_after_election_bps": peakElection, "leaders_after_election": leaders,
+			"kafka_failover_s": moved.Sub(killed).Seconds(), "totals_each_second_after_kill_bps": seriesKill, "totals_each_second_after_election_bps": seriesElection,
+			"coordination_topic_replicas": coordRF, "coordination_topic_isr": coordISR,
+			"measured_at": "the client host's tcp_info per link (bytes the brokers acknowledged)", "producer_said": producerSaid(prod)},
+		Expected: map[string]any{"total_bps": limit, "tolerance": 0.03, "from_s_after_kafka_failover": 3, "peak_2s_max_bps": 1.05 * limit,
+
+			"coordination_topic_replicas": 3, "coordination_topic_isr_min": 2},
+	})
+}
+
+// totalBetween is the tenant's total rate between the readings nearest
+// from and to.
+func (c *clusterRun) totalBetween(from, to time.Time) float64 {
+	var a, b *clusterPoint
+	for i := range c.points {
+		p := &c.points[i]
+		if a == nil && !p.at.Before(from) {
+			a = p
+		}
+		if !p.at.After(to) {
+			b = p
+		}
+	}
+	if a == nil || b == nil || !b.at.After(a.at) {
+		return 0
+	}
+	r, _ := rates(*a, *b)
+	return sum3(r)
+}
+
+// seconds is the tenant's total rate over each second from from to to.
+func (c *clusterRun) seconds(from, to time.Time) []float64 {
+	var out []float64
+	for at := from; at.Add(time.Second).Before(to); at = at.Add(time.Second) {
+		out = append(out, math.Round(c.totalBetween(at, at.Add(time.Second))/1e3)*1e3)
+	}
+	return out
+}
+
+// peakTotal is the tenant's largest total rate over any window of d
+// between from and to.
+func (c *clusterRun) peakTotal(from, to time.Time, d time.Duration) float64 {
+	var peak float64
+	for i := range c.points {
+		if c.points[i].at.Before(from) || c.points[i].at.After(to) {
+			continue
+		}
+		for j := i + 1; j < len(c.points); j++ {
+			if c.points[j].at.Sub(c.points[i].at) >= d {
+				r, _ := rates(c.points[i], c.points[j])
+				peak = max(peak, sum3(r))
+				break
+			}
+		}
+	}
+	return peak
+}
+
+// topicReplicas is a topic's replica count and smallest ISR.
+func topicReplicas(t *testing.T, w *harness.ClusterWorld, topic string) (replicas, minISR int) {
+	t.Helper()
+	adm, err := w.Brokers[0].Kafka.Admin(w.Clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minISR = -1
+	for _, p := range md.Topics[topic].Partitions {
+		replicas = len(p.Replicas)
+		if minISR < 0 || len(p.ISR) < minISR {
+			minISR = len(p.ISR)
+		}
+	}
+	return replicas, minISR
+}
+
+// leadersOf is each partition's leader.
+func leadersOf(t *testing.T, w *harness.ClusterWorld, topic string) []int32 {
+	t.Helper()
+	adm, err := w.Brokers[0].Kafka.Admin(w.Clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int32, len(md.Topics[topic].Partitions))
+	for _, p := range md.Topics[topic].Partitions.Sorted() {
+		out[p.Partition] = p.Leader
+	}
+	return out
 }

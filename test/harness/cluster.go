@@ -324,6 +324,9 @@ type ClusterAgentConfig struct {
 	FetchCapacity   string // "" : the fetch direction is not governed
 	Cluster         string // the cluster section's body, indented by two spaces, without broker_id and state_file
 	Extra           string // more YAML (entities, ...)
+	// AllBrokers bootstraps the agent from every broker, not only its own:
+	// an agent whose broker is down still reaches the coordination topic.
+	AllBrokers bool
 }
 
 // WriteAgentConfig writes broker b's agent configuration: its NIC, the
@@ -337,6 +340,10 @@ func (w *ClusterWorld) WriteAgentConfig(b *BrokerHost, c ClusterAgentConfig) str
 	var exempt []string
 	for _, o := range w.Brokers {
 		exempt = append(exempt, o.IP.String()+"/32")
+	}
+	bootstrap := b.Addr()
+	if c.AllBrokers {
+		bootstrap = strings.ReplaceAll(w.Bootstrap(), ",", ", ")
 	}
 	yaml := fmt.Sprintf(`interfaces: [%s]
 listeners: [9092]
@@ -352,7 +359,7 @@ pin_path: %s
 socket: %s
 metrics_address: 127.0.0.1:7359
 log_level: debug
-%s`, b.Dev, strings.Join(exempt, ", "), c.ProduceCapacity, WorldMinLimit, fetch, b.Addr(), b.Pins, b.Socket, c.Extra)
+%s`, b.Dev, strings.Join(exempt, ", "), c.ProduceCapacity, WorldMinLimit, fetch, bootstrap, b.Pins, b.Socket, c.Extra)
 	if c.Cluster != "" {
 		yaml += fmt.Sprintf("\ncluster:\n  broker_id: %d\n  state_file: %s\n%s\n", b.ID, filepath.Join(w.Dir, fmt.Sprintf("b%d.cluster.state", b.ID)),
 			strings.TrimRight(c.Cluster, "\n"))

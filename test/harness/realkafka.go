@@ -387,6 +387,15 @@ func (b *Broker) Stop() {
 	}
 }
 
+// Kill ends the broker at once (SIGKILL), as a crash would.
+func (b *Broker) Kill() {
+	if b.cmd == nil || b.cmd.Process == nil {
+		return
+	}
+	b.cmd.Process.Kill()
+	<-b.done
+}
+
 // LogTail is the last n lines of the broker's server.log (or of its
 // stdout, if it wrote no log).
 func (b *Broker) LogTail(n int) string {
@@ -513,19 +522,25 @@ func (b *Broker) SetClientQuota(ns *netns.NS, clientID, key string, rate float64
 	return nil
 }
 
-// Configs runs kafka-configs (ConfigCommand) on the broker's host against
-// its own listener (the loopback one of a SASL broker), as an operator
-// would, and returns what it printed.
-func (b *Broker) Configs(args ...string) (string, error) {
+// Tool runs a Kafka command-line tool (its main class) on the broker's
+// host against the broker's own listener (the loopback one when the client
+// listener is not plain), as an operator would, and returns what it
+// printed.
+func (b *Broker) Tool(main string, args ...string) (string, error) {
 	addr := b.Addr()
 	if b.Spec.internal() {
 		addr = InternalAddr
 	}
-	out, err := b.java("256m", "kafka.admin.ConfigCommand", append([]string{"--bootstrap-server", addr}, args...)...).CombinedOutput()
+	out, err := b.java("256m", main, append([]string{"--bootstrap-server", addr}, args...)...).CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("kafka-configs %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("%s %s: %v\n%s", main, strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
+}
+
+// Configs runs kafka-configs (ConfigCommand).
+func (b *Broker) Configs(args ...string) (string, error) {
+	return b.Tool("kafka.admin.ConfigCommand", args...)
 }
 
 // AddSCRAMUser creates a SCRAM-SHA-512 user with kafka-configs.
