@@ -1,16 +1,16 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/test/harness"
@@ -22,15 +22,7 @@ import (
 // realClusterWorld is three broker hosts running Apache Kafka.
 func realClusterWorld(t *testing.T, props ...string) *harness.ClusterWorld {
 	t.Helper()
-	root, _ := filepath.Abs("../..")
-	libs, err := harness.KafkaLibs(root)
-	if *kafkaLibs != "../kafka/lib" {
-		libs, err = filepath.Abs(*kafkaLibs)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := harness.NewRealClusterWorld(t.TempDir(), bins.sluice, bins.loadgen, libs, props...)
+	w, err := harness.NewRealClusterWorld(t.TempDir(), bins.sluice, bins.loadgen, kafkaClassPath(t), props...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,22 +77,21 @@ func replicationBytes(t *testing.T, w *harness.ClusterWorld) (toReplicas, fromCl
 	return toReplicas, fromClients
 }
 
+// topic is a topic's metadata as the cluster answers it.
+func topic(t *testing.T, w *harness.ClusterWorld, name string) kadm.TopicDetail {
+	t.Helper()
+	td, err := w.Brokers[0].Kafka.Topic(w.Clients, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return td
+}
+
 // isr is each partition's in-sync replica count of a topic, as the
 // cluster's metadata says.
-func isr(t *testing.T, w *harness.ClusterWorld, topic string) []int {
+func isr(t *testing.T, w *harness.ClusterWorld, name string) []int {
 	t.Helper()
-	adm, err := w.Brokers[0].Kafka.Admin(w.Clients)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	md, err := adm.Metadata(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td := md.Topics[topic]
+	td := topic(t, w, name)
 	out := make([]int, len(td.Partitions))
 	for _, p := range td.Partitions.Sorted() {
 		out[p.Partition] = len(p.ISR)
@@ -356,21 +347,10 @@ func (c *clusterRun) peakTotal(from, to time.Time, d time.Duration) float64 {
 }
 
 // topicReplicas is a topic's replica count and smallest ISR.
-func topicReplicas(t *testing.T, w *harness.ClusterWorld, topic string) (replicas, minISR int) {
+func topicReplicas(t *testing.T, w *harness.ClusterWorld, name string) (replicas, minISR int) {
 	t.Helper()
-	adm, err := w.Brokers[0].Kafka.Admin(w.Clients)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	md, err := adm.Metadata(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
 	minISR = -1
-	for _, p := range md.Topics[topic].Partitions {
+	for _, p := range topic(t, w, name).Partitions {
 		replicas = len(p.Replicas)
 		if minISR < 0 || len(p.ISR) < minISR {
 			minISR = len(p.ISR)
@@ -380,21 +360,11 @@ func topicReplicas(t *testing.T, w *harness.ClusterWorld, topic string) (replica
 }
 
 // leadersOf is each partition's leader.
-func leadersOf(t *testing.T, w *harness.ClusterWorld, topic string) []int32 {
+func leadersOf(t *testing.T, w *harness.ClusterWorld, name string) []int32 {
 	t.Helper()
-	adm, err := w.Brokers[0].Kafka.Admin(w.Clients)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	md, err := adm.Metadata(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]int32, len(md.Topics[topic].Partitions))
-	for _, p := range md.Topics[topic].Partitions.Sorted() {
+	td := topic(t, w, name)
+	out := make([]int32, len(td.Partitions))
+	for _, p := range td.Partitions.Sorted() {
 		out[p.Partition] = p.Leader
 	}
 	return out

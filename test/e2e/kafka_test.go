@@ -26,8 +26,9 @@ import (
 
 var kafkaLibs = flag.String("kafka-libs", "../kafka/lib", "the class path directory of Apache Kafka (make kafka-deps)")
 
-// kafkaWorld is a world whose broker is real Apache Kafka.
-func kafkaWorld(t *testing.T, o harness.Options) *harness.World {
+// kafkaClassPath is Apache Kafka's class path directory: -kafka-libs, or
+// the repository's (KafkaLibs says how to fill it).
+func kafkaClassPath(t *testing.T) string {
 	t.Helper()
 	root, _ := filepath.Abs("../..")
 	libs, err := harness.KafkaLibs(root)
@@ -37,7 +38,13 @@ func kafkaWorld(t *testing.T, o harness.Options) *harness.World {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.RealKafka = libs
+	return libs
+}
+
+// kafkaWorld is a world whose broker is real Apache Kafka.
+func kafkaWorld(t *testing.T, o harness.Options) *harness.World {
+	t.Helper()
+	o.RealKafka = kafkaClassPath(t)
 	w := world(t, o)
 	t.Cleanup(func() {
 		if t.Failed() {

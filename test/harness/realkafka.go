@@ -452,16 +452,41 @@ func (b *Broker) Admin(ns *netns.NS) (*kadm.Client, error) {
 	return kadm.NewClient(cl), nil
 }
 
-// CreateTopics creates topics of partitions each (replication factor rf)
-// and waits until every partition has a leader.
-func (b *Broker) CreateTopics(ns *netns.NS, partitions int32, rf int16, topics ...string) error {
+// withAdmin runs f with an admin client of the broker (Admin) and a
+// context that ends after timeout.
+func (b *Broker) withAdmin(ns *netns.NS, timeout time.Duration, f func(context.Context, *kadm.Client) error) error {
 	adm, err := b.Admin(ns)
 	if err != nil {
 		return err
 	}
 	defer adm.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	return f(ctx, adm)
+}
+
+// Topic is a topic's metadata as the cluster answers it.
+func (b *Broker) Topic(ns *netns.NS, topic string) (kadm.TopicDetail, error) {
+	var td kadm.TopicDetail
+	err := b.withAdmin(ns, 10*time.Second, func(ctx context.Context, adm *kadm.Client) error {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			td, err = md.Topics[topic], md.Topics[topic].Err
+		}
+		return err
+	})
+	return td, err
+}
+
+// CreateTopics creates topics of partitions each (replication factor rf)
+// and waits until every partition has a leader.
+func (b *Broker) CreateTopics(ns *netns.NS, partitions int32, rf int16, topics ...string) error {
+	return b.withAdmin(ns, 30*time.Second, func(ctx context.Context, adm *kadm.Client) error {
+		return createTopics(ctx, adm, partitions, rf, topics)
+	})
+}
+
+func createTopics(ctx context.Context, adm *kadm.Client, partitions int32, rf int16, topics []string) error {
 	res, err := adm.CreateTopics(ctx, partitions, rf, nil, topics...)
 	if err != nil {
 		return fmt.Errorf("create topics %v: %w", topics, err)
@@ -503,19 +528,15 @@ func led(md kadm.Metadata, topics []string, partitions int32) bool {
 // quotas in the broker's quota store (key producer_byte_rate or
 // consumer_byte_rate), as kafka-configs --alter does.
 func (b *Broker) SetClientQuota(ns *netns.NS, clientID, key string, rate float64) error {
-	adm, err := b.Admin(ns)
-	if err != nil {
+	err := b.withAdmin(ns, 10*time.Second, func(ctx context.Context, adm *kadm.Client) error {
+		op := kadm.AlterClientQuotaOp{Key: key, Value: rate, Remove: rate == 0}
+		res, err := adm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
+			Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: &clientID}}, Ops: []kadm.AlterClientQuotaOp{op}}})
+		if err == nil && len(res) == 1 {
+			err = res[0].Err
+		}
 		return err
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	op := kadm.AlterClientQuotaOp{Key: key, Value: rate, Remove: rate == 0}
-	res, err := adm.AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
-		Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: &clientID}}, Ops: []kadm.AlterClientQuotaOp{op}}})
-	if err == nil && len(res) == 1 {
-		err = res[0].Err
-	}
+	})
 	if err != nil {
 		return fmt.Errorf("alter client quota %s of %s: %w", key, clientID, err)
 	}
