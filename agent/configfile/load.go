@@ -551,11 +551,15 @@ func (l *loader) peers(v any) {
 				continue
 			}
 			key = p.String()
-			if first, dup := spelled[key]; dup {
-				l.fail(path, "the same prefix as %q (%s)", first, key)
+			// An IPv4-mapped IPv6 prefix names the same peers as its IPv4
+			// form (the data path keys both alike; Go's matching would
+			// not): one spelling of them, or the two would disagree.
+			same := ipv4Form(p).String()
+			if first, dup := spelled[same]; dup {
+				l.fail(path, "the same prefix as %q (%s)", first, same)
 				continue
 			}
-			spelled[key] = name
+			spelled[same] = name
 		}
 		if q, ok := l.quota(path, entries[name]); ok {
 			l.cfg.Entities.Peers[key] = q
@@ -594,6 +598,15 @@ func (l *loader) listenerEntities(v any) {
 			c.Entities.Listeners[name] = config.Quota{}
 		}
 	}
+}
+
+// ipv4Form is an IPv4-mapped IPv6 prefix (::ffff:a.b.c.d/96+n) as the
+// IPv4 prefix it names; any other prefix as it is.
+func ipv4Form(p netip.Prefix) netip.Prefix {
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Masked()
+	}
+	return p
 }
 
 // parsePrefix reads a CIDR or a single address as a masked prefix.

@@ -508,6 +508,10 @@ entities:
 	for _, bad := range []struct{ yaml, want string }{
 		{"entities: {peers: {198.18.300.0/24: {}}}", `entities.peers.198.18.300.0/24: "198.18.300.0/24" is not a CIDR or an address`},
 		{"entities: {peers: {10.0.0.1/8: {}, 10.0.0.0/8: {}}}", `entities.peers.10.0.0.1/8: the same prefix as "10.0.0.0/8" (10.0.0.0/8)`},
+		// An IPv4-mapped prefix and its IPv4 form: the data path and Go
+		// picked different ones (issue #46).
+		{"entities: {peers: {10.0.0.0/8: {}, '::ffff:10.0.0.0/104': {}}}", `entities.peers.::ffff:10.0.0.0/104: the same prefix as "10.0.0.0/8" (10.0.0.0/8)`},
+		{"entities: {peers: {'::ffff:198.18.0.2': {}, 198.18.0.2/32: {}}}", `entities.peers.::ffff:198.18.0.2: the same prefix as "198.18.0.2/32" (198.18.0.2/32)`},
 		{"entities: {peers: {10.0.0.0/8: {consumer_byte_rat: 1MB}}}", `entities.peers.10.0.0.0/8.consumer_byte_rat: unknown key`},
 		{"entities: {listeners: {9092: {consumer_byte_rate: 1MB}}}", `entities.listeners.9092: listener 9092 is PLAINTEXT`},
 		{"entities: {listeners: {9999: {}}}", `entities.listeners.9999: not a port in listeners`},
