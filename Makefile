@@ -5,13 +5,14 @@ GO      ?= go
 CLANG   ?= clang-19
 BIN     := bin/sluice
 BPF_CFLAGS := -O2 -g -Wall -Werror
-# The compiled programs are a build output (not committed): every target
-# that compiles Go needs them first. Defined here, before any rule names
-# them: make expands a rule's prerequisites where it reads the rule. The Go
-# bindings are committed, and check-generated fails when they are stale.
+# The compiled programs are committed beside their Go bindings (bpf2go's
+# convention), so a clone builds with `go build`, `go vet` and `go install`
+# without clang; check-generated proves both are what bpf/ compiles to.
+# Defined here, before any rule names them: make expands a rule's
+# prerequisites where it reads the rule.
 BPF_OBJ    := maps/sluice_bpfel.o
 BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h)
-GENERATED  := maps/sluice_bpfel.go
+GENERATED  := maps/sluice_bpfel.go maps/sluice_bpfel.o
 
 # Every package but the end-to-end scenarios, which `make e2e` (kfake),
 # `make adversarial` and `make kafka-check` (real Apache Kafka) run.
@@ -126,7 +127,7 @@ generate: ## compile bpf/ with clang-19 into maps/sluice_bpfel.o and regenerate 
 	cd maps && BPF_CLANG=$(CLANG) BPF_CFLAGS="$(BPF_CFLAGS)" $(GO) generate ./
 
 .PHONY: check-generated
-check-generated: ## fail when the committed Go bindings are stale
+check-generated: ## fail when the committed BPF object or Go bindings are not what bpf/ compiles to
 	@tmp=$$(mktemp -d); cp $(GENERATED) $$tmp/; \
 	$(MAKE) --no-print-directory generate >/dev/null || { cp $$tmp/* maps/; rm -rf $$tmp; exit 1; }; \
 	stale=""; for f in $(GENERATED); do cmp -s $$f $$tmp/$$(basename $$f) || stale="$$stale $$f"; done; \
@@ -134,8 +135,13 @@ check-generated: ## fail when the committed Go bindings are stale
 	if [ -n "$$stale" ]; then echo "stale generated files:$$stale (run make generate and commit)" >&2; exit 1; fi; \
 	echo "generated BPF output is up to date"
 
+.PHONY: check-clone
+check-clone: ## a clone of HEAD builds and vets with Go alone (no make, no clang): the committed BPF object serves its bindings
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && git clone -q . "$$tmp/sluice" && \
+	cd "$$tmp/sluice" && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) vet ./... && echo "a clone of HEAD builds and vets with go alone"
+
 .PHONY: test
-test: deps vet check-generated ## run every test (unit, fuzz seeds, BPF, namespaces, shaping); needs root
+test: deps vet check-generated check-clone ## run every test (unit, fuzz seeds, BPF, namespaces, shaping); needs root
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root: the BPF, namespace and qdisc tests must run, not skip" >&2; exit 1; fi
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(MAKE) --no-print-directory bench-once
