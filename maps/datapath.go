@@ -249,6 +249,9 @@ func Load(opts Options) (*Datapath, error) {
 		if err := checkPinDir(opts.PinDir); err != nil {
 			return nil, err
 		}
+		if err := checkOwned(opts.PinDir); err != nil {
+			return nil, err
+		}
 		for _, name := range pinnedMaps {
 			spec.Maps[name].Pinning = ebpf.PinByName
 		}
@@ -302,6 +305,12 @@ func Load(opts Options) (*Datapath, error) {
 	} else if err := removeRetiredPins(opts.PinDir); err != nil {
 		d.Close()
 		return nil, err
+	}
+	if opts.PinDir != "" {
+		if err := markOwned(opts.PinDir); err != nil {
+			d.Close()
+			return nil, err
+		}
 	}
 	if err := d.readListeners(); err != nil {
 		d.Close()

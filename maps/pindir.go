@@ -45,7 +45,8 @@ var (
 
 // ownPin reports whether name is a pin sluice makes in its directory.
 func ownPin(name string) bool {
-	return slices.Contains(pinnedMaps, name) || slices.Contains(retiredPins, name) || linkPin.MatchString(name) || name == OwnedRecordPin
+	return slices.Contains(pinnedMaps, name) || slices.Contains(retiredPins, name) || linkPin.MatchString(name) ||
+		name == OwnedRecordPin || name == DirMarkerPin
 }
 
 // checkPinDir refuses a pin directory that is not sluice's to use: its
@@ -80,7 +81,10 @@ func CheckPinPath(dir string) error {
 	parent := filepath.Dir(dir)
 	var st unix.Statfs_t
 	if unix.Statfs(parent, &st) == nil && st.Type == unix.BPF_FS_MAGIC {
-		return checkPinDir(dir)
+		if err := checkPinDir(dir); err != nil {
+			return err
+		}
+		return checkOwned(dir)
 	}
 	if empty, err := emptyDir(parent); err == nil && !empty {
 		return fmt.Errorf("%w: %s is not a bpffs and not empty: sluice mounts a bpffs only on an empty directory", ErrPinPath, parent)
@@ -170,6 +174,9 @@ func Unpin(dir string, keep ...string) (UnpinReport, error) {
 	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 		return rep, nil
 	}
+	if err := checkOwned(dir); err != nil {
+		return rep, fmt.Errorf("unpin, nothing removed: %w", err)
+	}
 	return rep, unpinDir(dir, &rep, keep)
 }
 
@@ -206,6 +213,9 @@ func unpinDir(dir string, rep *UnpinReport, keep []string) error {
 			foreign++ // kept: the directory stays with it
 			continue
 		}
+		if name == DirMarkerPin {
+			continue // the mark goes last, with the directory
+		}
 		if !ownPin(name) {
 			rep.Foreign = append(rep.Foreign, path)
 			foreign++
@@ -217,7 +227,10 @@ func unpinDir(dir string, rep *UnpinReport, keep []string) error {
 		rep.Removed = append(rep.Removed, path)
 	}
 	if foreign > 0 {
-		return nil // not empty: the directory stays with what is not sluice's
+		return nil // not empty: the directory stays with what is not sluice's, and the mark with it
+	}
+	if err := os.Remove(filepath.Join(dir, DirMarkerPin)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("unpin %s: %w", dir, err)
 	}
 	if err := os.Remove(dir); err != nil {
 		return fmt.Errorf("unpin %s: %w", dir, err)
