@@ -106,6 +106,10 @@ type Breaker struct {
 	// level cost the protected tenant two seconds at 85 ms).
 	failed   float64
 	failedAt time.Time
+	// decided is the last evaluation with enough samples to decide: a
+	// probe that has seen none for a window releases (the protected tenant
+	// went quiet, and best-effort traffic is held for nobody).
+	decided time.Time
 }
 
 // NewBreaker starts closed at level 1. The objective must be valid.
@@ -148,6 +152,9 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 	enough := samples >= b.obj.MinSamples
 	bad := enough && p99 > b.obj.P99
 	good := enough && !bad
+	if enough {
+		b.decided = now
+	}
 	switch b.state {
 	case Closed:
 		switch {
@@ -197,6 +204,13 @@ func (b *Breaker) Evaluate(now time.Time, p99 time.Duration, samples int) Verdic
 			}
 			b.setLevel(now, next)
 			why = fmt.Sprintf("p99 %v within %v (%d of %d windows): raised to %.2f", p99, b.obj.P99, b.good, b.obj.Recover, b.level)
+		case now.Sub(b.decided) >= b.obj.Window:
+			// Too few requests for a whole window: nothing left to defend.
+			// Held on, best-effort traffic would stay cut for a tenant
+			// that sends nothing (an hour at 0.51 in a probe).
+			b.state, b.bad, b.good, b.coolDown = Closed, 0, 0, b.obj.CoolDown
+			b.setLevel(now, 1)
+			why = fmt.Sprintf("fewer than %d requests a window for %v: the protected tenant is quiet, released", b.obj.MinSamples, b.obj.Window)
 		default:
 			why = fmt.Sprintf("%d requests in the window, fewer than %d: no decision", samples, b.obj.MinSamples)
 		}

@@ -127,3 +127,40 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// A protected tenant that goes quiet while its breaker probes releases it
+// after a window with too few requests to decide: best-effort traffic is
+// not held for nobody (issue #51: an hour later a probe still held it at
+// 0.51). Quiet windows while open decide nothing but the cool-down.
+func TestBreakerReleasesWhenTheProtectedTenantGoesQuiet(t *testing.T) {
+	o := DefaultObjective(50 * time.Millisecond)
+	b := NewBreaker(o)
+	t0 := time.Unix(1_800_000_000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	for s := range 3 {
+		b.Evaluate(at(s), 80*time.Millisecond, 100)
+	}
+	if b.State() != Open {
+		t.Fatalf("three bad windows: %v", b.State())
+	}
+	// The tenant stops: no requests from second 3 on.
+	s := 3
+	for ; s < 2+int(o.CoolDown/time.Second); s++ { // the last bad window was at second 2
+		if v := b.Evaluate(at(s), 0, 0); v.State != Open {
+			t.Fatalf("second %d: %v before the cool-down passed", s, v.State)
+		}
+	}
+	if v := b.Evaluate(at(s), 0, 0); v.State != HalfOpen {
+		t.Fatalf("second %d: %v, want probing after the cool-down", s, v.State)
+	}
+	var v Verdict
+	for end := s + int(o.Window/time.Second); s <= end && b.State() != Closed; s++ {
+		v = b.Evaluate(at(s), 0, 0)
+	}
+	if b.State() != Closed || b.Level() != 1 || !strings.Contains(v.Why, "quiet") {
+		t.Errorf("a window after the last decision: %v at %.2f (%s), want released at 1", b.State(), b.Level(), v.Why)
+	}
+	if last := t0.Add(2 * time.Second); at(s-1).Sub(last) > o.Window+o.CoolDown+time.Second {
+		t.Errorf("released %v after the last decision, more than the cool-down and a window", at(s-1).Sub(last))
+	}
+}
