@@ -25,7 +25,8 @@ PKGS    = $(shell $(GO) list ./... ./test/... ./deploy/... | grep -v /test/e2e)
 # in with SASL PLAIN and SCRAM in the SASL scenario. nftables, bpftool: the
 # busy-host scenario's foreign netdev counter and its dumps. xz-utils: the
 # previous release's source (test/release) for the upgrade tests.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils groff-base rpm file
+# lintian, rpmlint: deb-check lints the packages as Debian and rpm distributions would.
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils groff-base rpm file lintian rpmlint
 
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -196,10 +197,18 @@ shaping-report: $(BPF_OBJ) ## shaping-check plus the figures recorded but not ga
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# make install's binary is the release build (static, stripped, paths
+# trimmed: what make packages builds for each architecture) for this
+# machine; with it go the man pages and bash, zsh and fish completions it
+# writes from its own command tree, as in the packages, under PREFIX.
+INSTALL_BIN := bin/sluice-release
+MAN1DIR     := $(DESTDIR)$(PREFIX)/share/man/man1
+COMPLETIONS := $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sluice $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sluice $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sluice.fish
 
 .PHONY: install
-install: build ## install the binary, the systemd unit and an example /etc/sluice/sluice.yaml (DESTDIR, PREFIX); make deb builds a package instead
-	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/sluice
+install: $(BPF_OBJ) ## install the release binary (static, stripped), the systemd unit, man pages, shell completions and an example /etc/sluice/sluice.yaml (DESTDIR, PREFIX); make deb builds a package instead
+	GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(INSTALL_BIN) ./cmd/sluice
+	install -D -m 0755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/sluice
 	@# The unit names the binary where PREFIX put it.
 	install -d $(DESTDIR)/etc/systemd/system
 	sed 's|/usr/local/bin/sluice|$(PREFIX)/bin/sluice|g' deploy/sluice.service > $(DESTDIR)/etc/systemd/system/sluice.service
@@ -207,14 +216,24 @@ install: build ## install the binary, the systemd unit and an example /etc/sluic
 	@if [ -e $(DESTDIR)/etc/sluice/sluice.yaml ]; then echo "keeping existing $(DESTDIR)/etc/sluice/sluice.yaml"; \
 	else install -D -m 0640 deploy/sluice.yaml $(DESTDIR)/etc/sluice/sluice.yaml; fi
 	install -D -m 0644 README.md $(DESTDIR)/usr/share/doc/sluice/README.md
+	@# Pages gzipped without name or time, as deploy/pkg packs them.
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	./$(INSTALL_BIN) man --out "$$tmp" && gzip -9n "$$tmp"/*.1 && \
+	install -d $(MAN1DIR) && install -m 0644 "$$tmp"/*.1.gz $(MAN1DIR)/ && \
+	for f in $(COMPLETIONS); do \
+		case $$f in */_sluice) shell=zsh ;; *.fish) shell=fish ;; *) shell=bash ;; esac; \
+		./$(INSTALL_BIN) completion $$shell > "$$tmp/c" && install -D -m 0644 "$$tmp/c" $$f || exit 1; \
+	done
 
 .PHONY: uninstall
 uninstall: ## stop the unit, remove what the agent left attached (sluice unload) and what install wrote; keeps /etc/sluice/sluice.yaml
 	-systemctl disable --now sluice.service 2>/dev/null
 	@if [ -x $(DESTDIR)$(PREFIX)/bin/sluice ] && [ -e $(DESTDIR)/etc/sluice/sluice.yaml ]; then \
 		$(DESTDIR)$(PREFIX)/bin/sluice unload --config $(DESTDIR)/etc/sluice/sluice.yaml; fi
-	rm -f $(DESTDIR)$(PREFIX)/bin/sluice $(DESTDIR)/etc/systemd/system/sluice.service
-	rm -rf $(DESTDIR)/usr/share/doc/sluice
+	rm -f $(DESTDIR)$(PREFIX)/bin/sluice $(DESTDIR)/etc/systemd/system/sluice.service $(DESTDIR)/usr/share/doc/sluice/README.md
+	rmdir $(DESTDIR)/usr/share/doc/sluice 2>/dev/null || true
+	@# sluice(1) and a sluice-<command>(1) for each command: the pages sluice man writes.
+	rm -f $(MAN1DIR)/sluice.1.gz $(MAN1DIR)/sluice-*.1.gz $(COMPLETIONS)
 	-systemctl daemon-reload 2>/dev/null
 
 .PHONY: dashboard

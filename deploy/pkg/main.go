@@ -22,6 +22,7 @@ import (
 
 	"github.com/goreleaser/nfpm/v2"
 	"github.com/goreleaser/nfpm/v2/deb"
+	"github.com/goreleaser/nfpm/v2/files"
 	"github.com/goreleaser/nfpm/v2/rpm"
 	"gopkg.in/yaml.v3"
 
@@ -95,6 +96,10 @@ func build(describe, dist, native string, arches, formats []string) ([]string, e
 	if err := generate(generated, native, arches); err != nil {
 		return nil, err
 	}
+	maintainer, err := readMaintainer()
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, format := range formats {
 		version, err := debVersion(describe)
@@ -104,7 +109,7 @@ func build(describe, dist, native string, arches, formats []string) ([]string, e
 		if err != nil {
 			return nil, err
 		}
-		changelog, err := writeChangelog(generated, format, version)
+		changelog, err := writeChangelog(generated, format, version, maintainer)
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +138,15 @@ func pack(format string, env map[string]string, dist string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	info.Changelog = env["CHANGELOG"]
+	if info.Contents, err = expandDocGlobs(info.Contents); err != nil {
+		return "", err
+	}
+	if format == "rpm" {
+		// The rpm's %changelog names version-release; the deb's
+		// changelog is a file in its contents (changelog.gz).
+		info.Release = rpmRelease
+		info.Changelog = env["CHANGELOG"]
+	}
 	info = nfpm.WithDefaults(info)
 	if err := nfpm.PrepareForPackager(info, format); err != nil {
 		return "", err
@@ -160,7 +173,39 @@ func pack(format string, env map[string]string, dist string) (string, error) {
 	return out, f.Close()
 }
 
+// expandDocGlobs expands the globs of %doc and %license entries (the
+// rpm's man pages), which nfpm expands only for plain files: one entry a
+// match, in the directory the entry's dst names.
+func expandDocGlobs(contents files.Contents) (files.Contents, error) {
+	var out files.Contents
+	for _, c := range contents {
+		isDoc := c.Type == files.TypeRPMDoc || c.Type == files.TypeRPMLicense || c.Type == files.TypeRPMLicence
+		if !isDoc || !strings.ContainsAny(c.Source, "*?[") {
+			out = append(out, c)
+			continue
+		}
+		if !strings.HasSuffix(c.Destination, "/") {
+			return nil, fmt.Errorf("contents: %s is a glob, so its dst %s must be a directory (end in /)", c.Source, c.Destination)
+		}
+		matches, err := filepath.Glob(c.Source)
+		if err != nil || len(matches) == 0 {
+			return nil, fmt.Errorf("contents: %s matches nothing (%v)", c.Source, err)
+		}
+		for _, m := range matches {
+			one := *c
+			one.Source = m
+			one.Destination = c.Destination + filepath.Base(m)
+			out = append(out, &one)
+		}
+	}
+	return out, nil
+}
+
 const unitPath = "/usr/lib/systemd/system/sluice.service"
+
+// rpmRelease is the rpm's Release: the packaging of one version is built
+// once, from the same tree.
+const rpmRelease = "1"
 
 // generate writes what the packages carry that is made, not kept: the
 // unit naming the packaged binary, the man pages (gzipped) and the
@@ -237,9 +282,34 @@ type changelogEntry struct {
 	} `yaml:"changes,omitempty"`
 }
 
+// readMaintainer returns deploy/nfpm.yaml's maintainer, whom the
+// changelogs name for the version being packaged.
+func readMaintainer() (string, error) {
+	data, err := os.ReadFile("deploy/nfpm.yaml")
+	if err != nil {
+		return "", err
+	}
+	var config struct {
+		Maintainer string `yaml:"maintainer"`
+	}
+	if err := yaml.Unmarshal(data, &config); err != nil {
+		return "", fmt.Errorf("deploy/nfpm.yaml: %w", err)
+	}
+	if !regexp.MustCompile(`^[^<>]+ <[^<>@ ]+@[^<>@ ]+\.[^<>@ ]+>$`).MatchString(config.Maintainer) {
+		return "", fmt.Errorf("deploy/nfpm.yaml: maintainer %q is not \"Name <address>\"", config.Maintainer)
+	}
+	return config.Maintainer, nil
+}
+
 // writeChangelog writes deploy/packaging/changelog.yaml under an entry for
-// the version being packaged (dated by SOURCE_DATE_EPOCH when set).
-func writeChangelog(dir, format, version string) (string, error) {
+// the version being packaged (dated by SOURCE_DATE_EPOCH when set), in
+// maintainer's name. For the rpm it is chglog's YAML, which nfpm makes the
+// %changelog of, the version there being version-release as rpmlint
+// wants; for the deb it is changelog.gz, a Debian changelog (see
+// debianChangelog), and the path returned is empty: nfpm would write its
+// own, which dpkg-parsechangelog rejects, as changelog.Debian.gz, the name
+// for a package whose version has a Debian revision (this one has none).
+func writeChangelog(dir, format, version, maintainer string) (string, error) {
 	data, err := os.ReadFile("deploy/packaging/changelog.yaml")
 	if err != nil {
 		return "", err
@@ -255,15 +325,79 @@ func writeChangelog(dir, format, version string) (string, error) {
 			date = time.Unix(secs, 0).UTC()
 		}
 	}
-	top := changelogEntry{Semver: version, Date: date, Packager: "sluice developers <sluice@localhost>"}
+	top := changelogEntry{Semver: version, Date: date, Packager: maintainer}
 	top.Changes = append(top.Changes, struct {
 		Note string `yaml:"note"`
 	}{"this build; the README and docs/ under /usr/share/doc/sluice say what it does"})
 	all := append([]changelogEntry{top}, kept...)
+	switch format {
+	case "deb":
+		text, err := debianChangelog("sluice", all)
+		if err != nil {
+			return "", err
+		}
+		path := filepath.Join(dir, "changelog")
+		if err := os.WriteFile(path, text, 0o644); err != nil {
+			return "", err
+		}
+		return "", gzipFile(path)
+	case "rpm":
+		all[0].Semver += "-" + rpmRelease
+	}
 	out, err := yaml.Marshal(all)
 	if err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, "changelog-"+format+".yaml")
 	return path, os.WriteFile(path, out, 0o644)
+}
+
+// debianChangelog formats entries, newest first, as deb-changelog(5) has
+// it, which dpkg-parsechangelog and lintian read: a heading naming the
+// version, distribution and urgency, the changes as "  * " items wrapped
+// to 80 columns, and the trailer naming who and when (RFC 2822).
+func debianChangelog(pkg string, entries []changelogEntry) ([]byte, error) {
+	var b bytes.Buffer
+	for i, e := range entries {
+		if !regexp.MustCompile(`^[0-9][A-Za-z0-9.+~]*$`).MatchString(e.Semver) {
+			return nil, fmt.Errorf("changelog entry %q: not a Debian version", e.Semver)
+		}
+		if len(e.Changes) == 0 {
+			return nil, fmt.Errorf("changelog entry %s: no changes", e.Semver)
+		}
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s (%s) unstable; urgency=medium\n\n", pkg, e.Semver)
+		for _, c := range e.Changes {
+			for j, line := range wrap(c.Note, 80-4) {
+				prefix := "  * "
+				if j > 0 {
+					prefix = "    "
+				}
+				b.WriteString(prefix + line + "\n")
+			}
+		}
+		fmt.Fprintf(&b, "\n -- %s  %s\n", e.Packager, e.Date.UTC().Format("Mon, 02 Jan 2006 15:04:05 -0700"))
+	}
+	return b.Bytes(), nil
+}
+
+// wrap breaks text into lines of at most width columns at spaces (a word
+// longer than width has a line of its own).
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		switch {
+		case line == "":
+			line = word
+		case len(line)+1+len(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = word
+		}
+	}
+	return append(lines, line)
 }

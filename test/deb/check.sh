@@ -7,7 +7,9 @@
 # maintainer scripts ask of systemd. Checks: the files and their paths,
 # the conffile, the unit naming the packaged binary, `sluice version`
 # printing the package's version, daemon-reload but never enable or start,
-# dpkg -r leaving only the conffile, dpkg -P leaving nothing; given the
+# an upgrade's try-restart going through policy-rc.d (deb-systemd-invoke),
+# dpkg -r stopping the agent and removing the operator's enablement and
+# leaving only the conffile, dpkg -P leaving nothing; given the
 # previous release's package (test/release/build.sh), an upgrade from it:
 # versions that sort, the edited conffile kept, the running agent
 # try-restarted on the new binary.
@@ -47,6 +49,10 @@ cat > /usr/local/sbin/systemctl <<STUB
 echo "\$*" >> $calls
 STUB
 chmod +x /usr/local/sbin/systemctl
+# The maintainer scripts ask policy-rc.d (deb-systemd-invoke) before they
+# act on the unit: none here but the one a check below installs (a
+# container image's own may forbid everything).
+rm -f /usr/sbin/policy-rc.d
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 : > "$calls"
 
@@ -80,12 +86,28 @@ grep -x 'try-restart sluice.service' "$calls" >/dev/null || fail "postinst did n
 if grep -E '(^| )(start|enable|restart)( |$)' "$calls"; then fail "postinst started or enabled the agent on upgrade"; fi
 echo "systemctl calls on upgrade: $(paste -sd';' "$calls")"
 
-say "an edited conffile survives dpkg -r"
+say "an upgrade where policy-rc.d forbids service actions (an image build) does not restart"
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+chmod +x /usr/sbin/policy-rc.d
+: > "$calls"
+dpkg -i "$deb"
+rm /usr/sbin/policy-rc.d
+if grep -E '(^| )(start|enable|restart|try-restart)( |$)' "$calls"; then fail "postinst acted on the unit against policy-rc.d"; fi
+echo "systemctl calls under policy-rc.d 101: $(paste -sd';' "$calls")"
+
+say "dpkg -r stops and disables the agent; an edited conffile survives"
 echo "# edited by the operator" >> /etc/sluice/sluice.yaml
+# What `systemctl enable sluice` makes from the unit's [Install] section.
+wants=/etc/systemd/system/multi-user.target.wants
+mkdir -p "$wants"
+ln -s /usr/lib/systemd/system/sluice.service "$wants/sluice.service"
 : > "$calls"
 dpkg -r sluice
-grep -x 'disable --now sluice.service' "$calls" >/dev/null || fail "prerm did not stop and disable the unit"
-for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /usr/share/sluice /usr/share/doc/sluice /usr/share/man/man1/sluice.1.gz /usr/share/bash-completion/completions/sluice; do
+grep -x 'stop sluice.service' "$calls" >/dev/null || fail "prerm did not stop the unit: $(paste -sd';' "$calls")"
+[ ! -L "$wants/sluice.service" ] || fail "prerm left the unit enabled ($wants/sluice.service)"
+echo "systemctl calls on dpkg -r: $(paste -sd';' "$calls"); $wants/sluice.service removed"
+for f in /usr/bin/sluice /usr/lib/systemd/system/sluice.service /usr/share/sluice /usr/share/doc/sluice /usr/share/man/man1/sluice.1.gz \
+	/usr/share/bash-completion/completions/sluice /usr/share/zsh/vendor-completions/_sluice /usr/share/lintian/overrides/sluice; do
 	[ ! -e "$f" ] || fail "$f left after dpkg -r"
 done
 grep '# edited by the operator' /etc/sluice/sluice.yaml >/dev/null || fail "dpkg -r lost the edited configuration"
@@ -95,6 +117,7 @@ echo "left after dpkg -r: $(find /etc/sluice -type f)"
 say "dpkg -P"
 dpkg -P sluice
 [ ! -e /etc/sluice ] || fail "/etc/sluice left after purge: $(ls -A /etc/sluice)"
+[ ! -e /var/lib/systemd/deb-systemd-helper-enabled/sluice.service.dsh-also ] || fail "deb-systemd-helper's state of sluice.service left after purge"
 if dpkg-query -W sluice >/dev/null 2>&1; then fail "sluice still known to dpkg after purge"; fi
 echo "nothing left after dpkg -P"
 

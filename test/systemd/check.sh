@@ -56,7 +56,7 @@ trap teardown EXIT
 cat > "$work/boot.sh" <<'BOOT'
 #!/bin/bash
 set -e
-for d in /tmp /var/tmp /run /etc/systemd/system /var/log/journal /var/lib/systemd /usr/local/bin /etc/sluice /usr/share/doc; do
+for d in /tmp /var/tmp /run /etc/systemd/system /var/log/journal /var/lib/systemd /usr/local/bin /usr/local/share /etc/sluice /usr/share/doc; do
 	[ -d "$d" ] && mount -t tmpfs tmpfs "$d"
 done
 ip link set lo up
