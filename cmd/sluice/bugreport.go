@@ -14,54 +14,59 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/internal/redact"
 )
 
-// runBugreport: `sluice bugreport`, everything needed to tell why a host
+// newBugreportCmd: `sluice bugreport`, everything needed to tell why a host
 // behaves as it does, in one archive: the configuration with its secrets
 // redacted, the agent's status and connections, its metrics, the tc and
 // BPF state of the interfaces, and the recent journal. What cannot be read
 // is said in errors.txt inside the archive; the report is written anyway.
-func runBugreport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bugreport", stderr)
-	path := fs.String("config", "/etc/sluice/sluice.yaml", "the agent's configuration file")
-	out := fs.String("out", "", "the archive to write (default sluice-bugreport-<host>-<time>.tar.gz in the current directory)")
-	output := outputFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+func newBugreportCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:         "bugreport [--config FILE] [--out FILE.tar.gz] [-o text|json]",
+		Short:       "gather the configuration (secrets redacted), status, connections, metrics, tc and BPF state and the journal into one archive",
+		Args:        noArgs,
+		Annotations: annotations(nil, "sudo sluice bugreport --out /tmp/sluice-report.tar.gz && tar tzf /tmp/sluice-report.tar.gz"),
 	}
-	if err := output.check(); err != nil {
-		return err
+	path := c.Flags().String("config", defaultConfigPath, "the agent's configuration `file`")
+	out := c.Flags().String("out", "", "the archive `file` to write (default sluice-bugreport-<host>-<time>.tar.gz in the current directory)")
+	output := addOutputFlag(c)
+	c.MarkFlagFilename("config", "yaml", "yml")
+	c.MarkFlagFilename("out", "tar.gz")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return runBugreport(c.Context(), *path, *out, output.json(), c.OutOrStdout())
 	}
-	if fs.NArg() != 0 {
-		return usageError{fmt.Errorf("bugreport takes no arguments (got %q)", fs.Args())}
-	}
-	if *out == "" {
+	return c
+}
+
+func runBugreport(ctx context.Context, path, out string, asJSON bool, stdout io.Writer) error {
+	if out == "" {
 		host, _ := os.Hostname()
-		*out = fmt.Sprintf("sluice-bugreport-%s-%s.tar.gz", host, time.Now().UTC().Format("20060102T150405Z"))
+		out = fmt.Sprintf("sluice-bugreport-%s-%s.tar.gz", host, time.Now().UTC().Format("20060102T150405Z"))
 	}
 	r := &report{files: map[string][]byte{}}
-	r.collect(ctx, *path)
-	if err := r.write(*out); err != nil {
+	r.collect(ctx, path)
+	if err := r.write(out); err != nil {
 		return err
 	}
-	if output.json() {
+	if asJSON {
 		return json.NewEncoder(stdout).Encode(struct {
 			Archive string   `json:"archive"`
 			Files   []string `json:"files"`
 			Errors  []string `json:"errors,omitempty"`
-		}{*out, r.order, r.errors})
+		}{out, r.order, r.errors})
 	}
-	fmt.Fprintf(stdout, "wrote %s (%d files", *out, len(r.files))
+	fmt.Fprintf(stdout, "wrote %s (%d files", out, len(r.files))
 	if len(r.errors) > 0 {
 		fmt.Fprintf(stdout, "; %d could not be read, see errors.txt", len(r.errors))
 	}
@@ -105,9 +110,13 @@ func (r *report) collect(ctx context.Context, path string) {
 	cfg := config.Default()
 	if raw, err := os.ReadFile(path); err != nil {
 		r.fail("read "+path, err)
-	} else if red, err := redactConfig(raw); err != nil {
-		r.fail("redact "+path+" (left out)", err)
 	} else {
+		// Secrets go however the file holds them (internal/redact); a
+		// file that does not parse is redacted line by line, and says so.
+		red, err := redact.Config(raw)
+		if err != nil {
+			r.fail(path, err)
+		}
 		r.add("config.yaml", red)
 	}
 	if c, err := configfile.Load(path); err != nil {
@@ -206,35 +215,4 @@ func (r *report) write(path string) error {
 	// Only root and the one who ran it read it: it holds client-ids,
 	// user names and addresses.
 	return os.WriteFile(path, buf.Bytes(), 0o600)
-}
-
-// secretKey names the keys whose values never leave the host.
-var secretKey = regexp.MustCompile(`(?i)(password|secret|token|passphrase)$`)
-
-// redactConfig replaces the value of every secret-looking key (the SASL
-// password, and any key ending in password, secret, token or passphrase)
-// with "<redacted>", keeping the file's layout and comments.
-func redactConfig(raw []byte) ([]byte, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, err
-	}
-	var walk func(n *yaml.Node)
-	walk = func(n *yaml.Node) {
-		if n.Kind == yaml.MappingNode {
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				if secretKey.MatchString(k.Value) && v.Kind == yaml.ScalarNode && v.Value != "" {
-					v.Value, v.Tag, v.Style = "<redacted>", "!!str", 0
-				}
-				walk(v)
-			}
-			return
-		}
-		for _, c := range n.Content {
-			walk(c)
-		}
-	}
-	walk(&doc)
-	return yaml.Marshal(&doc)
 }

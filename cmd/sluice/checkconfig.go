@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/spf13/cobra"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sluice-dev/sluice/agent/config"
@@ -21,10 +21,6 @@ import (
 	"github.com/sluice-dev/sluice/maps"
 )
 
-// runCheckConfig: `sluice check-config [--config FILE | FILE]` validates a
-// file, listing every problem with its key path; as root it also loads the
-// BPF programs sized by the file through the verifier. --config is the
-// spelling every subcommand shares; the bare FILE is kept for scripts.
 // listenerSees says what sluice can learn on each kind of listener.
 var listenerSees = map[string]string{
 	config.ProtocolPlaintext: "client-ids and topic-partitions from request headers; no users",
@@ -37,27 +33,41 @@ var listenerSees = map[string]string{
 const tlsSees = "peers only (requests are encrypted): a connection belongs to the longest entities.peers prefix holding its address, " +
 	"else to the listener's entity (entities.listeners.<port>), decided when it starts; no client-ids, users or topic-partitions"
 
-func runCheckConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check-config", stderr)
-	flagPath := fs.String("config", "", "configuration file (default "+defaultConfigPath+")")
-	output := outputFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+// newCheckConfigCmd: `sluice check-config [--config FILE | FILE]` validates a
+// file, listing every problem with its key path; as root it also loads the
+// BPF programs sized by the file through the verifier. --config is the
+// spelling every subcommand shares; the bare FILE is kept for scripts.
+func newCheckConfigCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:         "check-config [--config FILE | FILE] [-o text|json]",
+		Short:       "validate a configuration file (and, as root, verify the BPF programs)",
+		Args:        maxArgs(1, "give one configuration file, with --config or as the argument"),
+		Annotations: annotations(nil, "sluice check-config --config /etc/sluice/sluice.yaml && systemctl reload sluice"),
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return []cobra.Completion{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+		},
 	}
-	if err := output.check(); err != nil {
-		return err
+	flagPath := c.Flags().String("config", "", "configuration `file` (default "+defaultConfigPath+")")
+	output := addOutputFlag(c)
+	c.MarkFlagFilename("config", "yaml", "yml")
+	c.RunE = func(c *cobra.Command, args []string) error {
+		path := *flagPath
+		switch {
+		case len(args) == 1 && path != "":
+			return usageError{errors.New("check-config: give one configuration file, with --config or as the argument")}
+		case len(args) == 1:
+			path = args[0]
+		case path == "":
+			path = defaultConfigPath
+		}
+		return runCheckConfig(path, output.json(), c.OutOrStdout(), c.ErrOrStderr())
 	}
-	path := *flagPath
-	switch {
-	case fs.NArg() > 1 || (fs.NArg() == 1 && path != ""):
-		return usageError{errors.New("check-config: give one configuration file, with --config or as the argument")}
-	case fs.NArg() == 1:
-		path = fs.Arg(0)
-	case path == "":
-		path = defaultConfigPath
-	}
+	return c
+}
+
+func runCheckConfig(path string, asJSON bool, stdout, stderr io.Writer) error {
 	r, err := checkConfig(path)
-	if output.json() {
+	if asJSON {
 		if r.Problems == nil {
 			r.Problems = []checkProblem{}
 		}

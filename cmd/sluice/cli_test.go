@@ -7,8 +7,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
 // `sluice version` and `--version` print the version and revision.
@@ -27,18 +30,18 @@ func TestVersion(t *testing.T) {
 // Every subcommand's --help (and -h) prints its synopsis, flags and
 // examples to stdout and exits 0, without running the command.
 func TestEverySubcommandHasHelp(t *testing.T) {
-	for _, c := range commands() {
+	for _, c := range subcommands(newRootCmd()) {
 		for _, flag := range []string{"--help", "-h"} {
 			var stdout, stderr bytes.Buffer
-			if err := run(context.Background(), []string{c.name, flag}, &stdout, &stderr); err != nil {
-				t.Errorf("%s %s: %v", c.name, flag, err)
+			if err := run(context.Background(), []string{c.Name(), flag}, &stdout, &stderr); err != nil {
+				t.Errorf("%s %s: %v", c.Name(), flag, err)
 			}
 			out := stdout.String()
-			if !strings.HasPrefix(out, "usage: sluice "+c.name) || !strings.Contains(out, "examples:\n  ") || !strings.Contains(out, "exit status:") {
-				t.Errorf("%s %s printed:\n%s", c.name, flag, out)
+			if !strings.HasPrefix(out, "usage: sluice "+c.Name()) || !strings.Contains(out, "examples:\n  ") || !strings.Contains(out, exitStatusHelp) {
+				t.Errorf("%s %s printed:\n%s", c.Name(), flag, out)
 			}
 			if stderr.Len() > 0 || strings.Contains(out, versionString()) {
-				t.Errorf("%s %s ran the command or wrote to stderr: %q %q", c.name, flag, out, stderr.String())
+				t.Errorf("%s %s ran the command or wrote to stderr: %q %q", c.Name(), flag, out, stderr.String())
 			}
 		}
 	}
@@ -82,20 +85,13 @@ func TestOutputFlagIsChecked(t *testing.T) {
 // output is a daemon, a story, a script or files) takes -o text|json: the
 // tree says so, from each command's own flags.
 func TestReportingCommandsTakeOutputFormat(t *testing.T) {
-	for _, c := range commands() {
-		flags, err := flagsFor(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		has := false
-		for _, f := range flags {
-			has = has || f.spelling == "-o"
-		}
-		switch c.name {
+	for _, c := range subcommands(newRootCmd()) {
+		has := c.Flags().ShorthandLookup("o") != nil && c.Flags().Lookup("output") != nil
+		switch c.Name() {
 		case "run", "demo", "completion", "man":
 		default:
 			if !has {
-				t.Errorf("%s takes no -o", c.name)
+				t.Errorf("%s takes no -o, --output", c.Name())
 			}
 		}
 	}
@@ -164,10 +160,13 @@ func TestCLIConventions(t *testing.T) {
 	}
 
 	// Flags after the argument, and "--".
-	fs := newFlagSet("explain", &bytes.Buffer{})
-	o := fs.String("o", "text", "")
-	if err := fs.Parse([]string{"core-group", "-o", "json", "--", "-o"}); err != nil || *o != "json" || fs.NArg() != 2 || fs.Arg(0) != "core-group" || fs.Arg(1) != "-o" {
-		t.Errorf("interspersed: %v, -o %q, args %q", err, *o, fs.Args())
+	sock := serveStatus(t, &status.Snapshot{Cycle: 1, Directions: [2]status.DirectionView{
+		{Direction: "produce", Enabled: true, Entities: []status.EntityView{{ID: 1, Kind: "client", Name: "core-group", State: "active"}}}, {Direction: "fetch"}}})
+	if out, _, err := runOut("explain", "core-group", "-o", "json", "--socket", sock); err != nil || !strings.HasPrefix(out, `[{"direction"`) {
+		t.Errorf("explain core-group -o json: %v\n%s", err, out)
+	}
+	if _, _, err := runOut("explain", "--socket", sock, "--", "-o"); exitStatus(err) != 1 || !strings.Contains(err.Error(), `no entity "-o"`) {
+		t.Errorf("explain -- -o: %v, want -o taken as the entity name", err)
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "sluice.yaml")
@@ -191,5 +190,80 @@ func TestCLIConventions(t *testing.T) {
 	}
 	if _, _, err := runOut("check-config", cfg, "-o", "yaml"); exitStatus(err) != 2 || !strings.Contains(err.Error(), "use text or json") {
 		t.Errorf("check-config -o yaml: %v", err)
+	}
+}
+
+// GNU flag syntax: --output json, --output=json, -o json and -ojson are
+// the same, for status and explain; -o yaml is a usage error (exit 2)
+// naming the formats, on stderr, with nothing on stdout.
+func TestOutputFlagSpellings(t *testing.T) {
+	sock := serveStatus(t, &status.Snapshot{Cycle: 4, Directions: [2]status.DirectionView{
+		{Direction: "produce", Enabled: true, Entities: []status.EntityView{{ID: 1, Kind: "client", Name: "core", State: "active"}}}, {Direction: "fetch"}}})
+	for _, spelling := range [][]string{{"--output", "json"}, {"--output=json"}, {"-o", "json"}, {"-ojson"}, {"-o=json"}} {
+		for _, cmd := range [][]string{{"status"}, {"explain", "core"}} {
+			args := append(append(append([]string{}, cmd...), spelling...), "--socket", sock)
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), args, &stdout, &stderr)
+			var doc any
+			if err != nil || json.Unmarshal(stdout.Bytes(), &doc) != nil {
+				t.Errorf("%q: %v, printed %q %q, want JSON", args, err, stdout.String(), stderr.String())
+			}
+		}
+	}
+	for _, cmd := range [][]string{{"status", "-o", "yaml"}, {"status", "--output=yaml"}, {"explain", "-oyaml", "core"}, {"explain", "core", "--output", "yaml"}} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append(cmd, "--socket", sock), &stdout, &stderr)
+		if exitStatus(err) != 2 || !strings.Contains(stderr.String(), `"yaml"`) || !strings.Contains(stderr.String(), "use text or json") || stdout.Len() > 0 {
+			t.Errorf("%q: %v (exit %d), stdout %q, stderr %q: want exit 2 naming text and json", cmd, err, exitStatus(err), stdout.String(), stderr.String())
+		}
+	}
+}
+
+// Every command refuses an unknown flag, and every command that takes no
+// arguments refuses one, with exit status 2 and nothing done or printed on
+// stdout; those that take some refuse too many, and too few.
+func TestArgumentsAndFlagsAreChecked(t *testing.T) {
+	check := func(args []string, want string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if exitStatus(err) != 2 || !strings.Contains(err.Error(), want) || stdout.Len() > 0 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%q: %v (exit %d), stdout %q, stderr %q: want exit 2 saying %q", args, err, exitStatus(err), stdout.String(), stderr.String(), want)
+		}
+	}
+	root := newRootCmd()
+	for _, c := range append(subcommands(root), root) {
+		args := []string{"--bogus"}
+		if c != root {
+			args = []string{c.Name(), "--bogus"}
+		}
+		check(args, "unknown flag: --bogus")
+		if c != root {
+			check([]string{c.Name(), "-Z"}, "unknown shorthand flag: 'Z'")
+		}
+	}
+	noArguments := []string{"run", "status", "connections", "bugreport", "reload", "unload", "simulate", "demo", "version", "man"}
+	for _, c := range subcommands(root) {
+		if slices.Contains(noArguments, c.Name()) {
+			check([]string{c.Name(), "extra"}, c.Name()+` takes no arguments (got ["extra"])`)
+			check([]string{c.Name(), "--", "extra"}, "takes no arguments")
+		}
+	}
+	for _, args := range [][]string{{"explain", "core", "other"}, {"check-config", "a.yaml", "b.yaml"}, {"help", "status", "explain"}} {
+		check(args, "too many arguments")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explain"}, "give one entity name"},
+		{[]string{"completion"}, "name one shell"},
+		{[]string{"completion", "bash", "zsh"}, "name one shell"},
+		{[]string{"simulate"}, "--scenario FILE is required"},
+		{[]string{"man"}, "give --out DIR"},
+		{[]string{"explain", "--config"}, "flag needs an argument: --config"},
+		{[]string{"nosuch"}, `unknown command "nosuch"`},
+	} {
+		check(tc.args, tc.want)
 	}
 }

@@ -10,41 +10,74 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sluice-dev/sluice/agent/status"
 )
 
-// Every command reports its flags to introspection without running: the
-// completion scripts and man pages are made from them.
-func TestEveryCommandReportsItsFlags(t *testing.T) {
-	for _, c := range commands() {
-		if _, err := commandFlags(c); err != nil {
-			t.Error(err)
-		}
+// complete asks the command tree what to complete after words, as the
+// shell scripts do (`sluice __complete WORDS... PARTIAL`), and returns the
+// words offered (without descriptions) and cobra's directive line.
+func complete(t *testing.T, words ...string) ([]string, string) {
+	t.Helper()
+	var stdout bytes.Buffer
+	if err := run(context.Background(), append([]string{"__complete"}, words...), &stdout, &bytes.Buffer{}); err != nil {
+		t.Fatalf("__complete %q: %v", words, err)
 	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var got []string
+	for _, l := range lines[:len(lines)-1] {
+		word, _, _ := strings.Cut(l, "\t")
+		got = append(got, word)
+	}
+	return got, lines[len(lines)-1]
 }
 
 // The bash script completes commands, a command's flags, -o's formats and
-// file names, as bash itself runs it.
+// the shells, as bash itself runs it: it asks the binary (here the test
+// binary run as sluice, from PATH).
 func TestBashCompletion(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	wrapper := "#!/bin/sh\n" + asMainEnv + "=1 exec " + strconv.Quote(self) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "sluice"), []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	var script bytes.Buffer
 	if err := run(context.Background(), []string{"completion", "bash"}, &script, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "sluice.bash")
+	path := filepath.Join(dir, "sluice.bash")
 	if err := os.WriteFile(path, script.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	complete := func(words ...string) string {
+	// The script uses the bash-completion package's word splitting (the
+	// package is where bash completion is installed); this is its simple
+	// case, for a shell without the package.
+	const wordsByRef = `declare -F _get_comp_words_by_ref >/dev/null || _get_comp_words_by_ref() {
+	cur=${COMP_WORDS[COMP_CWORD]}; prev=${COMP_WORDS[COMP_CWORD-1]}; words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD; }
+`
+	completeBash := func(words ...string) string {
 		t.Helper()
 		quoted := make([]string, len(words))
 		for i, w := range words {
 			quoted[i] = "'" + w + "'"
 		}
-		prog := ". " + path + "; COMP_WORDS=(" + strings.Join(quoted, " ") + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) + "; _sluice; echo \"${COMPREPLY[*]}\""
-		out, err := exec.Command(bash, "--norc", "-c", prog).CombinedOutput()
+		prog := wordsByRef + ". " + path + "; COMP_WORDS=(" + strings.Join(quoted, " ") + "); COMP_CWORD=" + strconv.Itoa(len(words)-1) +
+			"; COMP_LINE='" + strings.Join(words, " ") + "'; COMP_POINT=${#COMP_LINE}; COMP_TYPE=9; __start_sluice; echo \"${COMPREPLY[*]}\""
+		cmd := exec.Command(bash, "--norc", "-c", prog)
+		cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
+		// stderr: bash's compopt, outside a completion bash is running,
+		// says it is not in one.
+		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("bash: %v\n%s", err, out)
 		}
@@ -62,9 +95,33 @@ func TestBashCompletion(t *testing.T) {
 		{[]string{"sluice", "help", "check"}, "check-config"},
 		{[]string{"sluice", "completion", "f"}, "fish"},
 	} {
-		if got := complete(tc.words...); got != tc.want {
+		if got := completeBash(tc.words...); got != tc.want {
 			t.Errorf("completing %q: %q, want %q", tc.words, got, tc.want)
 		}
+	}
+}
+
+// explain completes the entity names and client addresses the running
+// agent knows, and connections --entity the entities; with no agent to
+// ask, nothing (and no error).
+func TestCompletionAsksTheAgent(t *testing.T) {
+	snap := &status.Snapshot{Cycle: 1, Directions: [2]status.DirectionView{
+		{Direction: "produce", Enabled: true, Entities: []status.EntityView{{ID: 1, Kind: "client", Name: "orders", State: "active"},
+			{ID: 2, Kind: "topic-partition", Name: "events-0", State: "standby"}}},
+		{Direction: "fetch", Enabled: true, Entities: []status.EntityView{{ID: 1, Kind: "client", Name: "orders", State: "active"}}}}}
+	sock := serveStatus(t, snap)
+	got, directive := complete(t, "explain", "--socket", sock, "")
+	if want := "client:orders events-0 orders topic-partition:events-0"; strings.Join(got, " ") != want || directive != ":4" {
+		t.Errorf("explain: %q %s, want %q and no file names (:4)", got, directive, want)
+	}
+	if got, _ := complete(t, "connections", "--socket", sock, "--entity", ""); !strings.Contains(strings.Join(got, " "), "client:orders") {
+		t.Errorf("connections --entity: %q", got)
+	}
+	if got, directive := complete(t, "explain", "--socket", filepath.Join(t.TempDir(), "none.sock"), ""); len(got) != 0 || directive != ":4" {
+		t.Errorf("explain with no agent: %q %s, want nothing", got, directive)
+	}
+	if got, _ := complete(t, "explain", "--socket", sock, "orders", ""); len(got) != 0 {
+		t.Errorf("a second entity completed: %q", got)
 	}
 }
 
@@ -73,8 +130,8 @@ func TestCompletionOtherShellsAndBadInput(t *testing.T) {
 	if err := run(context.Background(), []string{"completion", "fish"}, &fish, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(fish.String(), "complete -c sluice -n '__fish_seen_subcommand_from unload' -l pin-path") {
-		t.Errorf("fish: no --pin-path for unload:\n%s", fish.String())
+	if !strings.Contains(fish.String(), "complete -c sluice ") || !strings.Contains(fish.String(), "__complete") {
+		t.Errorf("fish: no completion for sluice asking the binary:\n%.300s", fish.String())
 	}
 	if err := run(context.Background(), []string{"completion", "zsh"}, &zsh, &bytes.Buffer{}); err != nil || !strings.HasPrefix(zsh.String(), "#compdef sluice\n") {
 		t.Errorf("zsh: %v\n%.80s", err, zsh.String())
@@ -103,22 +160,27 @@ func TestManPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range commands() {
-		page := filepath.Join(dir, "sluice-"+c.name+".1")
+	for _, c := range subcommands(newRootCmd()) {
+		page := filepath.Join(dir, "sluice-"+c.Name()+".1")
 		text, err := os.ReadFile(page)
 		if err != nil {
-			t.Errorf("%s: %v", c.name, err)
+			t.Errorf("%s: %v", c.Name(), err)
 			continue
 		}
-		if !strings.Contains(string(overview), `\fBsluice\-`+c.name+`\fR(1)`) {
-			t.Errorf("sluice.1 does not list %s", c.name)
+		if !strings.Contains(string(overview), `\fBsluice\-`+c.Name()+`\fR(1)`) {
+			t.Errorf("sluice.1 does not list %s", c.Name())
 		}
-		flags, _ := flagsFor(c)
-		for _, f := range flags {
-			if !strings.Contains(string(text), roffOption(f.spelling)) {
-				t.Errorf("%s: flag %s missing", page, f.spelling)
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Name == "help" {
+				return
 			}
-		}
+			if !strings.Contains(string(text), roffOption("--"+f.Name)) {
+				t.Errorf("%s: flag --%s missing", page, f.Name)
+			}
+			if f.Shorthand != "" && !strings.Contains(string(text), roffOption("-"+f.Shorthand)+", "+roffOption("--"+f.Name)) {
+				t.Errorf("%s: flag -%s missing", page, f.Shorthand)
+			}
+		})
 		out, err := exec.Command(groff, "-man", "-ww", "-z", page).CombinedOutput()
 		if err != nil || len(out) > 0 {
 			t.Errorf("%s: groff: %v\n%s", page, err, out)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,46 +9,53 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent/config"
+	"github.com/spf13/cobra"
+
 	"github.com/sluice-dev/sluice/agent/status"
 )
 
-// runConnections: `sluice connections`, the data path's governed
+// newConnectionsCmd: `sluice connections`, the data path's governed
 // connections as the running agent sees them, one per line: the answer to
 // "why is my client unknown?" without a bpftool session.
-func runConnections(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("connections", stderr)
-	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
-	entityFilter := fs.String("entity", "", "only connections held by this entity in either direction (kind:name, or a name)")
-	peerFilter := fs.String("peer", "", "only connections from this client IP address")
-	output := outputFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+func newConnectionsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:         "connections [--entity KIND:NAME|NAME] [--peer IP] [-o text|json] [--socket PATH]",
+		Short:       "list the governed connections and the entity, rule and request that bound each",
+		Args:        noArgs,
+		Annotations: annotations(nil, "sluice connections", "sluice connections --entity unknown", "sluice connections --peer 10.1.2.3 -o json"),
 	}
-	if err := output.check(); err != nil {
-		return err
+	socket := addSocketFlag(c)
+	entityFilter := c.Flags().String("entity", "", "only connections held by this `entity` in either direction (kind:name, or a name)")
+	peerFilter := c.Flags().String("peer", "", "only connections from this client `IP` address")
+	output := addOutputFlag(c)
+	c.RegisterFlagCompletionFunc("entity", completeEntities(false))
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return runConnections(*socket, *entityFilter, *peerFilter, output.json(), c.OutOrStdout())
 	}
-	if fs.NArg() != 0 {
-		return usageError{fmt.Errorf("connections takes no arguments (got %q): filter with --entity and --peer", fs.Args())}
-	}
+	return c
+}
+
+// runConnections lists the connections the agent at socket holds, those
+// of entityFilter and from peerFilter when given.
+func runConnections(socket, entityFilter, peerFilter string, asJSON bool, stdout io.Writer) error {
 	var peer netip.Addr
-	if *peerFilter != "" {
+	if peerFilter != "" {
 		var err error
-		if peer, err = netip.ParseAddr(*peerFilter); err != nil {
-			return usageError{fmt.Errorf("--peer %q: give a client's IP address", *peerFilter)}
+		if peer, err = netip.ParseAddr(peerFilter); err != nil {
+			return usageError{fmt.Errorf("--peer %q: give a client's IP address", peerFilter)}
 		}
 	}
-	views, err := status.QueryConnections(*socket, peer)
+	views, err := status.QueryConnections(socket, peer)
 	if err != nil {
 		return err
 	}
 	match := []status.ConnectionView{}
 	for _, v := range views {
-		if *entityFilter == "" || holds(v.Produce, *entityFilter) || holds(v.Fetch, *entityFilter) {
+		if entityFilter == "" || holds(v.Produce, entityFilter) || holds(v.Fetch, entityFilter) {
 			match = append(match, v)
 		}
 	}
-	if output.json() {
+	if asJSON {
 		return json.NewEncoder(stdout).Encode(match)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

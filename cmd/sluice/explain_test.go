@@ -69,7 +69,7 @@ func TestExplainConnection(t *testing.T) {
 		}
 	}()
 	var out bytes.Buffer
-	if err := runExplain(t.Context(), []string{"--socket", socket, "198.18.0.2"}, &out, &bytes.Buffer{}); err != nil {
+	if err := run(t.Context(), []string{"explain", "--socket", socket, "198.18.0.2"}, &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := <-asked; got != "connections 198.18.0.2" {
@@ -82,14 +82,14 @@ func TestExplainConnection(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := runExplain(t.Context(), []string{"--socket", socket, "-o", "json", "198.18.0.2:40002->198.18.0.1:9092"}, &out, &bytes.Buffer{}); err != nil {
+	if err := run(t.Context(), []string{"explain", "--socket", socket, "-o", "json", "198.18.0.2:40002->198.18.0.1:9092"}, &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	var got []status.ConnectionView
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 1 || got[0].Fetch != "topic-partition:orders-0" {
 		t.Errorf("json for one 4-tuple: %v %+v", err, got)
 	}
-	if err := runExplain(t.Context(), []string{"--socket", socket, "198.18.0.2:40009"}, &out, &bytes.Buffer{}); err == nil {
+	if err := run(t.Context(), []string{"explain", "--socket", socket, "198.18.0.2:40009"}, &out, &bytes.Buffer{}); err == nil {
 		t.Error("a port with no connection: no error")
 	}
 }

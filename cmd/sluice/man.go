@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,37 +9,47 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-// runMan: `sluice man --out DIR` writes sluice.1 and sluice-COMMAND.1 for
-// every command, made from the command tree (synopsis, summary, flags from
-// the command itself, examples, exit status), so the pages say what the
-// binary does. The packages ship them.
-func runMan(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("man", stderr)
-	out := fs.String("out", "", "directory to write the pages into (created if missing)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+// newManCmd: `sluice man --out DIR` writes sluice.1 and sluice-COMMAND.1
+// for every command, made from the command tree (synopsis, summary, flags,
+// examples, exit status), so the pages say what the binary does. The
+// packages ship them (deploy/pkg runs it).
+func newManCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:         "man --out DIR",
+		Short:       "write the manual pages (sluice.1 and one per command), made from the command tree",
+		Args:        noArgs,
+		Annotations: annotations(nil, "sluice man --out /usr/local/share/man/man1 && man sluice-status"),
 	}
-	if *out == "" || fs.NArg() != 0 {
-		return usageError{errors.New("man: give --out DIR and nothing else")}
+	out := c.Flags().String("out", "", "`directory` to write the pages into (created if missing)")
+	c.MarkFlagDirname("out")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		if *out == "" {
+			return usageError{errors.New("man: give --out DIR")}
+		}
+		return writeManPages(c.Root(), *out, c.OutOrStdout())
 	}
-	cmds, err := completionTree()
-	if err != nil {
+	return c
+}
+
+// writeManPages writes root's pages into dir and prints their paths.
+func writeManPages(root *cobra.Command, dir string, stdout io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	pages := map[string]string{"sluice.1": overviewPage(cmds)}
-	for _, c := range cmds {
-		pages["sluice-"+c.name+".1"] = commandPage(c)
+	pages := map[string]string{"sluice.1": overviewPage(root)}
+	for _, c := range subcommands(root) {
+		pages["sluice-"+c.Name()+".1"] = commandPage(c)
 	}
 	for _, name := range slices.Sorted(maps.Keys(pages)) {
-		if err := os.WriteFile(filepath.Join(*out, name), []byte(pages[name]), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(pages[name]), 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, filepath.Join(*out, name))
+		fmt.Fprintln(stdout, filepath.Join(dir, name))
 	}
 	return nil
 }
@@ -69,42 +78,52 @@ func manVersion() string {
 	return v
 }
 
-func overviewPage(cmds []completedCommand) string {
+func overviewPage(root *cobra.Command) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, manHeader, "SLUICE", manVersion())
 	b.WriteString(".SH NAME\nsluice \\- elastic bandwidth quotas for Kafka broker hosts, enforced at the NIC with eBPF\n")
 	b.WriteString(".SH SYNOPSIS\n\\fBsluice\\fR \\fICOMMAND\\fR [\\fIflags\\fR]\n")
-	b.WriteString(".SH DESCRIPTION\nsluice gives every quota entity (client\\-id, topic\\-partition, user, peer network) a reservation that is never throttled, a weight for sharing idle capacity and a hard limit, recomputes every entity's rate once a second and holds each connection to it at the NIC.\nFlags may come anywhere among the arguments; \\fBsluice help\\fR \\fICOMMAND\\fR prints a command's flags.\n")
+	b.WriteString(".SH DESCRIPTION\nsluice gives every quota entity (client\\-id, topic\\-partition, user, peer network) a reservation that is never throttled, a weight for sharing idle capacity and a hard limit, recomputes every entity's rate once a second and holds each connection to it at the NIC.\nFlags may come anywhere among the arguments, in GNU syntax (\\fB\\-o json\\fR, \\fB\\-ojson\\fR and \\fB\\-\\-output json\\fR are the same); \\fBsluice help\\fR \\fICOMMAND\\fR prints a command's flags.\n")
 	b.WriteString(".SH COMMANDS\n")
-	for _, c := range cmds {
-		fmt.Fprintf(&b, ".TP\n\\fBsluice\\-%s\\fR(1)\n%s\n", c.name, roff(c.summary))
+	for _, c := range subcommands(root) {
+		fmt.Fprintf(&b, ".TP\n\\fBsluice\\-%s\\fR(1)\n%s\n", c.Name(), roff(c.Short))
 	}
 	fmt.Fprintf(&b, ".SH FILES\n.TP\n/etc/sluice/sluice.yaml\nthe configuration (\\fBsluice check\\-config\\fR validates it)\n.SH EXIT STATUS\n%s\n", roff(exitStatusHelp))
 	return b.String()
 }
 
-func commandPage(c completedCommand) string {
+func commandPage(c *cobra.Command) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, manHeader, "SLUICE-"+strings.ToUpper(c.name), manVersion())
-	fmt.Fprintf(&b, ".SH NAME\nsluice\\-%s \\- %s\n", c.name, roff(c.summary))
-	b.WriteString(".SH SYNOPSIS\n.nf\n" + roff(strings.TrimPrefix(c.synopsis, "usage: ")) + "\n.fi\n")
-	fmt.Fprintf(&b, ".SH DESCRIPTION\n%s.\n", roff(strings.ToUpper(c.summary[:1])+c.summary[1:]))
-	if len(c.flags) > 0 {
+	name, summary := c.Name(), c.Short
+	fmt.Fprintf(&b, manHeader, "SLUICE-"+strings.ToUpper(name), manVersion())
+	fmt.Fprintf(&b, ".SH NAME\nsluice\\-%s \\- %s\n", name, roff(summary))
+	b.WriteString(".SH SYNOPSIS\n.nf\n" + roff(strings.Join(synopsis(c), "\n")) + "\n.fi\n")
+	fmt.Fprintf(&b, ".SH DESCRIPTION\n%s.\n", roff(strings.ToUpper(summary[:1])+summary[1:]))
+	if c.HasAvailableLocalFlags() {
 		b.WriteString(".SH OPTIONS\n")
-		for _, f := range c.flags {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Hidden || f.Name == "help" {
+				return
+			}
+			spelling := roffOption("--" + f.Name)
+			if f.Shorthand != "" {
+				spelling = roffOption("-"+f.Shorthand) + ", " + spelling
+			}
+			isBool := f.Value.Type() == "bool"
+			name, usage := pflag.UnquoteUsage(f)
 			arg := ""
-			if !f.bool {
-				arg = ` \fIvalue\fR`
+			if name != "" {
+				arg = ` \fI` + roff(name) + `\fR`
 			}
 			def := ""
-			if f.def != "" && !(f.bool && f.def == "false") {
-				def = " (default: " + roff(f.def) + ")"
+			if f.DefValue != "" && !(isBool && f.DefValue == "false") && !(f.Value.Type() == "duration" && f.DefValue == "0s") {
+				def = " (default: " + roff(f.DefValue) + ")"
 			}
-			fmt.Fprintf(&b, ".TP\n%s%s\n%s%s\n", roffOption(f.spelling), arg, roff(f.usage), def)
-		}
+			fmt.Fprintf(&b, ".TP\n%s%s\n%s%s\n", spelling, arg, roff(usage), def)
+		})
 	}
 	b.WriteString(".SH EXAMPLES\n.nf\n")
-	for _, e := range c.examples {
+	for _, e := range examples(c) {
 		b.WriteString(roff(e) + "\n")
 	}
 	fmt.Fprintf(&b, ".fi\n.SH EXIT STATUS\n%s\n.SH SEE ALSO\n\\fBsluice\\fR(1)\n", roff(exitStatusHelp))

@@ -12,48 +12,58 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/status"
 )
 
-// runStatus: `sluice status [--socket PATH] [--watch] [-o text|json]`.
-func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", stderr)
-	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
-	watch := fs.Bool("watch", false, "refresh every second until interrupted")
-	wait := fs.Duration("wait", 0, "wait up to this long for a running agent that has completed a control cycle (after systemctl start, in scripts); exit 1 if none")
-	output := outputFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+// newStatusCmd: `sluice status [--socket PATH] [--watch] [--wait D] [-o text|json]`.
+func newStatusCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "status [-o text|json] [--watch] [--wait DURATION] [--socket PATH]",
+		Short: "show the running agent's directions and entities (--watch to refresh)",
+		Args:  noArgs,
+		Annotations: annotations(nil, "sluice status", "sluice status --watch", "systemctl start sluice && sluice status --wait 30s",
+			"sluice status -o json | jq '.directions[] | {direction, overcommit, promised_ratio}'"),
 	}
-	if err := output.check(); err != nil {
-		return err
+	socket := addSocketFlag(c)
+	watch := c.Flags().Bool("watch", false, "refresh every second until interrupted")
+	wait := c.Flags().Duration("wait", 0, "wait up to this `duration` for a running agent that has completed a control cycle (after systemctl start, in scripts); exit 1 if none")
+	output := addOutputFlag(c)
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		return runStatus(c.Context(), *socket, *watch, *wait, output.json(), c.OutOrStdout())
 	}
-	if *wait < 0 {
-		return usageError{fmt.Errorf("--wait %v: give a duration of zero or more", *wait)}
+	return c
+}
+
+// runStatus prints the agent's snapshot, every second with watch.
+func runStatus(ctx context.Context, socket string, watch bool, wait time.Duration, asJSON bool, stdout io.Writer) error {
+	if wait < 0 {
+		return usageError{fmt.Errorf("--wait %v: give a duration of zero or more", wait)}
 	}
-	if *wait > 0 {
-		if err := waitForAgent(ctx, *socket, *wait); err != nil {
+	if wait > 0 {
+		if err := waitForAgent(ctx, socket, wait); err != nil {
 			return err
 		}
 	}
 	for {
-		s, err := status.Query(*socket)
+		s, err := status.Query(socket)
 		if err != nil {
 			return err
 		}
-		if output.json() {
+		if asJSON {
 			// The socket's own schema, one document per line (per refresh).
 			if err := json.NewEncoder(stdout).Encode(s); err != nil {
 				return err
 			}
 		} else {
-			if *watch {
+			if watch {
 				fmt.Fprint(stdout, "\033[H\033[2J")
 			}
 			writeStatus(stdout, s)
 		}
-		if !*watch {
+		if !watch {
 			return nil
 		}
 		select {
@@ -144,45 +154,58 @@ func writeStatus(w io.Writer, s *status.Snapshot) {
 	}
 }
 
-// runExplain: `sluice explain [-o text|json] NAME` shows how an entity's
-// limit was derived.
-func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("explain", stderr)
-	socket := fs.String("socket", config.Default().Socket, "the agent's status socket")
-	output := outputFlag(fs)
+// newExplainCmd: `sluice explain [-o text|json] NAME|ADDRESS` shows how an
+// entity's limit was derived, or which entity holds a connection; with
+// --config it resolves a client offline, from the file.
+func newExplainCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "explain [-o text|json] [--socket PATH] NAME|ADDRESS   (a client-id, a topic-partition, kind:name, or a client's IP, IP:port or IP:port->IP:port)",
+		Short: "show how an entity's dynamic limit was derived, or which entity holds a connection and why",
+		Args:  maxArgs(1, "give one entity name or client address"),
+		Annotations: annotations([]string{"sluice explain --config FILE [--client-id ID] [--user USER] [--topic-partition TOPIC-N] [-o text|json]   (offline, from the file)"},
+			"sluice explain orders-consumer", "sluice explain topic-partition:orders-0", "sluice explain -o json client:backfill", "sluice explain 10.1.2.3:52314",
+			"sluice explain --config /etc/sluice/sluice.yaml --client-id orders-app --user alice"),
+		ValidArgsFunction: completeEntities(true),
+	}
+	socket := addSocketFlag(c)
+	output := addOutputFlag(c)
 	var q offlineQuery
-	fs.StringVar(&q.config, "config", "", "resolve offline from this configuration file, without an agent (with --client-id, --user, --topic-partition)")
-	fs.StringVar(&q.clientID, "client-id", "", "with --config: the client's client.id")
-	fs.StringVar(&q.user, "user", "", "with --config: the client's SASL user")
-	fs.StringVar(&q.topicPartition, "topic-partition", "", "with --config: a topic-partition its requests name (TOPIC-PARTITION)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	c.Flags().StringVar(&q.config, "config", "", "resolve offline from this configuration `file`, without an agent (with --client-id, --user, --topic-partition)")
+	c.Flags().StringVar(&q.clientID, "client-id", "", "with --config: the client's client.id (an `id`)")
+	c.Flags().StringVar(&q.user, "user", "", "with --config: the client's SASL `user`")
+	c.Flags().StringVar(&q.topicPartition, "topic-partition", "", "with --config: a `topic-partition` its requests name (TOPIC-PARTITION, such as orders-0)")
+	c.MarkFlagFilename("config", "yaml", "yml")
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return runExplain(*socket, q, args, output.json(), c.OutOrStdout())
 	}
-	if err := output.check(); err != nil {
-		return err
-	}
+	return c
+}
+
+// runExplain explains args[0] as the running agent at socket sees it, or
+// q offline from its file.
+func runExplain(socket string, q offlineQuery, args []string, asJSON bool, stdout io.Writer) error {
 	if q.config != "" {
-		if fs.NArg() != 0 {
+		if len(args) != 0 {
 			return usageError{errors.New("explain --config resolves --client-id, --user and --topic-partition offline; an entity name asks the running agent instead: give one or the other")}
 		}
-		return explainOffline(stdout, q, output.json())
+		return explainOffline(stdout, q, asJSON)
 	}
 	if q.given() {
 		return usageError{errors.New("explain: --client-id, --user and --topic-partition resolve offline: give --config FILE too")}
 	}
-	if fs.NArg() != 1 {
+	if len(args) != 1 {
 		return usageError{errors.New("explain: give one entity name (a client-id, a topic-partition, or kind:name) or a client address (IP, IP:port, or IP:port->IP:port)")}
 	}
-	if conn, ok := parseConnection(fs.Arg(0)); ok {
-		return explainConnections(stdout, *socket, conn, output.json())
+	if conn, ok := parseConnection(args[0]); ok {
+		return explainConnections(stdout, socket, conn, asJSON)
 	}
-	s, err := status.Query(*socket)
+	s, err := status.Query(socket)
 	if err != nil {
 		return err
 	}
-	views := s.Find(fs.Arg(0))
+	views := s.Find(args[0])
 	if len(views) == 0 {
-		return fmt.Errorf("explain: no entity %q in the last cycle (sluice status lists them)", fs.Arg(0))
+		return fmt.Errorf("explain: no entity %q in the last cycle (sluice status lists them)", args[0])
 	}
 	var explained []explanation
 	for i, e := range views {
@@ -190,14 +213,14 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if i > 0 || !containsEntity(d, e) {
 			d = s.Directions[1]
 		}
-		if output.json() {
+		if asJSON {
 			d.Entities = nil
 			explained = append(explained, explanation{Direction: d, Entity: e})
 			continue
 		}
 		writeExplain(stdout, d, e)
 	}
-	if output.json() {
+	if asJSON {
 		return json.NewEncoder(stdout).Encode(explained)
 	}
 	return nil
@@ -286,22 +309,6 @@ type explanation struct {
 	Direction status.DirectionView `json:"direction"`
 	Entity    status.EntityView    `json:"entity"`
 }
-
-// output is the -o flag: text (for people) or json (for scripts).
-type output struct{ value *string }
-
-func outputFlag(fs *flagSet) output {
-	return output{fs.String("o", "text", "output format: text or json")}
-}
-
-func (o output) check() error {
-	if *o.value != "text" && *o.value != "json" {
-		return usageError{fmt.Errorf("-o %q: use text or json", *o.value)}
-	}
-	return nil
-}
-
-func (o output) json() bool { return *o.value == "json" }
 
 func containsEntity(d status.DirectionView, e status.EntityView) bool {
 	for _, x := range d.Entities {

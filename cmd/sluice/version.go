@@ -1,24 +1,29 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
-// runVersion: `sluice version` (and `sluice --version`).
-func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", stderr)
-	output := outputFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+// newVersionCmd: `sluice version` (and `sluice --version`).
+func newVersionCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:         "version [-o text|json]",
+		Short:       "print the version and the revision it was built from (also --version)",
+		Args:        noArgs,
+		Annotations: annotations(nil, "sluice version", "sluice --version", "sluice version -o json"),
 	}
-	if err := output.check(); err != nil {
-		return err
-	}
-	if output.json() {
+	output := addOutputFlag(c)
+	c.RunE = func(c *cobra.Command, _ []string) error { return runVersion(output.json(), c.OutOrStdout()) }
+	return c
+}
+
+func runVersion(asJSON bool, stdout io.Writer) error {
+	if asJSON {
 		version, revision, modified := buildVersion()
 		return json.NewEncoder(stdout).Encode(struct {
 			Version  string `json:"version"`
