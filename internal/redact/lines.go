@@ -250,9 +250,26 @@ func redactPass(lines []string, lex []lexState, anchors map[string]bool) (out, a
 		from[j] = -1
 	}
 	hide := func(j, col int, cont bool) {
-		aliases = appendAliases(aliases, lines[j][col:])
 		if from[j] < 0 || col < from[j] {
+			aliases = appendAliases(aliases, lines[j][col:])
 			from[j], goesOn[j] = col, cont
+		}
+	}
+	// Lines after a key up to covered are hidden (or blank) already, by
+	// the values of keys before it: a key there looks on from covered,
+	// which keeps a file of nested secrets linear.
+	covered := -1
+	// text[k] and comments[k] count the lines before k with text, and the
+	// whole-line comments with text: whether a key's value is on lines it
+	// looks past.
+	text, comments := make([]int, len(lines)+1), make([]int, len(lines)+1)
+	for k, l := range lines {
+		text[k+1], comments[k+1] = text[k], comments[k]
+		if strings.TrimSpace(l) != "" {
+			text[k+1]++
+		}
+		if body, _, ok := commentBody(l); ok && strings.TrimSpace(body) != "" {
+			comments[k+1]++
 		}
 	}
 	for i, l := range lines {
@@ -290,7 +307,16 @@ func redactPass(lines []string, lex []lexState, anchors map[string]bool) (out, a
 		col := min(indent(body), key-at)
 		depth := max(lexLine(l[:key], lex[i]).depth, 1)
 		next := emptyValue(l[value:])
-		for j := i + 1; j < len(lines); j++ {
+		j := i + 1
+		if j <= covered {
+			seen := text
+			if inComment {
+				seen = comments
+			}
+			next = next && seen[covered+1] == seen[j]
+			j = covered + 1
+		}
+		for ; j < len(lines); j++ {
 			v, at, ok := view(j)
 			if !ok {
 				break
@@ -308,6 +334,11 @@ func redactPass(lines []string, lex []lexState, anchors map[string]bool) (out, a
 			}
 			next = false
 			hide(j, at+n, true)
+		}
+		if i > covered {
+			covered = j - 1
+		} else {
+			covered = max(covered, j-1)
 		}
 	}
 	out = append([]string(nil), lines...)

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -310,6 +311,12 @@ func TestConfigNotYAML(t *testing.T) {
 			keep:    []string{"mode: shadow"},
 		},
 		{
+			name:    "a secret key in a secret's value, then a line that stays",
+			in:      "sasl:\n\tpassword: S-outer\n  token: |\n    S-block\n  # secret:\n  #   S-comment\nmode: shadow\n",
+			secrets: []string{"S-outer", "S-block", "S-comment"},
+			keep:    []string{"mode: shadow"},
+		},
+		{
 			name:    "an unknown anchor: the parser's message would quote it",
 			in:      "password: *S-anchor-name\n",
 			secrets: []string{"S-anchor-name"},
@@ -342,6 +349,22 @@ func TestConfigNotYAML(t *testing.T) {
 			}
 			check(t, tc.in, string(out), tc.secrets, tc.keep)
 		})
+	}
+}
+
+// A file that does not parse costs time linear in its lines, even when
+// every line is in the value of every key before it (an unclosed bracket
+// at the top): each key looks on from where the keys before it stopped.
+func TestConfigNotYAMLLinear(t *testing.T) {
+	in := "a: [\n" + strings.Repeat("  password: x\n", 20000) + "mode: shadow\n"
+	start := time.Now()
+	out, err := Config([]byte(in))
+	if !errors.Is(err, ErrNotYAML) || strings.Contains(string(out), "password: x") {
+		t.Fatalf("Config: %v\n%.200s", err, out)
+	}
+	// Quadratic, it took minutes; linear, milliseconds.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("20000 lines took %v", d)
 	}
 }
 
