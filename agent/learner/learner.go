@@ -119,15 +119,9 @@ type Learner[C comparable] struct {
 	// policyGen counts SetPolicy calls: a connection decided under an
 	// older generation that changes entity changed by a rule.
 	policyGen uint64
-	// ranked and rank order the policy's configured topic-partitions for
-	// fetch sessions (sessionEnv), computed once per policy generation.
-	ranked  []entity.Key
-	rank    map[entity.Key]int32
-	rankGen uint64
-	ranks   bool // ranked and rank are policy generation rankGen's
-	cause   Cause
-	lastAPI int16 // the API key of the last request parsed
-	Stats   Stats
+	cause     Cause
+	lastAPI   int16 // the API key of the last request parsed
+	Stats     Stats
 }
 
 type conn struct {
@@ -474,15 +468,11 @@ func (l *Learner[C]) decide(st *conn, d entity.Direction, set *session, r *kafka
 	return t
 }
 
-// sessionEnv is what fetch sessions keep their counts against: the policy,
-// its generation, the topic names, and the policy's configured
-// topic-partitions ranked by strictness (computed once per generation).
+// sessionEnv is what fetch sessions keep their counts against: the policy
+// (which ranks its topic-partitions by strictness), its generation and
+// the topic names.
 func (l *Learner[C]) sessionEnv() sessionEnv {
-	if !l.ranks || l.rankGen != l.policyGen {
-		l.ranked, l.rank = rankTopicPartitions(l.policy, l.ranked)
-		l.rankGen, l.ranks = l.policyGen, true
-	}
-	return sessionEnv{policy: l.policy, gen: l.policyGen, names: l.topics, rank: l.rank, ranked: l.ranked}
+	return sessionEnv{policy: l.policy, gen: l.policyGen, names: l.topics}
 }
 
 // hold returns the stricter of k (zero: the request named no configured

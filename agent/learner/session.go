@@ -1,8 +1,6 @@
 package learner
 
 import (
-	"slices"
-
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/kafka"
 )
@@ -95,11 +93,6 @@ type sessionEnv struct {
 	policy *entity.Policy
 	gen    uint64
 	names  TopicNames
-	// rank orders the policy's configured topic-partitions from the
-	// strictest for Fetch (Policy.Stricter), and ranked[r] has rank r:
-	// rank 0 is StrictestTopicPartition(Fetch, "").
-	rank   map[entity.Key]int32
-	ranked []entity.Key
 }
 
 // Fetch session epochs (KIP-227).
@@ -216,9 +209,9 @@ func (s *session) count(env *sessionEnv, topic string, p int32, delta int32) {
 	if !ok {
 		return
 	}
-	// Every configured topic-partition is ranked (Policy.ConfiguredKeys);
-	// one that were not would be held as the strictest, never laxer.
-	r := env.rank[k]
+	// Every configured topic-partition is ranked; one that were not would
+	// be held as the strictest, never laxer.
+	r, _ := env.policy.TopicPartitionRank(entity.Fetch, k)
 	if s.counts == nil {
 		s.counts = map[int32]int32{}
 	}
@@ -291,32 +284,7 @@ func (s *session) named(env *sessionEnv) (strictest entity.Key, unknownIDs bool)
 		}
 	}
 	if s.best >= 0 {
-		strictest = env.ranked[s.best]
+		strictest = env.policy.RankedTopicPartitions(entity.Fetch)[s.best]
 	}
 	return strictest, len(s.pending) > 0
-}
-
-// rankTopicPartitions orders a policy's configured topic-partitions from
-// the strictest for Fetch, for sessionEnv.
-func rankTopicPartitions(p *entity.Policy, ranked []entity.Key) ([]entity.Key, map[entity.Key]int32) {
-	ranked = ranked[:0]
-	for _, k := range p.ConfiguredKeys() {
-		if k.Kind == entity.KindTopicPartition {
-			ranked = append(ranked, k)
-		}
-	}
-	slices.SortFunc(ranked, func(a, b entity.Key) int {
-		switch {
-		case p.Stricter(entity.Fetch, a, b):
-			return -1
-		case p.Stricter(entity.Fetch, b, a):
-			return 1
-		}
-		return 0
-	})
-	rank := make(map[entity.Key]int32, len(ranked))
-	for i, k := range ranked {
-		rank[k] = int32(i)
-	}
-	return ranked, rank
 }

@@ -383,7 +383,8 @@ func checkSession(t *testing.T, l *Learner[int]) {
 		}
 		for _, p := range top.parts {
 			if k, ok := env.policy.TopicPartition(top.name, p); ok {
-				counts[env.rank[k]]++
+				r, _ := env.policy.TopicPartitionRank(entity.Fetch, k)
+				counts[r]++
 			}
 		}
 	}
