@@ -297,6 +297,13 @@ func Load(opts Options) (*Datapath, error) {
 	}
 	d.adopted = opts.PinDir != "" && tmp == ""
 	if tmp != "" {
+		// The mark goes in before the rename: the directory appears
+		// whole, pins and mark, or not at all.
+		if err := markOwned(tmp); err != nil {
+			d.Close()
+			os.RemoveAll(tmp)
+			return nil, err
+		}
 		if err := os.Rename(tmp, opts.PinDir); err != nil {
 			d.Close()
 			os.RemoveAll(tmp)
@@ -306,7 +313,8 @@ func Load(opts Options) (*Datapath, error) {
 		d.Close()
 		return nil, err
 	}
-	if opts.PinDir != "" {
+	if d.adopted {
+		// An earlier release's directory, or an empty one: marked now.
 		if err := markOwned(opts.PinDir); err != nil {
 			d.Close()
 			return nil, err
