@@ -128,7 +128,7 @@ func StartBroker(s BrokerSpec) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.cmd = b.javaJMX(s.Heap, "kafka.Kafka", props)
+	b.cmd = b.jvm(jmxOptions, s.Heap, "kafka.Kafka", props)
 	b.cmd.Stdout, b.cmd.Stderr = logf, logf
 	if err := b.cmd.Start(); err != nil {
 		logf.Close()
@@ -218,7 +218,12 @@ logger.kafka.level = WARN
 
 // java is a JVM in the broker's host on the Kafka class path.
 func (b *Broker) java(heap, main string, args ...string) *exec.Cmd {
-	argv := JavaArgv(b.Spec.Libs, filepath.Join(b.Spec.Dir, "log4j2.properties"), filepath.Join(b.Spec.Dir, "logs"), heap, main, args...)
+	return b.jvm(nil, heap, main, args...)
+}
+
+// jvm is java with more JVM options.
+func (b *Broker) jvm(opts []string, heap, main string, args ...string) *exec.Cmd {
+	argv := jvmArgv(opts, b.Spec.Libs, filepath.Join(b.Spec.Dir, "log4j2.properties"), filepath.Join(b.Spec.Dir, "logs"), heap, main, args...)
 	// No Pdeathsig: it follows the OS thread that forked, and the
 	// namespace helpers retire threads; Close and the kafka-check's
 	// leftover check end every JVM instead.
@@ -229,17 +234,11 @@ func (b *Broker) java(heap, main string, args ...string) *exec.Cmd {
 // scenarios read Kafka's own metrics there (JMX).
 const jmxPort = "9999"
 
-// javaJMX is java with the JVM's JMX agent on the host's loopback.
-func (b *Broker) javaJMX(heap, main string, args ...string) *exec.Cmd {
-	cmd := b.java(heap, main, args...)
-	jmx := []string{"-Dcom.sun.management.jmxremote", "-Dcom.sun.management.jmxremote.port=" + jmxPort,
-		"-Dcom.sun.management.jmxremote.rmi.port=" + jmxPort, "-Dcom.sun.management.jmxremote.local.only=true",
-		"-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false",
-		"-Djava.rmi.server.hostname=127.0.0.1"}
-	// After "ip netns exec NS java": the JVM's options.
-	cmd.Args = slices.Concat(cmd.Args[:5], jmx, cmd.Args[5:])
-	return cmd
-}
+// jmxOptions start the JVM's JMX agent on the host's loopback.
+var jmxOptions = []string{"-Dcom.sun.management.jmxremote", "-Dcom.sun.management.jmxremote.port=" + jmxPort,
+	"-Dcom.sun.management.jmxremote.rmi.port=" + jmxPort, "-Dcom.sun.management.jmxremote.local.only=true",
+	"-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false",
+	"-Djava.rmi.server.hostname=127.0.0.1"}
 
 // JMX reads attributes of the MBeans matching object (a JMX object name
 // pattern) from the broker's own metrics, with Kafka's JmxTool: each
@@ -279,9 +278,14 @@ func (b *Broker) JMX(object string, attrs ...string) (map[string]float64, error)
 // its fixed heap (the machine has 2 cores and brokers beside it), logConf
 // its log4j2 configuration, logDir where that may write.
 func JavaArgv(libs, logConf, logDir, heap, main string, args ...string) []string {
-	return append([]string{"java", "-Xms" + heap, "-Xmx" + heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
-		"-Dkafka.logs.dir=" + logDir, "-Dlog4j2.configurationFile=" + logConf,
-		"-cp", filepath.Join(libs, "*"), main}, args...)
+	return jvmArgv(nil, libs, logConf, logDir, heap, main, args...)
+}
+
+// jvmArgv is JavaArgv with more JVM options.
+func jvmArgv(opts []string, libs, logConf, logDir, heap, main string, args ...string) []string {
+	argv := []string{"java", "-Xms" + heap, "-Xmx" + heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
+		"-Dkafka.logs.dir=" + logDir, "-Dlog4j2.configurationFile=" + logConf}
+	return slices.Concat(argv, opts, []string{"-cp", filepath.Join(libs, "*"), main}, args)
 }
 
 // toolLog4j2 sends a Java tool's warnings to its stderr (the client's
