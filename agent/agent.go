@@ -8,9 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/agent/apply"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/learner"
+	"github.com/sluice-dev/sluice/agent/limits"
 	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/allocator"
@@ -59,9 +61,12 @@ type Agent struct {
 	deps Deps
 	log  *slog.Logger
 
-	mu       sync.Mutex
-	cfg      config.Config
-	policy   *entity.Policy
+	mu  sync.Mutex
+	cfg config.Config
+	// limits is the resolve stage: every entity's reservation, weight and
+	// limit, from the policy (configuration and imported Kafka quotas) and
+	// the cluster shares.
+	limits   *limits.Resolver
 	registry *entity.Registry
 	// tlsPorts are the TLS listeners applyPeers last wrote: their
 	// connections belong to their peers, and samples of them are ignored.
@@ -79,21 +84,21 @@ type Agent struct {
 	store    EntityStore   // nil when the data path keeps no registry
 	idents   IdentityStore // nil when the data path keeps no identities
 	// bindLog: each connection's last binding by Learn (explain).
-	bindLog map[maps.ConnKey]bindRecord
-	primed  bool // counters read once: deltas are meaningful
-	cycle   uint64
-	// policyGen counts policies: parameters cached under an older one are stale.
-	policyGen uint64
-	lastScan  time.Time
-	snapshot  *status.Snapshot // built from pub on demand, nil until asked
-	pubTime   time.Time
-	lastOK    time.Time
+	bindLog  map[maps.ConnKey]bindRecord
+	primed   bool // counters read once: deltas are meaningful
+	cycle    uint64
+	lastScan time.Time
+	snapshot *status.Snapshot // built from pub on demand, nil until asked
+	pubTime  time.Time
+	lastOK   time.Time
 
 	// ReloadFailures counts refused configuration reloads.
 	reloadFailures uint64
-	// rateWriteFailures counts cycles whose rate writes failed (retried the
-	// next cycle; no heartbeat meanwhile).
-	rateWriteFailures uint64
+	// rates is the apply stage: the only writer of rates to the shaper.
+	rates *apply.Writer
+	// shaper says why the backend in use was chosen and which IFB devices
+	// it redirects to (the backend itself is rates.Shaper()).
+	shaper shaperInUse
 	// brokers is the cluster's brokers (nil: no metadata client);
 	// unexempt, those exempt_peers misses (checkReplication).
 	brokers  BrokerSource
@@ -165,17 +170,8 @@ type direction struct {
 	// dropped[id] counts the packets the shaper dropped (Held.Dropped summed).
 	dropped []uint64
 	// others sums the entities without series of their own (assignSeries).
-	others  aggregate
-	applied []float64
-	// guaranteed[id] is the guarantee last written with applied[id] (the
-	// effective reservation; 0 for standby entities).
-	guaranteed []float64
-	held       map[uint32]shaping.Held
-	// paramsOf[id] caches the entity's resolved parameters; paramsGen[id]
-	// says for which policy (a reload resolves them again).
-	paramsOf  []entity.Params
-	sourcesOf []entity.Sources // where each of paramsOf's came from (explain)
-	paramsGen []uint64
+	others aggregate
+	held   map[uint32]shaping.Held
 	// scratch, reused every cycle
 	inputs  []allocator.Entity
 	outputs []allocator.Allocation
@@ -183,6 +179,7 @@ type direction struct {
 	params  []entity.Params
 	sources []entity.Sources
 	heldOf  []shaping.Held
+	targets []apply.Target
 	summary allocator.Summary
 	// published copies for status, explain and metrics (built into views on demand)
 	pub published
@@ -247,20 +244,21 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
+	choice := ShaperChoice{Shaper: deps.Shaper, Reason: deps.ShaperReason, IFBIndex: deps.IFBIndex, EgressIFBIndex: deps.EgressIFBIndex}
 	if deps.NewShaper != nil {
-		choice, serr := deps.NewShaper(cfg)
+		built, serr := deps.NewShaper(cfg)
 		if serr != nil {
 			return nil, serr
 		}
-		deps.Shaper, deps.ShaperReason, deps.IFBIndex, deps.EgressIFBIndex = choice.Shaper, choice.Reason, choice.IFBIndex, choice.EgressIFBIndex
+		choice = built
 		defer func() { // err: New's result; an agent that fails to start leaves no tree behind
 			if err != nil {
-				choice.Shaper.Close()
+				built.Shaper.Close()
 			}
 		}()
 	}
-	if deps.Shaper == nil {
-		deps.Shaper = shaping.Shadow{}
+	if choice.Shaper == nil {
+		choice.Shaper = shaping.Shadow{}
 	}
 	stopTopics := func() {}
 	var quotas QuotaSource
@@ -280,11 +278,9 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
 		kafka:           kafkaQuotaState{source: quotas},
-		policyGen:       1,
 		deps:            deps,
 		log:             deps.Log,
 		cfg:             cfg,
-		policy:          policy,
 		registry:        entity.NewRegistry(cfg.MaxEntities),
 		newPerPeer:      entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
 		learner:         learner.New[maps.ConnKey](policy, deps.Topics),
@@ -301,6 +297,8 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		return a.cfg.Protocol(c.Local.Port()) == config.ProtocolSASLPlaintext
 	})
 	ids := a.registry.Limit()
+	a.rates = apply.New(choice.Shaper, ids, cfg.UpdateThreshold)
+	a.shaper = shaperInUse{reason: choice.Reason, ifb: choice.IFBIndex, egressIFB: choice.EgressIFBIndex}
 	a.ownSeries, a.seriesStale = make([]bool, ids), true
 	a.syncObjectives()
 	for _, d := range entity.Directions {
@@ -313,26 +311,17 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		if alloc == nil {
 			alloc, _ = allocator.New(allocator.DefaultConfig(0))
 		}
-		applied := make([]float64, ids)
-		for i := range applied {
-			applied[i] = math.NaN()
-		}
 		a.dirs[d] = &direction{
-			heldBy:     map[uint32]string{},
-			dir:        d,
-			cfg:        dc,
-			alloc:      alloc,
-			window:     make([]float64, ids*cfg.RateWindow),
-			filled:     make([]uint8, ids),
-			lastBytes:  make([]uint64, ids),
-			lastHeld:   make([]uint64, ids),
-			dropped:    make([]uint64, ids),
-			applied:    applied,
-			guaranteed: make([]float64, ids),
-			held:       map[uint32]shaping.Held{},
-			paramsOf:   make([]entity.Params, ids),
-			sourcesOf:  make([]entity.Sources, ids),
-			paramsGen:  make([]uint64, ids),
+			heldBy:    map[uint32]string{},
+			dir:       d,
+			cfg:       dc,
+			alloc:     alloc,
+			window:    make([]float64, ids*cfg.RateWindow),
+			filled:    make([]uint8, ids),
+			lastBytes: make([]uint64, ids),
+			lastHeld:  make([]uint64, ids),
+			dropped:   make([]uint64, ids),
+			held:      map[uint32]shaping.Held{},
 		}
 	}
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
@@ -360,6 +349,11 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			}
 		}()
 	}
+	var shares limits.Shares
+	if a.cluster != nil {
+		shares = a.cluster
+	}
+	a.limits = limits.New(policy, shares, ids)
 	a.pinConfigured()
 	if err := a.applyDataPathSettings(); err != nil {
 		return nil, err
@@ -385,7 +379,7 @@ const maxLimitedPeers = 65536
 func (a *Agent) pinConfigured() (added []entity.ID) {
 	a.seriesStale = true // pinning changes who is eligible, new or not
 	now := a.deps.Clock.Now()
-	added = a.registry.Pin(a.policy.ConfiguredKeys(), now)
+	added = a.registry.Pin(a.limits.Policy().ConfiguredKeys(), now)
 	for _, id := range added {
 		key, _ := a.registry.Key(id)
 		a.registered(uint32(id), key)
@@ -398,15 +392,8 @@ func (a *Agent) pinConfigured() (added []entity.ID) {
 func (a *Agent) unregister(ids []entity.ID) error {
 	var errs []error
 	for _, id := range ids {
-		for _, dc := range a.dirs {
-			if math.IsNaN(dc.applied[id]) {
-				continue
-			}
-			if err := a.deps.Shaper.Remove(maps.Direction(dc.dir), uint32(id)); err != nil {
-				errs = append(errs, fmt.Errorf("remove the %s class of entity %d: %w", dc.dir, id, err))
-				continue
-			}
-			dc.applied[id], dc.guaranteed[id] = math.NaN(), 0
+		if err := a.rates.Remove(uint32(id), true); err != nil {
+			errs = append(errs, err)
 		}
 		if a.store != nil {
 			if err := a.store.DeleteEntity(uint32(id)); err != nil {

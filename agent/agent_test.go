@@ -697,7 +697,7 @@ func TestAgentFailedRateWritesAreRetriedWithoutHeartbeat(t *testing.T) {
 	beats := len(r.dp.heartbeats)
 	r.sh.failWrite = true
 	delete(r.sh.rates[maps.Fetch], id)
-	r.a.dirs[entity.Fetch].applied[id] = 1 // a stale rate: the next cycle must write one
+	r.a.rates.Forget(maps.Fetch, id) // no rate in force: the next cycle must write one
 	r.clock.advance(time.Second)
 	if err := r.a.Cycle(); err == nil || r.a.RateWriteFailures() != 1 {
 		t.Errorf("failed write: err %v, failures %d", err, r.a.RateWriteFailures())

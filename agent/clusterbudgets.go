@@ -26,7 +26,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
-	"github.com/sluice-dev/sluice/agent/shaping"
+	"github.com/sluice-dev/sluice/agent/limits"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/cluster"
 	"github.com/sluice-dev/sluice/maps"
@@ -210,17 +210,15 @@ func coreConfig(cfg config.Config, budgets []config.ClusterBudget) cluster.Confi
 	return c
 }
 
-// clusterShare is a budget's share as the local allocator takes it.
-type clusterShare struct{ limit, reservation float64 }
-
-// clusterShare returns the share that replaces an entity's local limit and
+// Share is the resolve stage's source of cluster shares
+// (limits.Shares): the share that replaces an entity's local limit and
 // reservation in a direction, when a cluster budget governs it and the
 // cluster section enforces.
-func (a *Agent) clusterShare(key entity.Key, dir entity.Direction) (clusterShare, bool) {
-	if !a.cluster.enforcing() {
-		return clusterShare{}, false
+func (cb *clusterBudgets) Share(key entity.Key, dir entity.Direction) (limits.Share, bool) {
+	if !cb.enforcing() {
+		return limits.Share{}, false
 	}
-	return a.cluster.share(key, dir)
+	return cb.share(key, dir)
 }
 
 // budgetOf returns the budget governing an entity in a direction.
@@ -234,14 +232,14 @@ func (cb *clusterBudgets) budgetOf(key entity.Key, dir entity.Direction) (int, b
 
 // share returns the share governing an entity in a direction, if a cluster
 // budget does and the cluster section enforces.
-func (cb *clusterBudgets) share(key entity.Key, dir entity.Direction) (clusterShare, bool) {
+func (cb *clusterBudgets) share(key entity.Key, dir entity.Direction) (limits.Share, bool) {
 	i, ok := cb.budgetOf(key, dir)
 	if !ok {
-		return clusterShare{}, false
+		return limits.Share{}, false
 	}
-	s := clusterShare{limit: cb.core.Applied()[i]}
+	s := limits.Share{Limit: cb.core.Applied()[i]}
 	if t, ok := cb.core.Pending(); ok && cb.core.Mode() == cluster.ModeNormal {
-		s.reservation = min(t.Share(cb.myIndex(), i).Reserved, s.limit)
+		s.Reservation = min(t.Share(cb.myIndex(), i).Reserved, s.Limit)
 	}
 	return s, true
 }
@@ -339,16 +337,12 @@ func (a *Agent) lowerClusterShare(i int, share float64) error {
 	if !ok {
 		return nil // no entity, no rate: it gets the share when registered (applyStandby)
 	}
-	dc := a.dirs[dir]
-	if !dc.cfg.Enabled() || (dc.applied[id] <= share && !math.IsNaN(dc.applied[id])) {
+	if !a.dirs[dir].cfg.Enabled() {
 		return nil
 	}
-	rate := shaping.Rate{Entity: uint32(id), BytesPerSecond: share, Guaranteed: min(dc.guaranteed[id], share)}
-	if err := a.deps.Shaper.SetRates(maps.Direction(dir), []shaping.Rate{rate}); err != nil {
-		a.rateWriteFailures++
+	if err := a.rates.Lower(maps.Direction(dir), uint32(id), share); err != nil {
 		return fmt.Errorf("lower %s to %v: %w", b, share, err)
 	}
-	dc.applied[id], dc.guaranteed[id] = rate.BytesPerSecond, rate.Guaranteed
 	return nil
 }
 

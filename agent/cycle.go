@@ -10,8 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluice-dev/sluice/agent/apply"
 	"github.com/sluice-dev/sluice/agent/entity"
-	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/allocator"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -96,7 +96,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		return nil
 	}
 	dir := maps.Direction(dc.dir)
-	held, err := a.deps.Shaper.Held(dir)
+	held, err := a.rates.Shaper().Held(dir)
 	if err != nil {
 		return err
 	}
@@ -132,14 +132,8 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		if id == entity.UnknownID {
 			return // held to H, outside the allocation
 		}
-		if dc.paramsGen[i] != a.policyGen {
-			dc.paramsOf[i], dc.sourcesOf[i] = a.policy.Explain(key, dc.dir)
-			dc.paramsGen[i] = a.policyGen
-		}
-		p, src := dc.paramsOf[i], dc.sourcesOf[i]
-		if s, ok := a.clusterShare(key, dc.dir); ok {
-			p.Limit, p.Reservation = s.limit, s.reservation
-			src.Limit, src.Reservation = entity.SourceCluster, entity.SourceCluster
+		p, src, shared := a.limits.Resolve(id, key, dc.dir)
+		if shared {
 			dc.clusterSlots = append(dc.clusterSlots, uint32(id))
 		}
 		h := dc.held[uint32(id)]
@@ -160,7 +154,8 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			dc.others.heldBytes += heldDelta
 			dc.others.droppedPackets += h.Dropped
 		}
-		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, dc.applied[i])
+		inForce, _ := a.rates.InForce(dir, uint32(id))
+		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, inForce)
 		if b, ok := a.cluster.budgetOf(key, dc.dir); ok {
 			a.cluster.measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterUsageIntervals)), float64(delta)/interval, h.Throttled)
 		}
@@ -192,38 +187,23 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			a.log.Info("overcommit left", "direction", dc.dir.String(), "entities", summary.Active, "promised_ratio", summary.PromisedRatio)
 		}
 	}
-	// Apply: changed rates and guarantees only, in one batch. The unknown
-	// entity is held to the headroom H (or the floor if that is higher) and
-	// guaranteed H: the capacity's share no reservation is taken from.
-	var changes []shaping.Rate
-	moved := func(old, now float64) bool {
-		return math.IsNaN(old) || math.Abs(now-old) > a.cfg.UpdateThreshold*old || math.IsInf(now, 1) != math.IsInf(old, 1)
-	}
-	consider := func(id uint32, rate, guaranteed float64) {
-		// A cluster share that went down is written however little it
-		// moved: the report this cycle sends says it is in force.
-		lowered := rate < dc.applied[id] && slices.Contains(dc.clusterSlots, id)
-		if lowered || moved(dc.applied[id], rate) || moved(dc.guaranteed[id], guaranteed) {
-			changes = append(changes, shaping.Rate{Entity: id, BytesPerSecond: rate, Guaranteed: guaranteed})
-			dc.applied[id], dc.guaranteed[id] = rate, guaranteed
-		}
-	}
-	consider(uint32(entity.UnknownID), dc.alloc.Config().UnknownLimit(), dc.alloc.Config().Headroom())
+	// Apply: the rates the allocation decided, the unknown entity's first.
+	// It is held to the headroom H (or the floor if that is higher) and
+	// guaranteed H: the capacity's share no reservation is taken from. A
+	// cluster share that went down is written however little it moved: the
+	// report this cycle sends says it is in force.
+	dc.targets = append(dc.targets[:0], apply.Target{Entity: uint32(entity.UnknownID),
+		Rate: dc.alloc.Config().UnknownLimit(), Guaranteed: dc.alloc.Config().Headroom()})
 	for i, in := range dc.inputs {
-		consider(in.Slot, dc.outputs[i].DynamicLimit, dc.outputs[i].EffectiveReservation)
+		dc.targets = append(dc.targets, apply.Target{Entity: in.Slot, Rate: dc.outputs[i].DynamicLimit,
+			Guaranteed: dc.outputs[i].EffectiveReservation, LowerExactly: slices.Contains(dc.clusterSlots, in.Slot)})
 	}
-	if len(changes) > 0 {
-		if err := a.deps.Shaper.SetRates(dir, changes); err != nil {
-			// Not written: try every one of them again next cycle.
-			for _, c := range changes {
-				dc.applied[c.Entity] = math.NaN()
-			}
-			a.rateWriteFailures++
-			return fmt.Errorf("write rates: %w", err)
-		}
+	written, err := a.rates.Apply(dir, dc.targets)
+	if err != nil {
+		return err
 	}
 	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.cycle, "active", summary.Active, "standby", summary.Standby,
-		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", len(changes))
+		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", written)
 	return nil
 }
 
@@ -362,18 +342,17 @@ func (a *Agent) reclaim(now time.Time) error {
 // clearEntity removes an entity taken out of the registry from the shaper
 // and forgets what the agent kept for it.
 func (a *Agent) clearEntity(id uint32) error {
-	for _, dc := range a.dirs {
-		if err := a.deps.Shaper.Remove(maps.Direction(dc.dir), id); err != nil {
-			return err
-		}
+	if err := a.rates.Remove(id, false); err != nil {
+		return err
 	}
 	for _, dc := range a.dirs {
 		dc.alloc.Forget(id)
 		w := a.cfg.RateWindow
 		clear(dc.window[int(id)*w : (int(id)+1)*w])
-		dc.filled[id], dc.lastBytes[id], dc.lastHeld[id], dc.applied[id], dc.paramsGen[id] = 0, 0, 0, math.NaN(), 0
+		dc.filled[id], dc.lastBytes[id], dc.lastHeld[id] = 0, 0, 0
 		dc.dropped[id] = 0
 	}
+	a.limits.Forget(entity.ID(id))
 	a.ownSeries[id] = false
 	a.lat.forget(entity.ID(id))
 	return nil

@@ -22,23 +22,23 @@ func (a *Agent) applyDataPathSettings() error {
 	if err := dp.SetExempt(a.cfg.ExemptPeers); err != nil {
 		return err
 	}
-	forget, err := a.applyPeers(a.cfg, a.policy)
+	forget, err := a.applyPeers(a.cfg, a.limits.Policy())
 	if err != nil {
 		return err
 	}
 	if err := dp.ForgetConns(forget); err != nil {
 		return fmt.Errorf("peer entities: %w", err)
 	}
-	if err := a.writeSettings(a.cfg, a.dataPathMode(a.cfg), a.deps.IFBIndex, a.deps.EgressIFBIndex); err != nil {
+	if err := a.writeSettings(a.cfg, a.dataPathMode(a.cfg), a.shaper.ifb, a.shaper.egressIFB); err != nil {
 		return err
 	}
-	return a.applyCapacities(a.deps.Shaper, a.dirConfigs())
+	return a.rates.SetCapacities(a.capacities(a.dirConfigs()))
 }
 
 // dataPathMode is what the data path does under cfg with the shaper in use.
 func (a *Agent) dataPathMode(cfg config.Config) maps.Shaper {
 	if cfg.Mode == config.ModeEnforce {
-		return a.deps.Shaper.Kind().DataPathMode()
+		return a.rates.Shaper().Kind().DataPathMode()
 	}
 	return maps.ShaperNone
 }
@@ -48,21 +48,20 @@ func (a *Agent) dirConfigs() [2]config.Direction {
 	return [2]config.Direction{a.dirs[0].cfg, a.dirs[1].cfg}
 }
 
-// applyCapacities caps each direction's governed traffic at its capacity
-// in the shaper's hierarchy (htb): Σ effective reservations ≤ C and the
+// capacities are what each direction's governed traffic is capped at in
+// the shaper's hierarchy (htb): Σ effective reservations ≤ C and the
 // unknown entity's guarantee H make up at most the capacity, so every
 // guarantee can be kept while the rest is lent out up to the ceilings.
-func (a *Agent) applyCapacities(s shaping.Shaper, cfgs [2]config.Direction) error {
-	for _, dc := range a.dirs {
-		capacity := math.Inf(1)
-		if cfg := cfgs[dc.dir]; cfg.Enabled() {
-			capacity = cfg.Capacity
-		}
-		if err := s.SetCapacity(maps.Direction(dc.dir), capacity); err != nil {
-			return fmt.Errorf("%s capacity: %w", dc.dir, err)
+// A disabled direction is not capped.
+func (a *Agent) capacities(cfgs [2]config.Direction) [2]float64 {
+	var c [2]float64
+	for d, cfg := range cfgs {
+		c[d] = math.Inf(1)
+		if cfg.Enabled() {
+			c[d] = cfg.Capacity
 		}
 	}
-	return nil
+	return c
 }
 
 func (a *Agent) writeSettings(cfg config.Config, mode maps.Shaper, ifb, egressIFB int) error {

@@ -119,9 +119,8 @@ func (a *Agent) installPolicy(p compiledPolicy) []entity.ID {
 			"left_out", p.trimmed, "room", p.room)
 	}
 	a.kafka.trimmed, a.kafka.inUse = p.trimmed, p.inUse
-	a.policy = p.policy
-	a.policyGen++
-	a.learner.SetPolicy(a.policy)
+	a.limits.SetPolicy(p.policy)
+	a.learner.SetPolicy(p.policy)
 	return a.pinConfigured()
 }
 

@@ -9,13 +9,16 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/learner"
-	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/maps"
 )
 
 // Learn takes one request sample: the learner resolves the connection's
 // entities, new entities get their standby limit at once, and the data path
-// binds the connection. A sample that cannot be parsed changes nothing.
+// binds the connection. A direction the learner has not decided keeps the
+// entity the connection is bound to; bound to none yet, it is held to the
+// unresolved entity (docs/identity.md: a connection not yet decided). A
+// sample that cannot be parsed decides nothing: it returns the parser's
+// error once the connection is bound by that rule.
 func (a *Agent) Learn(s maps.Sample) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -24,24 +27,31 @@ func (a *Agent) Learn(s maps.Sample) error {
 		// listener's peer table was written): its peer decides, not this.
 		return nil
 	}
+	if s.Bound == [2]uint32{maps.NotGoverned, maps.NotGoverned} {
+		return nil // an exempt peer's (the data path decided it): never governed
+	}
 	adopted := false
 	if !a.learner.Known(s.Conn, s.Born) {
 		adopted = a.adopt(s)
 	}
-	decision, changed, err := a.learner.LearnSample(s.Conn, s.Born, learner.Sample{Data: s.Data, Whole: s.Complete, ClientIDCut: s.ClientIDCut})
-	if err != nil {
-		return err
-	}
+	decision, changed, err := a.learner.LearnSample(s.Conn, s.Born, learner.Sample{
+		Data: s.Data, Whole: s.Complete, ClientIDCut: s.ClientIDCut, ClientIDHash: s.ClientIDHash, ClientIDHashed: s.ClientIDHashed})
 	now := a.deps.Clock.Now()
 	var ids [2]uint32
+	var unresolved uint32 // its id, once looked up
 	for _, d := range entity.Directions {
 		t, decided := decision.Target(d)
 		switch {
-		case !decided && s.Bound[d] != maps.NotGoverned:
+		case !decided && holdsEntity(s.Bound[d]):
 			// Not known yet: "I do not know" never moves a connection.
 			ids[d] = s.Bound[d]
 		case !decided:
-			ids[d] = maps.EntityUnknown
+			// Bound to nothing yet (the unknown entity): a connection is
+			// never left at the headroom H for want of a decision.
+			if unresolved == 0 {
+				unresolved = a.entityID(entity.UnresolvedKey, s.Conn.Peer.Addr(), now)
+			}
+			ids[d] = unresolved
 		case d == entity.Fetch && decision.Decided[entity.Produce] && t == decision.Produce:
 			ids[d] = ids[entity.Produce] // one entity both ways: resolved once
 		default:
@@ -52,11 +62,12 @@ func (a *Agent) Learn(s maps.Sample) error {
 		if adopted {
 			a.noteBinding(s.Conn, "adopted", -1)
 		}
-		return nil
+		return err
 	}
 	if !changed {
 		// The entry lost its binding (evicted, or entered again after a
-		// reset): bind it again now, not when the decision next changes.
+		// reset), or was bound to nothing: bind it now, not when the
+		// decision next changes.
 		a.conns.Rebound++
 	}
 	reason := rebindReason(s.Bound, ids, changed, a.learner.Cause())
@@ -65,11 +76,19 @@ func (a *Agent) Learn(s maps.Sample) error {
 		a.log.Debug("connection rebound", "conn", s.Conn.String(), "reason", reason,
 			"from", fmt.Sprint(s.Bound), "to", fmt.Sprint(ids))
 	}
-	if err := a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}}); err != nil {
-		return err
+	if berr := a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}}); berr != nil {
+		return berr
 	}
 	a.noteBinding(s.Conn, bindReason(reason, a.learner.Cause(), adopted), a.learner.LastAPI())
-	return nil
+	return err
+}
+
+// holdsEntity tells whether a connection bound to id is bound to an entity
+// a decision made (or an earlier agent's, or the registry's overflow when
+// it was full), as opposed to none yet: the unknown entity, or a direction
+// no entity governs.
+func holdsEntity(id uint32) bool {
+	return id != maps.EntityUnknown && id != maps.NotGoverned
 }
 
 // RebindReasons are the values of sluice_rebinds_total's reason label.
@@ -140,12 +159,15 @@ func (a *Agent) adopt(s maps.Sample) bool {
 }
 
 // boundKey is the entity a connection is bound to, if it is a registered
-// one (not unknown, overflow or not governed: those decide nothing).
+// one that a decision names (not unknown, overflow or not governed, nor
+// unresolved: that holds a connection no request could tell, and the next
+// request that can must still decide it).
 func (a *Agent) boundKey(id uint32) (entity.Key, bool) {
 	if id == maps.EntityUnknown || id == maps.NotGoverned || id == uint32(entity.OverflowID) {
 		return entity.Key{}, false
 	}
-	return a.registry.Key(entity.ID(id))
+	k, ok := a.registry.Key(entity.ID(id))
+	return k, ok && k.Kind != entity.KindUnresolved
 }
 
 // saveIdentity persists a principal a connection proved (the learner's
@@ -165,10 +187,18 @@ func (a *Agent) entityID(key entity.Key, peer netip.Addr, now time.Time) uint32 
 		a.registry.Touch(id, now)
 		return uint32(id)
 	}
+	if key.Kind == entity.KindUnresolved {
+		id := a.registry.Acquire(key, now) // registered as if configured
+		if id != entity.OverflowID {
+			a.registered(uint32(id), key)
+		}
+		return uint32(id)
+	}
 	// A new entity nobody configured (configured ones are pinned).
-	if key.Kind != entity.KindUnresolved && !a.newPerPeer.Allow(peer, now) {
+	if !a.newPerPeer.Allow(peer, now) {
 		return uint32(entity.OverflowID)
 	}
+	a.keepRoomForUnresolved(now)
 	id := a.registry.Acquire(key, now)
 	if id != entity.OverflowID {
 		a.registered(uint32(id), key)
@@ -176,24 +206,17 @@ func (a *Agent) entityID(key entity.Key, peer netip.Addr, now time.Time) uint32 
 	return uint32(id)
 }
 
-// applyStandby holds a new entity to its standby limit until the loop
-// knows it: min(L, max(res, H, min_limit)).
-func (a *Agent) applyStandby(id uint32, key entity.Key) {
-	for _, dc := range a.dirs {
-		if !dc.cfg.Enabled() {
-			continue
-		}
-		p := a.policy.Params(key, dc.dir)
-		if s, ok := a.clusterShare(key, dc.dir); ok {
-			p.Limit, p.Reservation = s.limit, s.reservation
-		}
-		limit := dc.alloc.Config().StandbyLimit(p.Reservation, p.Limit)
-		// Nothing guaranteed until the loop knows it: HTB lends it what the
-		// guarantees leave, up to the limit.
-		if err := a.deps.Shaper.SetRates(maps.Direction(dc.dir), []shaping.Rate{{Entity: id, BytesPerSecond: limit}}); err != nil {
-			a.log.Warn("set standby limit", "entity", key.String(), "direction", dc.dir.String(), "err", err)
-			continue
-		}
-		dc.applied[id], dc.guaranteed[id] = limit, 0
+// keepRoomForUnresolved registers the unresolved entity before a new one
+// would take the registry's last id: held to the most restrictive limits,
+// it must never be refused for room and go to the overflow entity
+// (unlimited by default). Otherwise it is registered on first use, so an
+// agent that never needs it shows no series for it.
+func (a *Agent) keepRoomForUnresolved(now time.Time) {
+	dynamic := a.registry.Limit() - int(entity.OverflowID) - 1 // the ids past unknown and overflow
+	if _, ok := a.registry.Lookup(entity.UnresolvedKey); ok || a.registry.Len()+1 < dynamic {
+		return
+	}
+	if id := a.registry.Acquire(entity.UnresolvedKey, now); id != entity.OverflowID {
+		a.registered(uint32(id), entity.UnresolvedKey)
 	}
 }

@@ -102,7 +102,7 @@ func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err
 		return refuse(err)
 	}
 	tx.swap()
-	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.deps.Shaper.Kind(), "refresh_interval", cfg.RefreshInterval,
+	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.rates.Shaper().Kind(), "refresh_interval", cfg.RefreshInterval,
 		"clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
 	a.logWarnings(cfg)
 	return nil
@@ -301,7 +301,7 @@ func (tx *reloadTx) steps() []reloadStep {
 	var added []entity.ID
 	steps = append(steps, reloadStep{name: stepEntities,
 		do: func() error {
-			registryBefore, policyBefore = a.registry.Clone(), a.policy
+			registryBefore, policyBefore = a.registry.Clone(), a.limits.Policy()
 			kafkaBefore.inUse, kafkaBefore.trimmed = a.kafka.inUse, a.kafka.trimmed
 			added = a.installPolicy(tx.policy)
 			return nil
@@ -313,9 +313,8 @@ func (tx *reloadTx) steps() []reloadStep {
 			err := a.unregister(added)
 			a.registry.RestoreFrom(registryBefore)
 			a.kafka.inUse, a.kafka.trimmed = kafkaBefore.inUse, kafkaBefore.trimmed
-			a.policy = policyBefore
-			a.policyGen++ // parameters cached under the refused policy are stale
-			a.learner.SetPolicy(a.policy)
+			a.limits.SetPolicy(policyBefore) // parameters cached under the refused policy are stale
+			a.learner.SetPolicy(policyBefore)
 			a.seriesStale = true
 			return err
 		}})
@@ -330,7 +329,7 @@ func (tx *reloadTx) steps() []reloadStep {
 				return err
 			}
 			settingsBefore = &s
-			return a.writeSettings(next, a.dataPathMode(next), a.deps.IFBIndex, a.deps.EgressIFBIndex)
+			return a.writeSettings(next, a.dataPathMode(next), a.shaper.ifb, a.shaper.egressIFB)
 		},
 		undo: func() error {
 			if settingsBefore == nil { // never read, never written
@@ -340,13 +339,13 @@ func (tx *reloadTx) steps() []reloadStep {
 		}})
 	nextDirs := [2]config.Direction{directionConfig(next, entity.Produce), directionConfig(next, entity.Fetch)}
 	steps = append(steps, reloadStep{name: stepCapacities,
-		do:   func() error { return a.applyCapacities(a.deps.Shaper, nextDirs) },
-		undo: func() error { return a.applyCapacities(a.deps.Shaper, oldDirs) }})
+		do:   func() error { return a.rates.SetCapacities(a.capacities(nextDirs)) },
+		undo: func() error { return a.rates.SetCapacities(a.capacities(oldDirs)) }})
 	// The peer table and the connections it rebinds (a rebind is undone by
 	// the old table's); connections that must be forgotten (no longer on a
 	// TLS listener, exemption changed) are forgotten once the reload can
 	// no longer be refused: a forgotten connection cannot be put back.
-	policyOld := a.policy
+	policyOld := a.limits.Policy()
 	steps = append(steps, reloadStep{name: stepPeerEntities,
 		do: func() (err error) {
 			tx.forget, err = a.applyPeers(next, tx.policy.policy)
@@ -401,8 +400,8 @@ func (tx *reloadTx) shaperStep() reloadStep {
 			if err := a.deps.DataPath.SetSettings(off); err != nil {
 				return err
 			}
-			if err := a.deps.Shaper.Close(); err != nil {
-				a.log.Warn("closing the previous shaper", "shaper", a.deps.Shaper.Kind(), "err", err)
+			if err := a.rates.Shaper().Close(); err != nil {
+				a.log.Warn("closing the previous shaper", "shaper", a.rates.Shaper().Kind(), "err", err)
 			}
 			closedOld = true
 			if err := tx.fault(stepShaperBuild); err != nil {
@@ -424,8 +423,8 @@ func (tx *reloadTx) shaperStep() reloadStep {
 				return err
 			}
 			if builtNew {
-				if err := a.deps.Shaper.Close(); err != nil {
-					a.log.Warn("closing the refused shaper", "shaper", a.deps.Shaper.Kind(), "err", err)
+				if err := a.rates.Shaper().Close(); err != nil {
+					a.log.Warn("closing the refused shaper", "shaper", a.rates.Shaper().Kind(), "err", err)
 				}
 			}
 			if !closedOld {
@@ -435,7 +434,7 @@ func (tx *reloadTx) shaperStep() reloadStep {
 			if err != nil {
 				// Nothing holds traffic back now; say so loudly. The data
 				// path counts on and the next reload tries again.
-				a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = shaping.Shadow{}, "no shaper could be built: "+err.Error(), 0, 0
+				a.useShaper(ShaperChoice{Shaper: shaping.Shadow{}, Reason: "no shaper could be built: " + err.Error()})
 				return fmt.Errorf("rebuild the previous shaper: %w", err)
 			}
 			a.useShaper(back)
@@ -451,6 +450,7 @@ func (tx *reloadTx) shaperStep() reloadStep {
 func (tx *reloadTx) swap() {
 	a, old, next := tx.a, tx.old, tx.next
 	a.cfg = next
+	a.rates.SetThreshold(next.UpdateThreshold)
 	a.syncObjectives()
 	tx.forgetStale()
 	a.registry.SetUnconfiguredBudget(next.MaxUnconfiguredEntities)

@@ -150,23 +150,23 @@ func (tr *txRig) state(t *testing.T) map[string]string {
 	put("data path: exempt", fmt.Sprint(tr.dp.exempt))
 	put("data path: peer entities", fmt.Sprint(tr.dp.peers))
 	put("data path: entity names", fmt.Sprint(tr.store.names))
-	sh := a.deps.Shaper.(*fakeShaper)
+	sh := a.rates.Shaper().(*fakeShaper)
 	put("shaper", map[string]any{"kind": sh.Kind(), "rates": fmt.Sprint(sh.rates), "guaranteed": fmt.Sprint(sh.guaranteed),
-		"capacity": fmt.Sprint(sh.capacity), "closed": sh.closed, "ifb": []int{a.deps.IFBIndex, a.deps.EgressIFBIndex}})
+		"capacity": fmt.Sprint(sh.capacity), "closed": sh.closed, "ifb": []int{a.shaper.ifb, a.shaper.egressIFB}})
 	var reg []string
 	a.registry.Each(func(id entity.ID, k entity.Key) {
 		reg = append(reg, fmt.Sprintf("%d %v pinned=%v", id, k, a.registry.Pinned(id)))
 	})
 	put("registry", map[string]any{"entities": reg, "unconfigured": a.registry.Unconfigured(), "overflowed": a.registry.Overflowed})
 	var params []string
-	for _, k := range a.policy.ConfiguredKeys() {
+	for _, k := range a.limits.Policy().ConfiguredKeys() {
 		for _, d := range entity.Directions {
-			params = append(params, fmt.Sprintf("%v %v %+v", k, d, a.policy.Params(k, d)))
+			params = append(params, fmt.Sprintf("%v %v %+v", k, d, a.limits.Policy().Params(k, d)))
 		}
 	}
 	sort.Strings(params)
 	put("policy", params)
-	put("learner policy is the agent's", a.learner.Policy() == a.policy)
+	put("learner policy is the agent's", a.learner.Policy() == a.limits.Policy())
 	put("config", fmt.Sprintf("%+v", a.cfg))
 	put("allocators", fmt.Sprintf("%+v %+v %+v %+v", a.dirs[0].cfg, a.dirs[0].alloc.Config(), a.dirs[1].cfg, a.dirs[1].alloc.Config()))
 	put("tls ports", fmt.Sprint(a.tlsPorts))

@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"math"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/shaping"
-	"github.com/sluice-dev/sluice/maps"
 )
 
 // ShaperChoice is a built shaper backend and why it was chosen.
@@ -36,27 +34,18 @@ func specOf(cfg config.Config) shaperSpec {
 	return shaperSpec{mode: cfg.Mode, shaper: cfg.Shaper, produceShaper: cfg.ProduceShaper, delay: cfg.MaxQueueDelay}
 }
 
-// useShaper installs a backend and gives it every rate in force.
+// shaperInUse is what the agent keeps of the backend's choice besides the
+// backend itself (which the apply stage holds).
+type shaperInUse struct {
+	reason         string
+	ifb, egressIFB int
+}
+
+// useShaper installs a backend and gives it the capacities and every rate
+// in force (what it refuses is written again next cycle).
 func (a *Agent) useShaper(c ShaperChoice) {
-	a.deps.Shaper, a.deps.ShaperReason, a.deps.IFBIndex, a.deps.EgressIFBIndex = c.Shaper, c.Reason, c.IFBIndex, c.EgressIFBIndex
-	if err := a.applyCapacities(c.Shaper, a.dirConfigs()); err != nil {
-		a.log.Warn("capacities for the new shaper; set again by the reload", "err", err)
-	}
-	for _, dc := range a.dirs {
-		if !dc.cfg.Enabled() {
-			continue
-		}
-		var rates []shaping.Rate
-		for id, r := range dc.applied {
-			if !math.IsNaN(r) { // a rate was decided
-				rates = append(rates, shaping.Rate{Entity: uint32(id), BytesPerSecond: r, Guaranteed: dc.guaranteed[id]})
-			}
-		}
-		if err := c.Shaper.SetRates(maps.Direction(dc.dir), rates); err != nil {
-			a.log.Warn("rates for the new shaper; written again next cycle", "direction", dc.dir.String(), "err", err)
-			for _, r := range rates {
-				dc.applied[r.Entity] = math.NaN()
-			}
-		}
+	a.shaper = shaperInUse{reason: c.Reason, ifb: c.IFBIndex, egressIFB: c.EgressIFBIndex}
+	if err := a.rates.Use(c.Shaper, a.capacities(a.dirConfigs())); err != nil {
+		a.log.Warn("the new shaper refused rates or capacities; written again next cycle or by the reload", "err", err)
 	}
 }

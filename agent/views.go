@@ -71,8 +71,8 @@ func (a *Agent) view() *status.Snapshot {
 		Time:         a.pubTime,
 		Cycle:        a.cycle,
 		Mode:         a.runningMode(),
-		Shaper:       string(a.deps.Shaper.Kind()),
-		ShaperReason: a.deps.ShaperReason,
+		Shaper:       string(a.rates.Shaper().Kind()),
+		ShaperReason: a.shaper.reason,
 		Entities:     a.registry.Len(),
 		MaxEntities:  a.cfg.MaxEntities,
 		Overflowed:   a.registry.Overflowed,
@@ -213,7 +213,7 @@ func (a *Agent) CycleFailures() uint64 {
 func (a *Agent) RateWriteFailures() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.rateWriteFailures
+	return a.rates.Failures
 }
 
 // StopMetadata ends the metadata client the agent built (Deps.NewMetadata)
@@ -258,20 +258,20 @@ func (a *Agent) StopMetrics() {
 func (a *Agent) CloseShaper() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.deps.Shaper.Close()
+	return a.rates.Shaper().Close()
 }
 
 // ShaperKind and ShaperReason name the backend in use and why.
 func (a *Agent) ShaperKind() shaping.Kind {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.deps.Shaper.Kind()
+	return a.rates.Shaper().Kind()
 }
 
 func (a *Agent) ShaperReason() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.deps.ShaperReason
+	return a.shaper.reason
 }
 
 // Config is the configuration in force (the last one applied).
