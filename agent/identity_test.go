@@ -154,11 +154,13 @@ func TestIdentityOutlivesTheAgent(t *testing.T) {
 		t.Errorf("%d rebinds to unknown, want 0", n)
 	}
 	// A new connection on the 4-tuple: the data path dropped the entry
-	// and its identity (SYN-ACK). It proves nothing yet: unknown.
+	// and its identity (SYN-ACK). It proves nothing yet: held to
+	// unresolved until it logs in, never to H.
 	delete(dp.idents, sasl)
 	dp.reenter(sasl)
-	if b := learn(second, sasl, produce); b.Produce != maps.EntityUnknown || b.Fetch != maps.EntityUnknown {
-		t.Errorf("a new connection inherited %+v, want unknown until it logs in", b)
+	unresolved, _ := second.registry.Lookup(entity.UnresolvedKey)
+	if b := learn(second, sasl, produce); b.Produce != uint32(unresolved) || b.Fetch != uint32(unresolved) || unresolved == 0 {
+		t.Errorf("a new connection inherited %+v, want unresolved (%d) until it logs in", b, unresolved)
 	}
 	// A closed connection's identity goes with it (the scan reaps it).
 	learn(second, sasl, saslHandshake())

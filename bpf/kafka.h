@@ -12,6 +12,18 @@
 // next in-order segment). Retransmitted bytes lie before next_seq and are
 // never sampled twice.
 //
+// A client-id longer than CLIENT_ID_KEPT + CLIENT_ID_HASH_BYTES is cut
+// (types.h): the sample keeps its first CLIENT_ID_KEPT bytes and, in place
+// of the rest, their hash, so that neither the request's topics and login
+// fall out of the sample nor long client-ids that share their first bytes
+// become one. The cut is decided where the client-id's length is seen: in
+// the request's first segment, or in a later one when the first ends
+// before byte 14 (sample_more), at whichever byte segments cut the
+// header. Whatever of a sample a segment holds is sent before the next
+// request in the segment is looked at (sample_more), so a request
+// pipelined behind one with a long client-id (a SaslAuthenticate behind
+// its SaslHandshake) is sampled too.
+//
 // Position is kept through any segment: the first MAX_REQUESTS_PER_SEGMENT
 // requests starting in it may be sampled, and the rest are followed by
 // their size fields alone (follow_rest), so a segment of many small
@@ -115,6 +127,43 @@ static __always_inline int copy_sample(struct __sk_buff *skb, __u32 off, __u8 *d
 	return bpf_skb_load_bytes(skb, off, dst, n);
 }
 
+// claim_slot finds the next free slot of this CPU's sample ring, or NULL
+// (ring full: counted). head is the ring's head to publish past it.
+static __always_inline struct sample *claim_slot(struct sample_ring **ring, __u64 *head)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sample_ring *r = bpf_map_lookup_elem(&sample_rings, &cpu);
+	if (!r)
+		return NULL;
+	// head is this CPU's alone; tail is the agent's, and a slot is written
+	// only after the agent has moved tail past it (the branch orders them).
+	__u64 h = r->head;
+	if (h - *(volatile __u64 *)&r->tail >= slots_per_cpu) {
+		stat_inc(STAT_RINGBUF_DROPS);
+		return NULL;
+	}
+	__u32 slot = cpu * slots_per_cpu + ((__u32)h & (slots_per_cpu - 1));
+	*ring = r;
+	*head = h;
+	return bpf_map_lookup_elem(&sample_slots, &slot);
+}
+
+// publish_slot fills in a claimed slot's header and hands it to the agent.
+static __always_inline void publish_slot(struct sample *s, struct sample_ring *ring, __u64 head,
+					 const struct parsed *seg, const struct conn_state *st, __u32 n,
+					 __u32 req_seq, __u32 frag_off, __u32 req_len)
+{
+	conn_key_of(seg, &s->key);
+	s->req_seq = req_seq;
+	s->frag_off = frag_off;
+	s->req_len = req_len;
+	s->len = n;
+	s->conn_born = st->born;
+	s->bound = st->bound;
+	publish_head(ring, head + 1);
+	stat_inc((frag_off & ~SAMPLE_CLIENT_ID_CUT) == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
+}
+
 // emit sends payload bytes [off, off+n) as one fragment of the request
 // starting at req_seq. It returns the bytes sent, or 0.
 static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *seg, const struct conn_state *st,
@@ -129,30 +178,12 @@ static __always_inline __u32 emit(struct __sk_buff *skb, const struct parsed *se
 	n -= 1;
 	verifier_mask(n, 511);
 	n += 1;
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct sample_ring *ring = bpf_map_lookup_elem(&sample_rings, &cpu);
-	if (!ring)
-		return 0;
-	// head is this CPU's alone; tail is the agent's, and a slot is written
-	// only after the agent has moved tail past it (the branch orders them).
-	__u64 head = ring->head;
-	if (head - *(volatile __u64 *)&ring->tail >= slots_per_cpu) {
-		stat_inc(STAT_RINGBUF_DROPS);
-		return 0;
-	}
-	__u32 slot = cpu * slots_per_cpu + ((__u32)head & (slots_per_cpu - 1));
-	struct sample *s = bpf_map_lookup_elem(&sample_slots, &slot);
+	struct sample_ring *ring;
+	__u64 head;
+	struct sample *s = claim_slot(&ring, &head);
 	if (!s || copy_sample(skb, poff + off, s->data, n) < 0)
 		return 0; // nothing published: the slot is written again next time
-	conn_key_of(seg, &s->key);
-	s->req_seq = req_seq;
-	s->frag_off = frag_off;
-	s->req_len = req_len;
-	s->len = n;
-	s->conn_born = st->born;
-	s->bound = st->bound;
-	publish_head(ring, head + 1);
-	stat_inc((frag_off & ~SAMPLE_CLIENT_ID_CUT) == 0 ? STAT_SAMPLES : STAT_FRAGMENTS);
+	publish_slot(s, ring, head, seg, st, n, req_seq, frag_off, req_len);
 	return n;
 }
 
@@ -424,55 +455,287 @@ static __always_inline int stream_stands_at(const struct conn_state *st, __u32 s
 // client-id length, and CLIENT_ID_KEPT bytes of the client-id.
 #define CLIENT_ID_HEAD (14 + CLIENT_ID_KEPT)
 
-// client_id_gap returns how many client-id bytes a sample of the request
-// starting at offset off leaves out: those past CLIENT_ID_KEPT, when the
-// client-id's length lies in this segment (avail bytes from off) and is
-// plausible; else 0, and the sample is the request's first bytes.
-static __always_inline __u32 client_id_gap(struct __sk_buff *skb, __u32 off, __u32 avail, __u32 size)
+// cut_gap returns how many bytes of a client-id of length n a sample of a
+// request of size size leaves out (hashing them instead): those past
+// CLIENT_ID_KEPT, when n is plausible and longer than what a cut sample
+// keeps of it; else 0, and the sample is the request's first bytes.
+static __always_inline __u32 cut_gap(__u32 n, __u32 size)
 {
-	__u8 l[2];
-	// A sample too small to hold more than the kept head is never cut.
-	if (sample_bytes <= CLIENT_ID_HEAD || avail < 14 || bpf_skb_load_bytes(skb, off + 12, l, 2) < 0)
+	// A sample too small to hold the kept head and the hash is never cut.
+	if (sample_bytes < CLIENT_ID_HEAD + CLIENT_ID_HASH_BYTES)
 		return 0;
-	__u32 n = (__u32)l[0] << 8 | l[1];
-	if (n <= CLIENT_ID_KEPT || n > 0x7fff || 10 + n > size)
-		return 0; // short, null (0xffff) or longer than the request
+	if (n <= CLIENT_ID_KEPT + CLIENT_ID_HASH_BYTES || n > 0x7fff || 10 + n > size)
+		return 0; // short (the sample would not be shorter), null (0xffff) or longer than the request
 	return n - CLIENT_ID_KEPT;
 }
 
+// client_id_gap is cut_gap for the request starting at offset off, when
+// the client-id's length lies in this segment (avail bytes from off); else
+// 0 for now, and sample_more looks again once the length comes.
+static __always_inline __u32 client_id_gap(struct __sk_buff *skb, __u32 off, __u32 avail, __u32 size)
+{
+	__u8 l[2];
+	if (avail < 14 || bpf_skb_load_bytes(skb, off + 12, l, 2) < 0)
+		return 0;
+	return cut_gap((__u32)l[0] << 8 | l[1], size);
+}
+
 // sample_pending_before tells whether a sample's next bytes lie before end
-// (in the segment that ends there). Only a cut sample's can, after step 4:
-// an uncut one took every byte the segment had.
+// (in the segment that ends there).
 static __always_inline int sample_pending_before(const struct track *t, __u32 end)
 {
 	return t->sample_next != t->sample_end && seq_before(t->sample_next, end);
 }
 
-// continue_sample sends the pending sample's bytes that the segment [seq,
-// end) holds from sample_next on. A cut sample (sample_gap) sends the kept
-// head of its client-id first, then jumps past the bytes cut out; its
-// offsets count only the bytes it keeps.
-static __always_inline void continue_sample(struct __sk_buff *skb, const struct parsed *seg, struct conn_state *st,
-					    __u32 seq, __u32 end)
+// The client-id hash: each 8-byte word (little-endian) of the cut bytes is
+// mixed in (xor, multiply by an odd constant, fold the high half down: each
+// step a bijection, so two client-ids of one length that differ in one
+// word never meet), then the last bytes with their count, then the count
+// of cut bytes. Not a cryptographic hash: a client can find two client-ids
+// that share one, which gives it nothing a client-id cannot (any client
+// may name itself as another does). agent/entity's LongClientHash is its
+// Go twin.
+#define ID_HASH_SEED 0x736c756963652d31ull
+#define ID_HASH_MUL 0x9e3779b97f4a7c15ull
+
+static __always_inline __u64 id_mix(__u64 h, __u64 w)
 {
-	struct track *t = &st->track;
-	__u32 at = t->sample_next - t->sample_seq; // offset in the request
-	__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
-	__u32 frag_off = at;
-	if (t->sample_gap) {
-		if (at < CLIENT_ID_HEAD)
-			n = min_u32(n, CLIENT_ID_HEAD - at);
-		else
-			frag_off = at - t->sample_gap;
+	h = (h ^ w) * ID_HASH_MUL;
+	return h ^ (h >> 32);
+}
+
+// How hash_bytes walks a segment's cut bytes.
+struct hash_walk {
+	struct __sk_buff *skb;
+	struct cut_id *c;
+	__u64 *buf; // this CPU's scratch buf
+	__u32 off;  // packet offset of the next byte
+	__u32 left; // bytes left to hash in the segment (not 0 after a failed read)
+};
+
+// hash_chunk mixes the next (up to) HASH_CHUNK bytes into the hash: whole
+// words, and the bytes of an unfinished word (only the segment's last
+// chunk has them) to the carry. It returns 1 (stop) when no byte is left,
+// or they could not be read. The bytes are copied to this CPU's scratch
+// buffer, not the stack: the data path's frames, this one's included,
+// must fit 512 bytes together.
+static long hash_chunk(__u32 i, struct hash_walk *w)
+{
+	__u64 *buf = w->buf;
+	__u32 n = w->left;
+	if (n == 0 || !buf)
+		return 1;
+	n = min_u32(n, HASH_CHUNK) - 1;
+	_Static_assert(HASH_CHUNK == 256, "the mask below is HASH_CHUNK - 1");
+	verifier_mask(n, 255);
+	n += 1;
+	if (bpf_skb_load_bytes(w->skb, w->off, buf, n) < 0)
+		return 1;
+	struct cut_id *c = w->c;
+	__u64 h = c->hash;
+	__u32 words = n / 8;
+#pragma unroll
+	for (int j = 0; j < HASH_CHUNK / 8; j++)
+		if (j < words)
+			h = id_mix(h, buf[j]);
+	c->hash = h;
+	__u32 rest = n & 7;
+	if (rest) {
+		// The buffer's bytes past n are an earlier chunk's.
+		c->carry = buf[words & (HASH_CHUNK / 8 - 1)] & ((1ull << (8 * rest)) - 1);
+		c->carry_len = rest;
 	}
-	__u32 sent = emit(skb, seg, st, seg->payload_off, t->sample_next - seq, n, t->sample_seq, frag_off, t->req_len);
-	if (!sent) {
-		t->sample_next = t->sample_end;
+	w->off += n;
+	w->left -= n;
+	return 0;
+}
+
+// hash_bytes mixes n cut bytes at packet offset off into c, first
+// finishing the word a segment end cut. It returns 0, or -1 when the
+// bytes could not be read. Not inlined, as cut_entry.
+static __noinline int hash_bytes(struct __sk_buff *skb, struct cut_id *c, __u32 off, __u32 n)
+{
+	__u32 zero = 0;
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return -1;
+	__u64 *buf = sc->buf;
+	if (c->carry_len && n) {
+		__u32 k = min_u32(8 - (c->carry_len & 7), n) - 1;
+		verifier_mask(k, 7);
+		k += 1;
+		if (bpf_skb_load_bytes(skb, off, buf, k) < 0)
+			return -1;
+		c->carry |= (buf[0] & ((1ull << (8 * k)) - 1)) << (8 * (c->carry_len & 7));
+		c->carry_len += k;
+		off += k;
+		n -= k;
+		if (c->carry_len >= 8) {
+			c->hash = id_mix(c->hash, c->carry);
+			c->carry = 0;
+			c->carry_len = 0;
+		}
+	}
+	if (!n)
+		return 0;
+	struct hash_walk w = {.skb = skb, .c = c, .buf = buf, .off = off, .left = n};
+	bpf_loop((n + HASH_CHUNK - 1) / HASH_CHUNK, hash_chunk, &w, 0);
+	return w.left ? -1 : 0;
+}
+
+// cut_entry returns the connection's cut_id for the sample starting at
+// req_seq: a fresh copy of init when init is given, else the one an
+// earlier segment left; NULL when there is none (lost from the LRU, or
+// another request's). Not inlined: its key would take stack in every
+// caller's frame, and the data path's frames must fit 512 bytes together.
+static __noinline struct cut_id *cut_entry(const struct parsed *seg, __u32 req_seq, const struct cut_id *init)
+{
+	struct conn_key k;
+	conn_key_of(seg, &k);
+	if (init && bpf_map_update_elem(&cut_ids, &k, init, BPF_ANY) < 0)
+		return NULL;
+	struct cut_id *c = bpf_map_lookup_elem(&cut_ids, &k);
+	return c && c->req_seq == req_seq ? c : NULL;
+}
+
+// decide_cut reads the client-id's length of the pending sample's request
+// (bytes 12 and 13), which its first segment did not hold, once the
+// segment [seq, end) at packet offset poff does, and cuts the sample if
+// the client-id is long. A segment that ends between the two bytes leaves
+// the first in the connection's cut_id.
+static __always_inline void decide_cut(struct __sk_buff *skb, const struct parsed *seg, struct track *t,
+				       __u32 seq, __u32 end, __u32 poff)
+{
+	__u32 hi_seq = t->sample_seq + 12, lo_seq = t->sample_seq + 13;
+	__u8 hi, lo;
+	if (!seq_before(lo_seq, end)) {
+		if (seq_before(hi_seq, end) && !seq_before(hi_seq, seq)) {
+			struct cut_id init = {.req_seq = t->sample_seq};
+			struct cut_id *c = cut_entry(seg, t->sample_seq, &init);
+			if (c && bpf_skb_load_bytes(skb, poff + (hi_seq - seq), &hi, 1) == 0)
+				c->len_first = hi;
+		}
 		return;
 	}
+	if (!seq_before(hi_seq, seq)) {
+		if (bpf_skb_load_bytes(skb, poff + (hi_seq - seq), &hi, 1) < 0)
+			return;
+	} else {
+		struct cut_id *c = cut_entry(seg, t->sample_seq, NULL);
+		if (!c)
+			return; // not cut: the sample may end inside the client-id
+		hi = c->len_first;
+	}
+	if (bpf_skb_load_bytes(skb, poff + (lo_seq - seq), &lo, 1) < 0)
+		return;
+	// The size field came whole before byte 13 (req_len: 0 if it did not).
+	__u32 gap = t->req_len >= 14 ? cut_gap((__u32)hi << 8 | lo, t->req_len - 4) : 0;
+	if (!gap)
+		return;
+	__u32 len = t->req_len - gap + CLIENT_ID_HASH_BYTES;
+	t->sample_gap = gap;
+	t->req_len = len;
+	t->sample_end = t->sample_seq + min_u32(sample_bytes, len) + gap - CLIENT_ID_HASH_BYTES;
+}
+
+// abandon_sample gives up the pending sample: the agent delivers what it
+// has of it, incomplete.
+static __always_inline void abandon_sample(struct track *t)
+{
+	t->sample_next = t->sample_end;
+}
+
+// sample_more sends what the segment [seq, end) holds of the pending
+// sample, from sample_next on (sample_next lies in the segment):
+//   - its header and, when its client-id is cut (sample_gap), the kept
+//     head of the client-id (once the client-id's length is seen: not
+//     before byte 14 when the request's first segment was shorter); when
+//     it is not, everything up to sample_end;
+//   - a cut client-id's other bytes, hashed (struct cut_id) and, at their
+//     end, the hash in their place;
+//   - the bytes after the client-id, up to sample_end.
+// Each step carries on in the same segment, so a sample whose bytes the
+// segment holds is done when it returns, and the next request in the
+// segment can be sampled. A fragment that cannot be sent gives the sample
+// up. A global function, verified once on its own.
+__noinline int sample_more(struct __sk_buff *skb, const struct parsed *seg, struct conn_state *st, __u32 seq,
+			   __u32 end)
+{
+	if (!skb || !seg || !st)
+		return 0;
+	struct track *t = &st->track;
+	__u32 poff = seg->payload_off;
+	if (!sample_pending_before(t, end) || seq_before(t->sample_next, seq))
+		return 0;
+	if (!t->sample_gap && t->sample_next - t->sample_seq < 14)
+		decide_cut(skb, seg, t, seq, end, poff);
+
+	__u32 gap = t->sample_gap;
+	__u32 at = t->sample_next - t->sample_seq; // offset in the request
+	__u32 gap_end = t->sample_seq + CLIENT_ID_HEAD + gap;
+	// The cut bytes' hash in progress: in this CPU's scratch when the
+	// segment holds them all from the first, else in the connection's
+	// cut_id (which an earlier segment may have started).
+	struct cut_id *c = NULL;
+	if (!gap || at < CLIENT_ID_HEAD) {
+		__u32 stop = gap ? t->sample_seq + CLIENT_ID_HEAD : t->sample_end;
+		__u32 n = min_u32(stop - t->sample_next, end - t->sample_next);
+		__u32 sent = emit(skb, seg, st, poff, t->sample_next - seq, n, t->sample_seq,
+				  gap ? at | SAMPLE_CLIENT_ID_CUT : at, t->req_len);
+		if (!sent) {
+			abandon_sample(t);
+			return 0;
+		}
+		t->sample_next += sent;
+		if (!gap || t->sample_next != stop)
+			return 0; // done, or the segment ends first
+		__u32 zero = 0;
+		struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
+		if (!sc) {
+			abandon_sample(t);
+			return 0;
+		}
+		sc->local = (struct cut_id){.hash = ID_HASH_SEED, .req_seq = t->sample_seq};
+		c = seq_before(gap_end, end) || gap_end == end ? &sc->local : cut_entry(seg, t->sample_seq, &sc->local);
+	}
+
+	if (seq_before(t->sample_next, gap_end)) {
+		if (!seq_before(t->sample_next, end))
+			return 0;
+		if (!c)
+			c = cut_entry(seg, t->sample_seq, NULL);
+		__u32 n = min_u32(gap_end - t->sample_next, end - t->sample_next);
+		if (!c || hash_bytes(skb, c, poff + (t->sample_next - seq), n) < 0) {
+			abandon_sample(t);
+			return 0;
+		}
+		t->sample_next += n;
+		if (t->sample_next != gap_end)
+			return 0;
+		__u64 h = id_mix(c->hash, c->carry | (__u64)c->carry_len << 56);
+		h = id_mix(h, gap);
+		struct sample_ring *ring;
+		__u64 head;
+		struct sample *s = claim_slot(&ring, &head);
+		if (!s) {
+			abandon_sample(t);
+			return 0;
+		}
+		__builtin_memcpy(s->data, &h, sizeof(h));
+		publish_slot(s, ring, head, seg, st, sizeof(h), t->sample_seq, CLIENT_ID_HEAD, t->req_len);
+	}
+
+	if (!seq_before(t->sample_next, end) || !seq_before(t->sample_next, t->sample_end))
+		return 0;
+	__u32 n = min_u32(t->sample_end - t->sample_next, end - t->sample_next);
+	__u32 frag_off = t->sample_next - t->sample_seq - gap + CLIENT_ID_HASH_BYTES;
+	__u32 sent = emit(skb, seg, st, poff, t->sample_next - seq, n, t->sample_seq, frag_off, t->req_len);
+	if (!sent) {
+		abandon_sample(t);
+		return 0;
+	}
 	t->sample_next += sent;
-	if (t->sample_gap && at < CLIENT_ID_HEAD && at + sent == CLIENT_ID_HEAD)
-		t->sample_next += t->sample_gap;
+	return 0;
 }
 
 // track_quiet_until tells whether tracking has nothing to do (no size field
@@ -549,7 +812,7 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 		if (seq_before(t->sample_next, seq))
 			t->sample_next = t->sample_end; // its bytes went by out of order
 		else if (seq_before(t->sample_next, end))
-			continue_sample(skb, seg, st, seq, end);
+			sample_more(skb, seg, st, seq, end);
 	}
 
 	// 3. A stream that lost its position looks for it.
@@ -567,20 +830,21 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			break;
 		__u32 off = t->next_seq - seq;
 		__u32 avail = end - t->next_seq;
-		// A cut sample's rest in this segment (step 5) comes first: a
-		// request after it in the segment is tracked, not sampled.
+		// A sample in progress is never pending here: step 2 and
+		// sample_more below send whatever of it the segment holds.
 		int sample = !sample_pending_before(t, end) && take_sample(t);
 		if (avail < 4) {
 			// The size field is cut: keep its first bytes for the next segment.
 			if (keep_cut_size(skb, t, poff + off, avail) < 0)
 				break;
 			if (sample) {
-				__u32 sent = emit(skb, seg, st, poff, off, avail, t->next_seq, 0, 0);
-				t->sample_seq = t->next_seq;
+				// Its size and client-id length come later (step 1,
+				// sample_more).
+				t->sample_seq = t->sample_next = t->next_seq;
 				t->sample_gap = 0;
 				t->req_len = 0;
-				t->sample_next = t->next_seq + sent;
-				t->sample_end = sent ? t->next_seq + sample_bytes : t->sample_next;
+				t->sample_end = t->next_seq + sample_bytes;
+				sample_more(skb, seg, st, seq, end);
 			}
 			break;
 		}
@@ -599,23 +863,25 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 			st->lat.cand_size = size;
 		}
 		if (sample) {
-			// With a long client-id cut out (gap bytes), the sample's
-			// first fragment is the header and CLIENT_ID_KEPT bytes of it,
-			// and the rest starts at tail, after the client-id.
+			// A long client-id is cut (gap bytes hashed into
+			// CLIENT_ID_HASH_BYTES): the request as the sample counts it
+			// is len bytes, of which it wants the first want.
 			__u32 gap = client_id_gap(skb, poff + off, avail, size);
-			__u32 len = 4 + size - gap; // the request as the sample counts it
+			__u32 len = gap ? 4 + size - gap + CLIENT_ID_HASH_BYTES : 4 + size;
 			__u32 want = min_u32(sample_bytes, len);
-			__u32 first = gap ? CLIENT_ID_HEAD : want;
-			__u32 sent = emit(skb, seg, st, poff, off, min_u32(first, avail), t->next_seq,
-					  gap ? SAMPLE_CLIENT_ID_CUT : 0, len);
-			// The rest comes in this segment (step 5, after the
-			// client-id) or later ones (step 2).
-			if (sent && sent < want) {
-				t->sample_seq = t->next_seq;
+			if (!gap && want <= avail) {
+				// The common case: the whole sample in one fragment.
+				emit(skb, seg, st, poff, off, want, t->next_seq, 0, len);
+			} else {
+				// Sent in pieces (the client-id's length may still
+				// be to come: then sample_more cuts it once it comes),
+				// here as far as the segment goes, the rest from later
+				// segments (step 2).
+				t->sample_seq = t->sample_next = t->next_seq;
 				t->sample_gap = gap;
 				t->req_len = len;
-				t->sample_next = t->next_seq + (sent < first ? sent : sent + gap);
-				t->sample_end = t->next_seq + want + gap;
+				t->sample_end = t->next_seq + want + (gap ? gap - CLIENT_ID_HASH_BYTES : 0);
+				sample_more(skb, seg, st, seq, end);
 			}
 		}
 		t->next_seq += 4 + size;
@@ -632,7 +898,4 @@ static __always_inline void track_request_starts(struct __sk_buff *skb, const st
 	if (st->lat.cand_size)
 		latency_on_request(skb, st, seq, poff, end);
 
-	// 5. The rest of a cut sample (step 4) that lies in this segment.
-	if (sample_pending_before(t, end) && !seq_before(t->sample_next, seq))
-		continue_sample(skb, seg, st, seq, end);
 }

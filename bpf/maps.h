@@ -193,6 +193,26 @@ struct {
 	__type(value, struct conn_identity);
 } identities SEC(".maps");
 
+// Connection -> the hash of a cut sample's client-id in progress (struct
+// cut_id). Not pinned: a restart loses at most the samples in progress.
+// LRU: at most this many connections' client-ids are hashed at once; an
+// entry pushed out loses one sample its hash (the agent then holds that
+// request to the unresolved entity).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct conn_key);
+	__type(value, struct cut_id);
+} cut_ids SEC(".maps");
+
+// See struct scratch.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
 // Request latency measurements (latency.h) for the agent, one per measured
 // request: at most one pending request per connection, and only sampled
 // ones, so the rate is bounded by the sample budget. Published as samples

@@ -452,25 +452,30 @@ static __always_inline struct conn_entities from_table(struct __sk_buff *skb, in
 		st->track.closing = 1;
 
 	struct conn_entities bound = st->bound; // one load: both directions agree
+	// Benchmarks only: the tracking state to put back after the run, kept
+	// in this CPU's scratch rather than on the stack (its frame and those
+	// of the functions it calls must fit 512 bytes together).
+	struct scratch *saved = NULL;
+	if (bench_rewind) {
+		__u32 zero = 0;
+		saved = bpf_map_lookup_elem(&scratch, &zero);
+	}
 	if (tracked(dir, p, bound.entity[dir & 1]) && !st->track.by_peer) {
-		struct track saved;
-		struct latency_track saved_lat;
-		if (bench_rewind) {
-			__builtin_memcpy(&saved, &st->track, sizeof(saved));
-			__builtin_memcpy(&saved_lat, &st->lat, sizeof(saved_lat));
+		if (saved) {
+			__builtin_memcpy(&saved->track, &st->track, sizeof(saved->track));
+			__builtin_memcpy(&saved->lat, &st->lat, sizeof(saved->lat));
 		}
 		track_request_starts(skb, p, st);
-		if (bench_rewind) {
-			__builtin_memcpy(&st->track, &saved, sizeof(saved));
-			__builtin_memcpy(&st->lat, &saved_lat, sizeof(saved_lat));
+		if (saved) {
+			__builtin_memcpy(&st->track, &saved->track, sizeof(saved->track));
+			__builtin_memcpy(&st->lat, &saved->lat, sizeof(saved->lat));
 		}
 	} else if (responses_tracked(dir, p, bound) && !st->track.by_peer) {
-		struct latency_track saved;
-		if (bench_rewind)
-			__builtin_memcpy(&saved, &st->lat, sizeof(saved));
+		if (saved)
+			__builtin_memcpy(&saved->lat, &st->lat, sizeof(saved->lat));
 		track_response_starts(skb, p, st);
-		if (bench_rewind)
-			__builtin_memcpy(&st->lat, &saved, sizeof(saved));
+		if (saved)
+			__builtin_memcpy(&st->lat, &saved->lat, sizeof(saved->lat));
 	}
 	flow_fill(p, st);
 	return bound;

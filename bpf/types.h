@@ -20,13 +20,40 @@
 #define SAMPLE_MAX 512
 
 // A client chooses its client-id's length (up to 32767 bytes): a sample of
-// a request whose client-id is longer keeps the header, the client-id's
-// first CLIENT_ID_KEPT bytes, then the bytes after the client-id, so that
-// no length hides the request's topics or login. Its first fragment's
-// frag_off carries SAMPLE_CLIENT_ID_CUT; every offset and length of such a
-// sample counts the bytes it keeps, as if the client-id were that long.
+// a request whose client-id is longer than CLIENT_ID_KEPT +
+// CLIENT_ID_HASH_BYTES keeps the header, the client-id's first
+// CLIENT_ID_KEPT bytes, CLIENT_ID_HASH_BYTES of a hash of the client-id's
+// other bytes (kafka.h, id_mix; little-endian) in their place, then
+// the bytes after the client-id: no length hides the request's topics or
+// login, and long client-ids that share their first bytes stay apart. The
+// fragments that carry its header and kept client-id bytes have
+// SAMPLE_CLIENT_ID_CUT in frag_off (the first of them, when the client-id's
+// length came in a later segment than the request's start); every offset
+// and length of such a sample counts the bytes it keeps, as if the
+// client-id were CLIENT_ID_KEPT + CLIENT_ID_HASH_BYTES long.
 #define CLIENT_ID_KEPT 128
+#define CLIENT_ID_HASH_BYTES 8
 #define SAMPLE_CLIENT_ID_CUT 0x8000
+
+// The cut bytes one step of the client-id hash reads at a time (kafka.h,
+// a bpf_loop callback).
+#define HASH_CHUNK 256
+
+// A cut sample's client-id bytes past CLIENT_ID_KEPT, hashed as the
+// segments that carry them go by (kafka.h): 8-byte words from the first
+// cut byte, a word cut by a segment end carried to the next. Kept apart
+// from struct track (the connection table's layout stays as it is), and
+// in the cut_ids map only while a sample's cut bytes or client-id length
+// span segments (else in struct scratch); a lost entry loses that one
+// sample's hash.
+struct cut_id {
+	__u64 hash;      // the words mixed so far
+	__u64 carry;     // the bytes of an unfinished word, little-endian
+	__u32 req_seq;   // the sample's request (track.sample_seq): else stale
+	__u8 carry_len;  // bytes in carry (0..7)
+	__u8 len_first;  // the client-id length's first byte, when a segment ended after it
+	__u8 pad[2];
+};
 
 // A connection, normalised so that ingress and egress find the same entry:
 // the broker (local) side and the client (peer) side. The key of IPv6
@@ -123,6 +150,18 @@ struct conn_state {
 	__u64 born;
 	// Appended (an earlier agent's entries are carried over with it zeroed:
 	// maps/migrate.go), so it must stay last.
+	struct latency_track lat;
+};
+
+// Per CPU: what one run of a program keeps off the stack (the data
+// path's frames must fit 512 bytes together). Valid only within the run.
+struct scratch {
+	// kafka.h: the cut client-id bytes being hashed, and the hash of cut
+	// bytes one segment holds from first to last.
+	__u64 buf[HASH_CHUNK / 8];
+	struct cut_id local;
+	// tc.c, benchmarks only (bench_rewind): tracking to put back.
+	struct track track;
 	struct latency_track lat;
 };
 

@@ -114,7 +114,9 @@ func BenchmarkDatapath(b *testing.B) {
 		},
 		{
 			name: "request-start-cut",
-			// Two fragments a run: room for every one of a batch.
+			// Three fragments a run (the kept head, the hash of the
+			// 872 client-id bytes cut, the rest): room for every one of
+			// a batch.
 			opts:  func(o *Options) { requestStartOptions(o); o.SampleSlotsPerCPU = 65536 },
 			setup: func(h *harness) { enterBound(h, 40000) },
 			seg:   requestStartCut(40000),
@@ -283,7 +285,7 @@ func requestStart(port uint16) segment {
 }
 
 // requestStartCut is requestStart with a 1000-byte client-id: its sample
-// is cut (ClientIDKept).
+// is cut (ClientIDKept), and the 872 bytes cut are hashed.
 func requestStartCut(port uint16) segment {
 	id := string(make([]byte, 1000))
 	req := kt.Frame(kt.Produce(9, kt.TP{Topic: "orders", Partitions: []int32{0}}), 1, &id)

@@ -9,23 +9,26 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/agent/entity"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 )
 
-// cutSample is what a sample of req holds: its first sampleBytes bytes, or,
-// when its client-id is longer than ClientIDKept and the data path saw the
-// client-id's length, the header, ClientIDKept bytes of the client-id and
-// the bytes after it, with the size and length fields rewritten to match.
-func cutSample(req []byte, sampleBytes int, sawLength bool) (data []byte, cut bool) {
+// cutSample is what a sample of req holds: its first sampleBytes bytes,
+// or, when its client-id is longer than ClientIDKept + ClientIDHashBytes,
+// the header, ClientIDKept bytes of the client-id and the bytes after it,
+// with the size and length fields rewritten to match; the data path sends
+// the hash of the cut bytes in ClientIDHashBytes of the sample, which the
+// reader takes out. hash is that hash (cut: the client-id was cut).
+func cutSample(req []byte, sampleBytes int) (data []byte, cut bool, hash uint64) {
 	n := int(binary.BigEndian.Uint16(req[12:14]))
-	if !sawLength || n == 0xffff || n <= ClientIDKept {
-		return req[:min(len(req), sampleBytes)], false
+	if n == 0xffff || n <= ClientIDKept+ClientIDHashBytes {
+		return req[:min(len(req), sampleBytes)], false, 0
 	}
 	gap := n - ClientIDKept
 	kept := append(append([]byte{}, req[:14+ClientIDKept]...), req[14+n:]...)
 	binary.BigEndian.PutUint32(kept[0:4], uint32(len(req)-4-gap))
 	binary.BigEndian.PutUint16(kept[12:14], ClientIDKept)
-	return kept[:min(len(kept), sampleBytes)], true
+	return kept[:min(len(kept), sampleBytes-ClientIDHashBytes)], true, entity.LongClientHash(req[14+ClientIDKept : 14+n])
 }
 
 func saslPlain(user string) kmsg.Request {
@@ -50,15 +53,14 @@ func longClientIDRequests() [][]byte {
 }
 
 // No client-id length hides what decides a request's entity: a sample of
-// a request whose client-id is longer than ClientIDKept keeps the header,
-// the client-id's first ClientIDKept bytes and then what follows it (the
-// topics, the login), however the stream is cut into segments. Each
-// request here starts a segment; one shorter than the client-id's length
-// field (< 14 bytes) cannot cut it, and its sample is the request's first
-// bytes as before.
+// a request whose client-id is longer than ClientIDKept + ClientIDHashBytes
+// keeps the header, the client-id's first ClientIDKept bytes, the hash of
+// the rest and then what follows it (the topics, the login), however the
+// stream is cut into segments: one shorter than the client-id's length
+// field (< 14 bytes) too, cut once the length comes.
 func TestSampleCutsLongClientIDs(t *testing.T) {
 	reqs := longClientIDRequests()
-	for i, segSize := range []int{7, 13, 14, 20, 100, 143, 1448, 3000} {
+	for i, segSize := range []int{1, 7, 13, 14, 20, 100, 143, 1448, 3000} {
 		t.Run(fmt.Sprintf("segments-of-%d", segSize), func(t *testing.T) {
 			h := newHarness(t, testOptions())
 			r, err := h.d.NewSampleReader()
@@ -76,10 +78,10 @@ func TestSampleCutsLongClientIDs(t *testing.T) {
 				t.Fatalf("%d samples, want %d", len(got), len(reqs))
 			}
 			for j, req := range reqs {
-				want, cut := cutSample(req, 256, segSize >= 14)
-				if !bytes.Equal(got[j].Data, want) || got[j].ClientIDCut != cut || !got[j].Complete {
-					t.Errorf("request %d (client-id %d bytes): sample of %d bytes, cut %v, complete %v; want %d bytes, cut %v",
-						j, binary.BigEndian.Uint16(req[12:14]), len(got[j].Data), got[j].ClientIDCut, got[j].Complete, len(want), cut)
+				want, cut, hash := cutSample(req, 256)
+				if !bytes.Equal(got[j].Data, want) || got[j].ClientIDCut != cut || got[j].ClientIDHashed != cut || got[j].ClientIDHash != hash || !got[j].Complete {
+					t.Errorf("request %d (client-id %d bytes): sample of %d bytes, cut %v, hash %x (%v), complete %v; want %d bytes, cut %v, hash %x",
+						j, binary.BigEndian.Uint16(req[12:14]), len(got[j].Data), got[j].ClientIDCut, got[j].ClientIDHash, got[j].ClientIDHashed, got[j].Complete, len(want), cut, hash)
 				}
 			}
 			if st, _ := h.d.Stats(); st.Desyncs != 0 || st.RingBufferDrops != 0 {
@@ -89,11 +91,11 @@ func TestSampleCutsLongClientIDs(t *testing.T) {
 	}
 }
 
-// A cut request followed by others in one segment: the cut sample's rest
-// comes from the same segment, the requests after it in that segment are
-// tracked but not sampled, and the next segment's are sampled again. A cut
+// A cut request followed by others in one segment: the cut sample is
+// sent whole from the segment (head, hash, rest) before the next request
+// starts, so the requests after it in the segment are sampled too. A cut
 // request that starts 20 bytes before a segment's end continues its kept
-// client-id head in the next segment, then jumps past the cut.
+// client-id head in the next segment, then the hash and what follows.
 func TestSampleCutMidSegment(t *testing.T) {
 	h := newHarness(t, testOptions())
 	r, err := h.d.NewSampleReader()
@@ -107,10 +109,10 @@ func TestSampleCutMidSegment(t *testing.T) {
 	s.send(bytes.Join([][]byte{short, long, short}, nil), 3000) // one segment
 	s.send(short, 3000)
 	got := drain(t, r)
-	wantLong, _ := cutSample(long, 256, true)
-	if len(got) != 3 || !bytes.Equal(got[0].Data, short) || !bytes.Equal(got[1].Data, wantLong) || !got[1].ClientIDCut || !bytes.Equal(got[2].Data, short) ||
-		got[2].Seq != s.seq-uint32(len(short)) {
-		t.Fatalf("samples %d; want short, long cut, and the next segment's short", len(got))
+	wantLong, _, hash := cutSample(long, 256)
+	if len(got) != 4 || !bytes.Equal(got[0].Data, short) || !bytes.Equal(got[1].Data, wantLong) || !got[1].ClientIDCut || got[1].ClientIDHash != hash ||
+		!bytes.Equal(got[2].Data, short) || !bytes.Equal(got[3].Data, short) || got[3].Seq != s.seq-uint32(len(short)) {
+		t.Fatalf("samples %d; want short, long cut, short, and the next segment's short", len(got))
 	}
 	// Padding that puts the long request's start 20 bytes before the end
 	// of a 1448-byte segment.
@@ -133,7 +135,7 @@ func TestSampleCutMidSegment(t *testing.T) {
 	}
 	s.send(stream, 1448)
 	got = drain(t, r)
-	if len(got) != 2 || !bytes.Equal(got[1].Data, wantLong) || !got[1].ClientIDCut || !got[1].Complete {
+	if len(got) != 2 || !bytes.Equal(got[1].Data, wantLong) || !got[1].ClientIDCut || got[1].ClientIDHash != hash || !got[1].Complete {
 		t.Errorf("a cut request starting 20 bytes before a segment's end: %d samples; second %d bytes cut %v complete %v",
 			len(got), len(got[len(got)-1].Data), got[len(got)-1].ClientIDCut, got[len(got)-1].Complete)
 	}

@@ -24,11 +24,20 @@ type Sample struct {
 	// Complete is false when fragments went missing (a sample ring full,
 	// segments out of order): Data is then a shorter prefix.
 	Complete bool
-	// ClientIDCut: the request's client-id was longer than ClientIDKept,
-	// and Data holds its first ClientIDKept bytes and then the bytes after
-	// it, with the size and client-id length fields rewritten to match: a
-	// well-formed request whose client-id is a prefix of the real one.
+	// ClientIDCut: the request's client-id was longer than ClientIDKept +
+	// ClientIDHashBytes, and Data holds its first ClientIDKept bytes and
+	// then the bytes after it, with the size and client-id length fields
+	// rewritten to match: a well-formed request whose client-id is a
+	// prefix of the real one. The hash of the bytes cut took
+	// ClientIDHashBytes of the sample, so Data is that much shorter than
+	// the sample size.
 	ClientIDCut bool
+	// ClientIDHash is a cut client-id's hash of its bytes past the first
+	// ClientIDKept (entity.LongClientHash of them), which the data path
+	// sends in their place; ClientIDHashed says it came (a sample that
+	// lost fragments may end before it).
+	ClientIDHash   uint64
+	ClientIDHashed bool
 	// Born tells connections on one 4-tuple apart: the data path's time of
 	// entering the connection. A new Born is a new connection.
 	Born uint64
@@ -54,11 +63,17 @@ const (
 
 // ClientIDKept is how many bytes of a longer client-id a sample keeps
 // (CLIENT_ID_KEPT in bpf/types.h): no client-chosen length pushes a
-// request's topics or login out of its sample.
-const ClientIDKept = 128
+// request's topics or login out of its sample. ClientIDHashBytes
+// (CLIENT_ID_HASH_BYTES) follow them in a cut sample: the hash of the
+// client-id's other bytes, so that long client-ids stay apart.
+const (
+	ClientIDKept      = 128
+	ClientIDHashBytes = 8
+)
 
-// fragOffClientIDCut marks a cut sample's first fragment
-// (SAMPLE_CLIENT_ID_CUT); the rest of frag_off is the offset.
+// fragOffClientIDCut marks the fragments of a cut sample's header and kept
+// client-id bytes (SAMPLE_CLIENT_ID_CUT); the rest of frag_off is the
+// offset.
 const fragOffClientIDCut = 0x8000
 
 // fragment is one sample slot's record.
@@ -66,7 +81,9 @@ type fragment struct {
 	key     ConnKey
 	reqSeq  uint32
 	fragOff uint32
-	// clientIDCut: the first fragment of a sample whose client-id was cut.
+	// clientIDCut: a fragment of the header of a sample whose client-id
+	// was cut (the first, or a later one when the client-id's length came
+	// in a later segment than the request's start).
 	clientIDCut bool
 	reqLen      uint32
 	time        time.Duration // when the reader took it
@@ -137,6 +154,11 @@ func (a *assembler) add(f fragment) []Sample {
 		return nil // a continuation of a sample we do not hold: drop it
 	default:
 		p.sample.Data = append(p.sample.Data, f.data...)
+		if f.clientIDCut && !p.sample.ClientIDCut {
+			// Cut once its client-id's length came: the request is now
+			// counted as the sample keeps it.
+			p.sample.ClientIDCut, p.want = true, a.sampleBytes
+		}
 	}
 	if f.reqLen != 0 && int(f.reqLen) < p.want {
 		p.want = int(f.reqLen)
@@ -150,18 +172,26 @@ func (a *assembler) add(f fragment) []Sample {
 	return out
 }
 
-// mended returns the sample with a cut client-id's size and length fields
-// rewritten to the bytes it keeps (the request minus the bytes cut out),
-// so that it parses as a request whose client-id is the kept prefix.
-// reqLen, as the data path reports it, already counts only those bytes.
+// mended returns the sample with a cut client-id's hash taken out of Data
+// (into ClientIDHash) and its size and length fields rewritten to the
+// bytes it keeps (the request minus the bytes cut out), so that it parses
+// as a request whose client-id is the kept prefix. reqLen, as the data
+// path reports it, counts the kept bytes and the hash.
 func (s Sample) mended() Sample {
 	if !s.ClientIDCut || len(s.Data) < 14 {
 		return s
 	}
 	n := int(binary.BigEndian.Uint16(s.Data[12:14]))
-	if n <= ClientIDKept || n > 0x7fff {
+	if n <= ClientIDKept+ClientIDHashBytes || n > 0x7fff {
 		s.ClientIDCut = false // not what the data path cuts: leave it as sent
 		return s
+	}
+	head := 14 + ClientIDKept
+	if len(s.Data) >= head+ClientIDHashBytes {
+		s.ClientIDHash, s.ClientIDHashed = binary.LittleEndian.Uint64(s.Data[head:]), true
+	}
+	if len(s.Data) > head {
+		s.Data = append(s.Data[:head], s.Data[min(len(s.Data), head+ClientIDHashBytes):]...)
 	}
 	size := binary.BigEndian.Uint32(s.Data[0:4])
 	binary.BigEndian.PutUint32(s.Data[0:4], size-uint32(n-ClientIDKept))

@@ -2,8 +2,12 @@ package maps
 
 import (
 	"bytes"
+	"encoding/binary"
+	"strings"
 	"testing"
 	"time"
+
+	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 )
 
 // fragmentsOf cuts a request's first sampleBytes into fragments of the
@@ -171,4 +175,44 @@ func readerIsExclusive[R interface{ Close() error }](t *testing.T, open func() (
 		t.Fatalf("reopen after close: %v", err)
 	}
 	r2.Close()
+}
+
+// A sample whose client-id's length came after its first fragment: the
+// later fragment that says it is cut (and how long the request is as the
+// sample keeps it) makes it a cut sample, and the reader takes the hash
+// out; one that ends before the hash is delivered cut but not hashed.
+func TestAssemblerCutDecidedLate(t *testing.T) {
+	id := strings.Repeat("k", 300)
+	req := kt.Frame(kt.Produce(9, kt.TP{Topic: "orders", Partitions: []int32{3}}), 1, &id)
+	want, _, hash := cutSample(req, 256)
+	// What the data path sends: the header and kept bytes, the hash, then
+	// the request's bytes after the client-id.
+	var h [8]byte
+	binary.LittleEndian.PutUint64(h[:], hash)
+	gap := 300 - ClientIDKept
+	kept := append(append(append([]byte{}, req[:14+ClientIDKept]...), h[:]...), req[14+300:]...)[:256]
+	keptLen := uint32(len(req) - gap + ClientIDHashBytes)
+	key := connKey(client4, broker4, 41100)
+	frags := []fragment{
+		{key: key, reqSeq: 9, fragOff: 0, reqLen: uint32(len(req)), data: kept[:10]},
+		{key: key, reqSeq: 9, fragOff: 10, clientIDCut: true, reqLen: keptLen, data: kept[10:142]},
+		{key: key, reqSeq: 9, fragOff: 142, reqLen: keptLen, data: kept[142:150]},
+		{key: key, reqSeq: 9, fragOff: 150, reqLen: keptLen, data: kept[150:]},
+	}
+	a := newAssembler(256)
+	var got []Sample
+	for _, f := range frags {
+		got = append(got, a.add(f)...)
+	}
+	if len(got) != 1 || !got[0].Complete || !got[0].ClientIDCut || !got[0].ClientIDHashed || got[0].ClientIDHash != hash || !bytes.Equal(got[0].Data, want) {
+		t.Fatalf("late cut: %d samples %+v", len(got), got)
+	}
+	a = newAssembler(256)
+	for _, f := range frags[:2] {
+		a.add(f)
+	}
+	got = a.flush(time.Hour, 0)
+	if len(got) != 1 || got[0].Complete || !got[0].ClientIDCut || got[0].ClientIDHashed || !bytes.Equal(got[0].Data, want[:142]) {
+		t.Fatalf("cut before its hash: %+v", got)
+	}
 }

@@ -80,6 +80,16 @@ type sluiceConnState struct {
 	}
 }
 
+type sluiceCutId struct {
+	_        structs.HostLayout
+	Hash     uint64
+	Carry    uint64
+	ReqSeq   uint32
+	CarryLen uint8
+	LenFirst uint8
+	Pad      [2]uint8
+}
+
 type sluiceDatapathSettings struct {
 	_                structs.HostLayout
 	HeartbeatNs      uint64
@@ -211,6 +221,27 @@ type sluiceSampleRing struct {
 	PadTail [7]uint64
 }
 
+type sluiceScratch struct {
+	_     structs.HostLayout
+	Buf   [32]uint64
+	Local sluiceCutId
+	Track sluiceTrack
+	Lat   struct {
+		_          structs.HostLayout
+		FirstNs    uint64
+		LastNs     uint64
+		EndSeq     uint32
+		CorrId     int32
+		RespSeq    uint32
+		ApiKey     uint16
+		RespSynced uint8
+		HdrHave    uint8
+		Hdr        [8]uint8
+		CandSeq    uint32
+		CandSize   uint32
+	}
+}
+
 type sluiceStat uint32
 
 const (
@@ -265,6 +296,7 @@ const (
 	sluiceMapConns4                = "conns4"
 	sluiceMapConns6                = "conns6"
 	sluiceMapCounters              = "counters"
+	sluiceMapCutIds                = "cut_ids"
 	sluiceMapEntityNames           = "entity_names"
 	sluiceMapExempt                = "exempt"
 	sluiceMapFlowEpochs            = "flow_epochs"
@@ -278,6 +310,7 @@ const (
 	sluiceMapRates                 = "rates"
 	sluiceMapSampleRings           = "sample_rings"
 	sluiceMapSampleSlots           = "sample_slots"
+	sluiceMapScratch               = "scratch"
 	sluiceMapSettings              = "settings"
 	sluiceMapStats                 = "stats"
 	sluiceProgSluiceBind           = "sluice_bind"
@@ -361,6 +394,7 @@ type sluiceMapSpecs struct {
 	Conns4       *ebpf.MapSpec `ebpf:"conns4"`
 	Conns6       *ebpf.MapSpec `ebpf:"conns6"`
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	CutIds       *ebpf.MapSpec `ebpf:"cut_ids"`
 	EntityNames  *ebpf.MapSpec `ebpf:"entity_names"`
 	Exempt       *ebpf.MapSpec `ebpf:"exempt"`
 	FlowEpochs   *ebpf.MapSpec `ebpf:"flow_epochs"`
@@ -374,6 +408,7 @@ type sluiceMapSpecs struct {
 	Rates        *ebpf.MapSpec `ebpf:"rates"`
 	SampleRings  *ebpf.MapSpec `ebpf:"sample_rings"`
 	SampleSlots  *ebpf.MapSpec `ebpf:"sample_slots"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Settings     *ebpf.MapSpec `ebpf:"settings"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -427,6 +462,7 @@ type sluiceMaps struct {
 	Conns4       *ebpf.Map `ebpf:"conns4"`
 	Conns6       *ebpf.Map `ebpf:"conns6"`
 	Counters     *ebpf.Map `ebpf:"counters"`
+	CutIds       *ebpf.Map `ebpf:"cut_ids"`
 	EntityNames  *ebpf.Map `ebpf:"entity_names"`
 	Exempt       *ebpf.Map `ebpf:"exempt"`
 	FlowEpochs   *ebpf.Map `ebpf:"flow_epochs"`
@@ -440,6 +476,7 @@ type sluiceMaps struct {
 	Rates        *ebpf.Map `ebpf:"rates"`
 	SampleRings  *ebpf.Map `ebpf:"sample_rings"`
 	SampleSlots  *ebpf.Map `ebpf:"sample_slots"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Settings     *ebpf.Map `ebpf:"settings"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 }
@@ -454,6 +491,7 @@ func (m *sluiceMaps) Close() error {
 		m.Conns4,
 		m.Conns6,
 		m.Counters,
+		m.CutIds,
 		m.EntityNames,
 		m.Exempt,
 		m.FlowEpochs,
@@ -467,6 +505,7 @@ func (m *sluiceMaps) Close() error {
 		m.Rates,
 		m.SampleRings,
 		m.SampleSlots,
+		m.Scratch,
 		m.Settings,
 		m.Stats,
 	)

@@ -39,7 +39,7 @@ func hostileSamples() [][]byte {
 // unresolved one, or leaves more state than the connections it was given.
 func FuzzLearn(f *testing.F) {
 	for i, s := range hostileSamples() {
-		f.Add(uint8(i%4), uint8(i), s)
+		f.Add(uint8(i%8), uint8(i), s)
 	}
 	policy := mustPolicy(f, cutConfig)
 	hs := kt.Frame(handshake("PLAIN"), 0, kt.Str("app"))
@@ -50,7 +50,9 @@ func FuzzLearn(f *testing.F) {
 		if _, _, err := l.LearnSample(c, 1, Sample{Data: hs, Whole: true}); err != nil {
 			t.Fatal(err)
 		}
-		d, _, _ := l.LearnSample(c, 1, Sample{Data: data, Whole: flags&1 != 0, ClientIDCut: flags&2 != 0})
+		// flags&4: the data path's hash of a cut client-id came (any value).
+		d, _, _ := l.LearnSample(c, 1, Sample{Data: data, Whole: flags&1 != 0, ClientIDCut: flags&2 != 0,
+			ClientIDHashed: flags&4 != 0, ClientIDHash: entity.LongClientHash(data)})
 		for _, dir := range entity.Directions {
 			target, decided := d.Target(dir)
 			if !decided {

@@ -23,8 +23,10 @@ type Target struct {
 	Key entity.Key
 }
 
-// Decision is a connection's entity per direction. A zero Target (not
-// decided) means the connection's bytes are still the unknown entity's.
+// Decision is a connection's entity per direction. A direction not
+// decided is one no request has told yet: the agent keeps the entity the
+// connection is bound to, or holds it to the unresolved entity when it is
+// bound to none (agent/learn.go, docs/identity.md).
 type Decision struct {
 	Produce, Fetch Target
 	// Decided reports which directions have been decided.
@@ -55,8 +57,13 @@ type Stats struct {
 	// earlier learner left (their binding and their proven identity).
 	Adopted uint64
 	// Unresolved counts requests whose entity their sample could not tell
-	// (entity.UnresolvedKey): a client-id too long to sample whole where
-	// the client-id decides, or a request cut before its topics.
+	// (entity.UnresolvedKey): a cut client-id whose entity may hang on the
+	// bytes cut, a request cut before its topics, or a request that left
+	// its connection without a decision in a direction (the agent holds
+	// such a direction to the unresolved entity: a header that could not
+	// be read, a login that named nobody). The SASL exchange before a
+	// login (ApiVersions, SaslHandshake) decides nothing by design and is
+	// not counted.
 	Unresolved uint64
 }
 
@@ -70,6 +77,11 @@ type Sample struct {
 	// ClientIDCut: the client-id was longer than a sample keeps, and Data
 	// holds a request whose client-id is its first bytes only.
 	ClientIDCut bool
+	// ClientIDHash is a cut client-id's hash of its other bytes
+	// (entity.LongClientHash), when ClientIDHashed: with the kept bytes it
+	// names the client (entity.LongClientID).
+	ClientIDHash   uint64
+	ClientIDHashed bool
 }
 
 // Identity is what a connection proved once and no later request repeats:
@@ -119,9 +131,16 @@ type Learner[C comparable] struct {
 	// policyGen counts SetPolicy calls: a connection decided under an
 	// older generation that changes entity changed by a rule.
 	policyGen uint64
-	cause     Cause
-	lastAPI   int16 // the API key of the last request parsed
-	Stats     Stats
+	// long resolves cut client-ids under longOf, the policy it was built
+	// for (built at the first cut client-id after a policy change).
+	long    *entity.LongClients
+	longOf  *entity.Policy
+	cause   Cause
+	lastAPI int16 // the API key of the last request parsed
+	// unresolvedCounted: the sample being learned counted in
+	// Stats.Unresolved already (a request counts once).
+	unresolvedCounted bool
+	Stats             Stats
 }
 
 type conn struct {
@@ -135,8 +154,11 @@ type conn struct {
 	mechanism string
 	user      string
 	policyGen uint64 // the policy generation of its last decision
-	// clientIDCut: the last request's client-id is a prefix (Sample).
-	clientIDCut bool
+	// clientIDCut: the last request's client-id is a prefix (Sample), and
+	// clientIDHash the hash of the rest when clientIDHashed.
+	clientIDCut    bool
+	clientIDHashed bool
+	clientIDHash   uint64
 	// held is, per direction, the strictest topic-partition the
 	// connection's requests have named under policy generation heldGen:
 	// it holds the connection from then on (decide).
@@ -199,8 +221,8 @@ func (l *Learner[C]) LastAPI() int16 { return l.lastAPI }
 // listeners. Only there is a principal read: on any other listener a
 // SaslAuthenticate was not asked for, and its name would be the client's
 // claim. On those listeners a connection is decided only once its
-// principal is known (until then its bytes are the unknown entity's, held
-// to H), so losing the authentication's sample never frees a user from
+// principal is known (until then the agent holds it to the unresolved
+// entity), so losing the authentication's sample never frees a user from
 // its quota; the broker answers nothing but ApiVersions and the SASL
 // exchange before authentication, and closes a connection that fails it.
 func (l *Learner[C]) SetSASLListeners(f func(C) bool) { l.saslListener = f }
@@ -247,7 +269,7 @@ func (l *Learner[C]) Learn(c C, born uint64, sample []byte) (Decision, bool, err
 // LearnSample is Learn for a sample with what the data path said of it.
 func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, error) {
 	sample := s.Data
-	l.cause, l.lastAPI = CauseNone, -1
+	l.cause, l.lastAPI, l.unresolvedCounted = CauseNone, -1, false
 	st := l.conns[c]
 	if st != nil && st.born != born {
 		l.Stats.NewConnections++
@@ -260,6 +282,7 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 	r := &l.req
 	if err := l.parser.Parse(sample, r); err != nil {
 		l.Stats.Failed++
+		l.countUndecided(st)
 		return st.decision, false, err
 	}
 	l.Stats.Parsed++
@@ -268,10 +291,12 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 		l.Stats.Truncated++
 	}
 	if !r.HeaderComplete {
+		l.countUndecided(st)
 		return st.decision, false, nil // nothing to learn from a cut header
 	}
 	before := st.decision
 	st.clientID, st.clientIDCut = r.ClientID, s.ClientIDCut
+	st.clientIDHashed, st.clientIDHash = s.ClientIDCut && s.ClientIDHashed, s.ClientIDHash
 	// A mechanism whose messages name no principal this parser reads
 	// (GSSAPI, OAUTHBEARER) leaves the connection to its client-id.
 	sasl := l.saslListener != nil && l.saslListener(c) && st.mechanism != kafka.MechanismOther
@@ -293,6 +318,9 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 				}
 				st.policyGen = l.policyGen
 			}
+		}
+		if st.user == "" && r.APIKey != kafka.KeyApiVersions && r.APIKey != kafka.KeySaslHandshake {
+			l.countUndecided(st) // a login it could not read, or a request before any
 		}
 		return st.decision, st.decision != before, nil
 	}
@@ -376,7 +404,17 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 		}
 	}
 	st.policyGen = l.policyGen
+	l.countUndecided(st)
 	return st.decision, st.decision != before, nil
+}
+
+// countUndecided counts a request that leaves its connection undecided in
+// a direction (Stats.Unresolved).
+func (l *Learner[C]) countUndecided(st *conn) {
+	if st.decision.Decided != [2]bool{true, true} && !l.unresolvedCounted {
+		l.Stats.Unresolved++
+		l.unresolvedCounted = true
+	}
 }
 
 func (st *conn) set(d entity.Direction, t Target) {
@@ -522,14 +560,23 @@ func topicName(names TopicNames, name string, id [16]byte) (string, bool) {
 }
 
 // clientEntity is the entity of the connection's user and client-id
-// (Policy.Entity). A client-id the data path cut names no client: only a
-// user level that no client-id changes can decide, else the request is
-// unresolved.
+// (Policy.Entity). A client-id the data path cut goes by its kept bytes
+// and the hash of the rest (entity.LongClients) where no
+// configured client-id or pattern can hang on the bytes cut; without the
+// hash (the sample lost it) only a user level that no client-id changes
+// can decide. Else the request is unresolved.
 func (l *Learner[C]) clientEntity(st *conn) Target {
 	if !st.clientIDCut {
 		return Target{Key: l.policy.Entity(st.user, st.clientID)}
 	}
-	if k, ok := l.policy.EntityOfCutClient(st.user, st.clientID); ok {
+	if st.clientIDHashed {
+		if l.longOf != l.policy {
+			l.long, l.longOf = l.policy.LongClients(), l.policy
+		}
+		if k, ok := l.long.Entity(st.user, st.clientID, st.clientIDHash); ok {
+			return Target{Key: k}
+		}
+	} else if k, ok := l.policy.EntityOfCutClient(st.user, st.clientID); ok {
 		return Target{Key: k}
 	}
 	return l.unresolved()
@@ -537,7 +584,10 @@ func (l *Learner[C]) clientEntity(st *conn) Target {
 
 // unresolved is the entity of a request its sample cannot attribute.
 func (l *Learner[C]) unresolved() Target {
-	l.Stats.Unresolved++
+	if !l.unresolvedCounted {
+		l.Stats.Unresolved++
+		l.unresolvedCounted = true
+	}
 	return Target{Key: entity.UnresolvedKey}
 }
 
