@@ -149,7 +149,9 @@ func (m *Metrics) server() *http.Server {
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	if landing, err := web.NewLandingPage(web.LandingConfig{Name: "sluice", Version: version.Info(),
 		Description: "Elastic bandwidth quotas for Kafka broker hosts, enforced at the NIC",
-		Links:       []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}}}); err == nil {
+		Links:       []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}},
+		// sluice serves no /debug/pprof: the toolkit would link it.
+		Profiling: "false"}); err == nil {
 		mux.Handle("/", landing)
 	}
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
@@ -184,7 +186,7 @@ type collector struct {
 	// request latency at the NIC (latencybook.go)
 	latency, latencyFirst, dpLatency, dpResponses *prometheus.Desc
 	// latency objectives (objectives.go)
-	objectiveLevel, objectiveOpen, objectiveTransitions *prometheus.Desc
+	objectiveLevel, objectiveOpen, objectiveTransitions, objectiveReleases *prometheus.Desc
 }
 
 func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
@@ -256,10 +258,12 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		dpLatency: d("datapath_latency_requests_total", "Requests the data path made pending for a latency measurement, by outcome: measured, ring_full (the measurement was lost: the agent had not read the ring), expired (never answered: acks=0 produce, or response tracking lost).", "outcome"),
 		objectiveLevel: d("latency_objective_level", "What a latency objective's breaker holds the direction's best-effort traffic to, as a fraction of its usage when the breaker opened (1: nothing held).",
 			"direction", "entity_type", "entity"),
-		objectiveOpen: d("latency_objective_state", "1 for a latency objective's breaker state now (closed, open, half_open), 0 for the others.",
+		objectiveOpen: d("latency_objective_state", "1 for a latency objective's breaker state now (closed, open, half_open, ineffective), 0 for the others.",
 			"direction", "entity_type", "entity", "state"),
 		objectiveTransitions: d("latency_objective_transitions_total", "Latency objectives' breaker state changes (each is logged)."),
-		dpResponses:          d("datapath_response_tracking_total", "Response framing on egress, by event: desync (an implausible response size or a gap lost it), resync (found again at a measured request's response).", "event"),
+		objectiveReleases: d("latency_objective_releases_total", "Times a latency objective's breaker gave best-effort traffic its full level back, by reason: recovered (the objective held at full level), quiet (the protected entity sent too few requests to judge), ineffective (held at the floor and still over the objective: the cause is not best-effort traffic).",
+			"direction", "entity_type", "entity", "reason"),
+		dpResponses: d("datapath_response_tracking_total", "Response framing on egress, by event: desync (an implausible response size or a gap lost it), resync (found again at a measured request's response).", "event"),
 	}
 }
 
@@ -271,7 +275,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.registered, c.maxEntities, c.unconfigured, c.unconfiguredMax, c.overflowed, c.peerRefused,
 		c.samples, c.replicationClaims, c.unresolved, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
 		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven,
-		c.latency, c.latencyFirst, c.dpLatency, c.dpResponses, c.objectiveLevel, c.objectiveOpen, c.objectiveTransitions} {
+		c.latency, c.latencyFirst, c.dpLatency, c.dpResponses, c.objectiveLevel, c.objectiveOpen, c.objectiveTransitions, c.objectiveReleases} {
 		ch <- d
 	}
 }
@@ -341,8 +345,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, o := range s.Objectives {
 			kind, name, _ := strings.Cut(o.Entity, ":")
 			gauge(c.objectiveLevel, o.Level, o.Direction, kind, name)
-			for _, st := range []string{"closed", "open", "half_open"} {
+			for _, st := range []string{"closed", "open", "half_open", "ineffective"} {
 				gauge(c.objectiveOpen, boolValue(o.State == st), o.Direction, kind, name, st)
+			}
+			for _, reason := range []string{"recovered", "quiet", "ineffective"} {
+				counter(c.objectiveReleases, o.Releases[reason], o.Direction, kind, name, reason)
 			}
 		}
 		counter(c.objectiveTransitions, s.ObjectiveTransitions)

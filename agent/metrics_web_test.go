@@ -75,7 +75,7 @@ func TestMetricsEndpointTLSAndBasicAuth(t *testing.T) {
 	if code, body := get("http://"+addr+"/metrics", "prometheus", "scrape-Pw-81c4"); code == 200 {
 		t.Errorf("plain HTTP was served metrics: %.200s", body)
 	}
-	if code, body := get("https://"+addr+"/", "prometheus", "scrape-Pw-81c4"); code != 200 || !strings.Contains(body, "/metrics") {
+	if code, body := get("https://"+addr+"/", "prometheus", "scrape-Pw-81c4"); code != 200 || !strings.Contains(body, "/metrics") || strings.Contains(body, "debug/pprof") {
 		t.Errorf("landing page: %d %.200s", code, body)
 	}
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/entity"
@@ -13,7 +14,7 @@ import (
 // Latency objectives (#34 item 3): an entity's configured p99 for its
 // produce requests (or its fetches' time to first byte), measured at the
 // NIC every cycle, and defended by a breaker (latency.Breaker): after
-// three 10 s windows over the objective it opens and takes bandwidth from
+// three disjoint 10 s windows over the objective it opens and takes bandwidth from
 // the direction's best-effort entities (no reservation), the largest
 // first, never below min_limit (allocator.TrimLargest), lower on each bad
 // window, each judged on the requests since the last change; after a
@@ -30,6 +31,8 @@ type objective struct {
 	verdict latency.Verdict
 	p99     time.Duration
 	samples int
+	// releases counts the breaker's releases by reason (latency.Release).
+	releases map[string]uint64
 }
 
 // syncObjectives makes the agent's objectives the configuration's,
@@ -46,7 +49,7 @@ func (a *Agent) syncObjectives() {
 			}
 		}
 		if o == nil {
-			o = &objective{Objective: w, breaker: latency.NewBreaker(latency.DefaultObjective(w.P99))}
+			o = &objective{Objective: w, breaker: latency.NewBreaker(latency.DefaultObjective(w.P99)), releases: map[string]uint64{}}
 		}
 		kept = append(kept, o)
 	}
@@ -77,6 +80,13 @@ func (a *Agent) defendObjectives(dc *direction, now time.Time) {
 			}
 		}
 		o.verdict = o.breaker.Evaluate(now, o.p99, o.samples)
+		if o.verdict.Released != latency.NotReleased {
+			o.releases[o.verdict.Released.String()]++
+			if o.verdict.Released == latency.ReleasedIneffective {
+				a.log.Warn("latency objective released as ineffective: best-effort traffic was held to the floor and the p99 stayed over the objective; its cause is elsewhere (disk, GC, the tenant's own load)",
+					"entity", o.Key.String(), "direction", dc.dir.String(), "objective_p99", o.P99, "p99", o.p99)
+			}
+		}
 		if o.verdict.Changed {
 			a.objectiveTransitions++
 			if o.verdict.State == latency.Open && o.verdict.From == latency.Closed {
@@ -125,7 +135,8 @@ func (a *Agent) objectiveViews() []status.ObjectiveView {
 	for _, o := range a.objectives {
 		out = append(out, status.ObjectiveView{Entity: o.Key.String(), Direction: o.Direction.String(),
 			ObjectiveMillis: float64(o.P99) / float64(time.Millisecond), P99Millis: float64(o.p99) / float64(time.Millisecond),
-			Requests: o.samples, State: o.breaker.State().String(), Level: o.breaker.Level(), Why: o.verdict.Why})
+			Requests: o.samples, State: o.breaker.State().String(), Level: o.breaker.Level(), Why: o.verdict.Why,
+			Releases: maps.Clone(o.releases)})
 	}
 	return out
 }

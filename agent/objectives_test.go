@@ -34,9 +34,10 @@ func TestLatencyObjectiveTakesFromBestEffort(t *testing.T) {
 	if len(s.Objectives) != 1 || s.Objectives[0].State != "closed" || entityView(s, entity.Produce, "bulk").HeldBy != "" {
 		t.Fatalf("objective met: %+v, bulk %+v", s.Objectives, entityView(s, entity.Produce, "bulk"))
 	}
-	// Three bad windows open it; each further one takes more (the level
-	// falls by 0.8 from the best-effort usage when it opened).
-	for i := 0; i < 6; i++ {
+	// Three disjoint bad windows (20 s) open it; each further one takes
+	// more (the level falls by 0.8 from the best-effort usage when it
+	// opened).
+	for i := 0; i < 25; i++ {
 		step(200 * time.Millisecond)
 	}
 	s = r.a.Snapshot()
@@ -49,7 +50,7 @@ func TestLatencyObjectiveTakesFromBestEffort(t *testing.T) {
 	}
 	// Good again: the breaker waits out its cool-down (10 s), probes (a step under the level that failed, for 80 s), and
 	// closes after three good windows; the 10 s window forgets the bad ones.
-	for i := 0; i < 120 && r.a.Snapshot().Objectives[0].State != "closed"; i++ {
+	for i := 0; i < 200 && r.a.Snapshot().Objectives[0].State != "closed"; i++ {
 		step(5 * time.Millisecond)
 	}
 	s = r.a.Snapshot()

@@ -1,9 +1,3 @@
-// Package latency keeps request latencies (per entity and API, seen at the
-// NIC) in fixed log-spaced buckets from 100 µs to 60 s, so that what a
-// sample costs never grows with the request rate, answers quantiles over
-// sliding windows (10 s and 1 min), and defends a latency objective with a
-// breaker (breaker.go). Pure and deterministic, as the allocator is: time
-// comes in as an argument, nothing here reads a clock.
 package latency
 
 import (

@@ -89,9 +89,12 @@ type ObjectiveView struct {
 	ObjectiveMillis float64 `json:"objective_p99_ms"`
 	P99Millis       float64 `json:"p99_ms"` // over the last 10 s
 	Requests        int     `json:"requests"`
-	State           string  `json:"state"` // closed, open, half_open
+	State           string  `json:"state"` // closed, open, half_open, ineffective
 	Level           float64 `json:"level"` // what best-effort traffic is held to (1: nothing)
 	Why             string  `json:"why"`
+	// Releases counts the times the breaker gave best-effort traffic its
+	// full level back, by reason (recovered, quiet, ineffective).
+	Releases map[string]uint64 `json:"releases,omitempty"`
 }
 
 // LatencyView is an entity's request latency for one API, measured at the
@@ -169,6 +172,9 @@ type DirectionView struct {
 type Snapshot struct {
 	Time  time.Time `json:"time"`
 	Cycle uint64    `json:"cycle"`
+	// AgentVersion is the running agent's version and revision, as `sluice
+	// version` prints them after "sluice " (empty from agents before it).
+	AgentVersion string `json:"agent_version,omitempty"`
 	// Mode is what the data path does, read from its settings: shadow
 	// (counts only) or enforce (shapes), whatever the file says.
 	Mode         string           `json:"mode"`
