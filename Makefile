@@ -228,8 +228,8 @@ install: $(BPF_OBJ) ## install the release binary (static, stripped), the system
 .PHONY: uninstall
 uninstall: ## stop the unit, remove what the agent left attached (sluice unload) and what install wrote; keeps /etc/sluice/sluice.yaml
 	-systemctl disable --now sluice.service 2>/dev/null
-	@if [ -x $(DESTDIR)$(PREFIX)/bin/sluice ] && [ -e $(DESTDIR)/etc/sluice/sluice.yaml ]; then \
-		$(DESTDIR)$(PREFIX)/bin/sluice unload --config $(DESTDIR)/etc/sluice/sluice.yaml; fi
+	@# Whatever the configuration's state: agents record what they made in /var/lib/sluice.
+	@if [ -x $(DESTDIR)$(PREFIX)/bin/sluice ]; then $(DESTDIR)$(PREFIX)/bin/sluice unload; fi
 	rm -f $(DESTDIR)$(PREFIX)/bin/sluice $(DESTDIR)/etc/systemd/system/sluice.service $(DESTDIR)/usr/share/doc/sluice/README.md
 	rmdir $(DESTDIR)/usr/share/doc/sluice 2>/dev/null || true
 	@# sluice(1) and a sluice-<command>(1) for each command: the pages sluice man writes.

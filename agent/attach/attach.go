@@ -124,7 +124,7 @@ func (a *Attachment) attachLegacy(iface netlink.Link) error {
 		return fmt.Errorf("list qdiscs of %s: %w", a.Interface, err)
 	}
 	if !hasClsact(iface) {
-		if err := netlink.QdiscAdd(clsactOf(a.Index)); err != nil {
+		if err := addClsact(iface); err != nil {
 			return fmt.Errorf("add clsact qdisc on %s: %w", a.Interface, err)
 		}
 		a.createdClsact = true
@@ -287,6 +287,27 @@ func (a *Attachment) detachLegacy() error {
 		a.createdClsact = false
 	}
 	return errors.Join(errs...)
+}
+
+// addClsact adds the interface's clsact qdisc. The kernel gives a device
+// whose txqueuelen is 0 (veth and other IFF_NO_QUEUE devices) a length of
+// 1000 when it creates any qdisc on it, clsact included, and keeps that
+// length once the qdisc goes: the device's own length is put back, so that
+// a clsact sluice adds and later removes leaves the device as it found it
+// (and the htb shaper notes the device's length, not the kernel's).
+func addClsact(iface netlink.Link) error {
+	if err := netlink.QdiscAdd(clsactOf(iface.Attrs().Index)); err != nil {
+		return err
+	}
+	cur, err := netlink.LinkByIndex(iface.Attrs().Index)
+	if err != nil || cur.Attrs().TxQLen == iface.Attrs().TxQLen {
+		return nil
+	}
+	if err := netlink.LinkSetTxQLen(cur, iface.Attrs().TxQLen); err != nil {
+		deleteClsact(cur)
+		return fmt.Errorf("restore txqueuelen %d after adding clsact: %w", iface.Attrs().TxQLen, err)
+	}
+	return nil
 }
 
 func clsactOf(ifindex int) *netlink.GenericQdisc {

@@ -72,9 +72,26 @@ func TestDetachRestoresDevice(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := tcState(t, pair.Broker, pair.BrokerDev)
+			// The kernel gives a queueless device (a veth's txqueuelen 0) a
+			// length of 1000 with any qdisc, clsact too, and keeps it after.
+			qlen := func() int {
+				var n int
+				pair.Broker.Do(func() error {
+					l, err := netlink.LinkByIndex(idx)
+					if err == nil {
+						n = l.Attrs().TxQLen
+					}
+					return err
+				})
+				return n
+			}
+			qlenBefore := qlen()
 			var a *Attachment
 			if err := pair.Broker.Do(func() (err error) { a, err = Attach(idx, sin, seg, mode); return err }); err != nil {
 				t.Fatal(err)
+			}
+			if n := qlen(); n != qlenBefore {
+				t.Errorf("attach changed the device's txqueuelen from %d to %d", qlenBefore, n)
 			}
 			if a.Mode != mode {
 				t.Fatalf("attached with %v, want %v", a.Mode, mode)
@@ -88,6 +105,9 @@ func TestDetachRestoresDevice(t *testing.T) {
 			}
 			if after := tcState(t, pair.Broker, pair.BrokerDev); after != before {
 				t.Errorf("device not restored.\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+			if n := qlen(); n != qlenBefore {
+				t.Errorf("txqueuelen %d after detach, %d before", n, qlenBefore)
 			}
 		})
 	}

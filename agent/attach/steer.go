@@ -36,7 +36,7 @@ func Steer(ifindex int, selectProg *ebpf.Program, target int) (addedClsact bool,
 		return false, fmt.Errorf("find interface %d: %w", ifindex, err)
 	}
 	if !hasClsact(link) {
-		if err := netlink.QdiscAdd(clsactOf(ifindex)); err != nil {
+		if err := addClsact(link); err != nil {
 			return false, fmt.Errorf("add clsact qdisc on %s: %w", link.Attrs().Name, err)
 		}
 		addedClsact = true

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -56,6 +57,11 @@ func RunDaemon(ctx context.Context, configPath, readyFile string, build agent.Bu
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	cfg, err := configfile.Load(configPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		// No file: restarting cannot make one (an exit 1 would be restarted
+		// until the start limit, each round logging the same line).
+		return fmt.Errorf("%w: %s: %w: restore it (the package's conffile; sluice check-config checks it) or give --config the file's path", ErrRefused, configPath, err)
+	}
 	if err != nil {
 		return refusal(fmt.Errorf("%s: %w", configPath, err))
 	}
@@ -144,6 +150,8 @@ type daemon struct {
 	// started: the first cycle is under way; before, a failure is the
 	// start's.
 	started bool
+	// host: this agent's entry in /var/lib/sluice's record (hostrecord.go).
+	host hostRecord
 }
 
 // preflight takes, before anything is loaded or attached, what the agent
@@ -179,6 +187,7 @@ func (r *daemon) setup() error {
 	if !wasBPFFS {
 		r.mountedBPFFS, r.bpffsDirs = bpffs, missing
 	}
+	r.host.begin(r.log, r.cfg.PinPath) // before the pins exist
 	d, err := maps.Load(DataPathOptions(r.cfg))
 	if err != nil {
 		if errors.Is(refusal(err), ErrRefused) {
@@ -200,12 +209,14 @@ func (r *daemon) setup() error {
 	if err := r.detachDropped(); err != nil {
 		return err
 	}
+	r.host.droppedDetached()
 	for _, name := range r.cfg.Interfaces {
 		link, err := netlink.LinkByName(name)
 		if err != nil {
 			return fmt.Errorf("%w: interfaces: %s: %w", ErrRefused, name, err)
 		}
 		idx := link.Attrs().Index
+		r.host.attaching(idx, name)
 		mode := attachMode(r.cfg.Attach)
 		a, err := attach.Adopt(r.cfg.PinPath, idx, d.IngressProgram(), d.EgressProgram())
 		adopted := err == nil
@@ -386,14 +397,13 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		// listen: refused all the same, after cleanup detaches.
 		return metricsRefusal(r.cfg.MetricsAddress, err)
 	}
-	go a.ServeStatus(r.statusListener)
 	// The watcher ends before the agent's cleanup starts: no reload runs
 	// on an agent that is closing.
 	// `sluice reload` (systemd's ExecReload) asks on the status socket and
 	// waits for the verdict; the watcher runs it, in turn with SIGHUP and
 	// file changes.
 	asks := make(chan chan status.ReloadResult)
-	a.SetReloader(func() (status.ReloadResult, error) {
+	reloader := func() (status.ReloadResult, error) {
 		reply := make(chan status.ReloadResult, 1)
 		select {
 		case asks <- reply:
@@ -409,7 +419,9 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		case <-ctx.Done(): // a reload under way still finishes before cleanup
 			return status.ReloadResult{}, errors.New("the agent is stopping")
 		}
-	})
+	}
+	a.SetReloader(reloader)
+	go status.Serve(r.statusListener, versionedStatus{a: a, reload: reloader, version: r.build.Version + " revision " + r.build.Revision})
 	watching := make(chan struct{})
 	go func() { defer close(watching); r.watchConfig(ctx, a, asks) }()
 	stopWatching := func() { cancel(); <-watching }
@@ -493,6 +505,7 @@ func (r *daemon) cleanup(failed bool) {
 		if failed {
 			r.unmountBPFFS()
 		}
+		r.host.finish(!r.host.had) // this start made nothing
 		return
 	}
 	if r.samples != nil {
@@ -538,7 +551,9 @@ func (r *daemon) cleanup(failed bool) {
 	if failed && !keep {
 		r.unmountBPFFS()
 	}
-	if err := errors.Join(errs...); err != nil {
+	err := errors.Join(errs...)
+	r.host.finish(!keep && err == nil)
+	if err != nil {
 		r.log.Error("cleanup", "err", err)
 	} else if keep {
 		r.log.Info("left attached for the next agent (keep_attached_on_exit)", "pins", r.cfg.PinPath)
@@ -582,6 +597,7 @@ func (r *daemon) recordIFBs(indexes ...int) {
 			r.log.Warn("an IFB device of sluice's is not recorded (it is still known by its name and alias)", "ifindex", idx, "err", err)
 		}
 	}
+	r.host.mirrorOwned()
 }
 
 // recordAddedClsact notes in the pinned record the interfaces whose clsact
@@ -604,6 +620,7 @@ func (r *daemon) recordAddedClsact(added map[int]string) {
 			r.log.Warn("the clsact qdisc sluice added is not recorded: it stays after sluice", "interface", name, "err", err)
 		}
 	}
+	r.host.mirrorOwned()
 }
 
 // isBPFFS reports whether dir is a mounted bpffs.

@@ -25,6 +25,13 @@ import (
 // not leave the data path for the next one, so both remove the same
 // things the same way. say reports each thing removed or left.
 func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) error {
+	return removeLeftovers(pinPath, ifindexes, nil, nil, say)
+}
+
+// removeLeftovers is RemoveLeftovers, with IFB devices and clsact qdiscs
+// the host record (RemoveRecorded) says sluice made, in case the pins'
+// record of them is gone or unreadable.
+func removeLeftovers(pinPath string, ifindexes map[int]bool, recordedIFBs, recordedClsact map[int]string, say func(string)) error {
 	// Read before the pins go: the clsact qdiscs and IFB devices sluice
 	// recorded as its own.
 	added, addedErr := maps.Owned(pinPath, maps.OwnedClsact)
@@ -35,6 +42,7 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 	if ifbErr != nil {
 		say("the record of sluice's IFB devices is unreadable (" + ifbErr.Error() + "): they are found by name and alias")
 	}
+	added, ifbs = withRecorded(added, recordedClsact), withRecorded(ifbs, recordedIFBs)
 	// The record stays until everything it names is gone: a removal that
 	// fails below leaves it for the next `sluice unload`.
 	rep, err := maps.Unpin(pinPath, maps.OwnedRecordPin)
@@ -124,4 +132,20 @@ func RemoveLeftovers(pinPath string, ifindexes map[int]bool, say func(string)) e
 		say("removed " + p)
 	}
 	return err
+}
+
+// withRecorded adds the host record's entries to the pins' (which win on
+// an index both name).
+func withRecorded(pinned, recorded map[int]string) map[int]string {
+	if len(recorded) == 0 {
+		return pinned
+	}
+	out := map[int]string{}
+	for idx, name := range recorded {
+		out[idx] = name
+	}
+	for idx, name := range pinned {
+		out[idx] = name
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -128,6 +130,7 @@ func checkConfig(path string) (checkReport, error) {
 	for _, w := range cfg.Warnings() {
 		r.Warnings = append(r.Warnings, w.Key+": "+w.Message)
 	}
+	r.Warnings = append(r.Warnings, fileWarnings(cfg)...)
 	if os.Geteuid() != 0 {
 		r.Valid, r.NotRoot = true, true
 		return r, nil
@@ -307,4 +310,35 @@ func clusterSummary(cfg config.Config) string {
 	}
 	return fmt.Sprintf("cluster %s: broker %d of %v, %s, topic %s, lease %v, fallback %s; budgets for the whole cluster: %s",
 		c.Name, c.BrokerID, c.Brokers, c.Mode, c.Topic, c.Lease, c.Fallback, strings.Join(budgets, "; "))
+}
+
+// fileWarnings are check-config's warnings on a valid file beside
+// config.Warnings (the agent's, which it logs too): what is harmless now
+// and a surprise later, or open to more than the operator likely meant.
+func fileWarnings(cfg config.Config) []string {
+	var out []string
+	// config.Warnings says it for enforce, where replication is governed
+	// now; a file in shadow is the one that is switched to enforce later.
+	if len(cfg.ExemptPeers) == 0 && cfg.Mode != config.ModeEnforce {
+		out = append(out, fmt.Sprintf("exempt_peers: is empty: in %s nothing is held back yet, but once mode is enforce replication from the other brokers and controllers is governed like any client; list their addresses", cfg.Mode))
+	}
+	if listensEverywhere(cfg.MetricsAddress) && cfg.Metrics.WebConfigFile == "" {
+		out = append(out, fmt.Sprintf("metrics_address: %s listens on every address without metrics.web_config_file: anyone who reaches this host reads /metrics "+
+			"(client-ids, users, topics and their rates) in the clear; set metrics.web_config_file (TLS, basic auth) or listen on 127.0.0.1", cfg.MetricsAddress))
+	}
+	return out
+}
+
+// listensEverywhere: addr's host is the unspecified address (0.0.0.0,
+// [::]) or empty (":7359"), which Go's listener binds on every interface.
+func listensEverywhere(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsUnspecified()
 }

@@ -21,6 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent/daemon"
+	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/internal/hoststate"
 	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -34,7 +36,18 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asMainEnv) == "1" {
 		main() // exits
 	}
-	os.Exit(m.Run())
+	// The agents and unloads these tests run record what they make in a
+	// directory of the tests' own, never in the host's /var/lib/sluice
+	// (processes started as main inherit it).
+	state, err := os.MkdirTemp("", "sluice-state-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv(hoststate.DirEnv, state)
+	code := m.Run()
+	os.RemoveAll(state)
+	os.Exit(code)
 }
 
 // dropPerfmon runs a command with CAP_BPF and CAP_NET_ADMIN but neither
@@ -133,6 +146,9 @@ func TestRunRefusesWhatARestartCannotFix(t *testing.T) {
 		if _, err := os.Stat(filepath.Dir(socket)); err == nil {
 			b.WriteString("socket directory\n")
 		}
+		if _, err := os.Stat(filepath.Join(hoststate.Dir(), hoststate.FileName)); err == nil {
+			b.WriteString("host record\n")
+		}
 		return b.String()
 	}
 	command := func(ctx context.Context, prefix []string, args ...string) *exec.Cmd {
@@ -157,6 +173,17 @@ func TestRunRefusesWhatARestartCannotFix(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	during := dump()
+	// The status socket says which build runs (sluice version, status).
+	var running string
+	if snap, err := status.Query(socket); err != nil {
+		t.Errorf("status of the running agent: %v", err)
+	} else {
+		running = snap.AgentVersion
+	}
+	version, revision, _ := buildVersion()
+	if want := version + " revision " + revision; running != want {
+		t.Errorf("the running agent's snapshot gives its version as %q, want %q", running, want)
+	}
 	var stdout, stderr bytes.Buffer
 	checkErr := pair.Broker.Do(func() error {
 		return run(context.Background(), []string{"check-config", "--config", good}, &stdout, &stderr)
@@ -165,7 +192,7 @@ func TestRunRefusesWhatARestartCannotFix(t *testing.T) {
 	if err := agent.Wait(); err != nil || !fileExists(ready) {
 		t.Fatalf("the agent with the file as it is: %v\n%s", err, agentLog.String())
 	}
-	if during == before || !strings.Contains(during, `"kind":"htb"`) || !strings.Contains(during, "pin sluice") {
+	if during == before || !strings.Contains(during, `"kind":"htb"`) || !strings.Contains(during, "pin sluice") || !strings.Contains(during, "host record") {
 		t.Fatalf("the agent attached nothing to refuse:\n%s", during)
 	}
 	if checkErr != nil {

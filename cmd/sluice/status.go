@@ -98,7 +98,16 @@ func waitForAgent(ctx context.Context, socket string, limit time.Duration) error
 }
 
 func writeStatus(w io.Writer, s *status.Snapshot) {
-	fmt.Fprintf(w, "sluice  cycle %d at %s  mode %s  shaper %s (%s)\n", s.Cycle, s.Time.Format(time.TimeOnly), s.Mode, s.Shaper, s.ShaperReason)
+	agent := "sluice"
+	if s.AgentVersion != "" {
+		agent = "sluice " + s.AgentVersion
+	}
+	fmt.Fprintf(w, "%s  cycle %d at %s  mode %s  shaper %s (%s)\n", agent, s.Cycle, s.Time.Format(time.TimeOnly), s.Mode, s.Shaper, s.ShaperReason)
+	if s.AgentVersion != "" {
+		if differs := versionDiffers(s.AgentVersion); differs != "" {
+			fmt.Fprintf(w, "WARNING this agent is sluice %s%s\n", s.AgentVersion, differs)
+		}
+	}
 	if len(s.UnexemptBrokers) > 0 {
 		fmt.Fprintf(w, "WARNING replication is governed: brokers outside exempt_peers: %s\n", strings.Join(s.UnexemptBrokers, ", "))
 	}

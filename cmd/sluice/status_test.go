@@ -133,8 +133,8 @@ func (*cycling) Connections(netip.Addr) ([]status.ConnectionView, error) { retur
 func (*cycling) Reload() (status.ReloadResult, error)                    { return status.ReloadResult{}, errors.New("no") }
 
 // `sluice run` with a file it refuses exits 78 (the unit's
-// RestartPreventExitStatus), before it touches the host; an unreadable
-// path is an ordinary failure (1); a bad flag is 2.
+// RestartPreventExitStatus), before it touches the host, and so does a
+// file that is not there (a restart cannot make one); a bad flag is 2.
 func TestRunCommandExitStatus(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(bad, []byte("interfaces: [eth0]\nproduce: {capacity: .nan}\n"), 0o600); err != nil {
@@ -145,9 +145,15 @@ func TestRunCommandExitStatus(t *testing.T) {
 	if !errors.Is(err, daemon.ErrRefused) || exitStatus(err) != daemon.ExitRefused || !strings.Contains(err.Error(), "produce.capacity") {
 		t.Errorf("an invalid file: %v (exit %d), want %d naming produce.capacity", err, exitStatus(err), daemon.ExitRefused)
 	}
-	err = run(context.Background(), []string{"run", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, &out, &errOut)
-	if err == nil || exitStatus(err) == 0 {
-		t.Errorf("a missing file: %v (exit %d), want a failure", err, exitStatus(err))
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	errOut.Reset()
+	err = run(context.Background(), []string{"run", "--config", missing}, &out, &errOut)
+	if !errors.Is(err, daemon.ErrRefused) || exitStatus(err) != daemon.ExitRefused {
+		t.Errorf("a missing file: %v (exit %d), want %d", err, exitStatus(err), daemon.ExitRefused)
+	}
+	if want := "sluice: refused (not restarted): " + missing + ": read configuration: open " + missing + ": no such file or directory: restore it"; !strings.HasPrefix(errOut.String(), want) ||
+		strings.Count(errOut.String(), "\n") != 1 {
+		t.Errorf("a missing file logged %q, want one line starting %q", errOut.String(), want)
 	}
 	if err := run(context.Background(), []string{"run", "--bogus"}, &out, &errOut); exitStatus(err) != 2 {
 		t.Errorf("a bad flag: %v (exit %d), want 2", err, exitStatus(err))

@@ -9,9 +9,15 @@
 # printing the package's version, daemon-reload but never enable or start,
 # an upgrade's try-restart going through policy-rc.d (deb-systemd-invoke),
 # dpkg -r stopping the agent and removing the operator's enablement and
-# leaving only the conffile, dpkg -P leaving nothing; given the
-# previous release's package (test/release/build.sh), an upgrade from it:
-# versions that sort, the edited conffile kept, the running agent
+# leaving only the conffile, dpkg -P leaving nothing; uninstall always
+# unloads: an agent (the packaged binary) runs and attaches, then stops
+# leaving its data path attached (keep_attached_on_exit), and dpkg -r, then
+# rpm -e of the .rpm beside the .deb, with the conffile deleted, and with
+# it broken after pointing pin_path elsewhere, leave tc -j, bpftool -j,
+# the devices, the bpffs and /var/lib/sluice as they were before install
+# (and the agent's programs, links and maps gone from the kernel); given
+# the previous release's package (test/release/build.sh), an upgrade from
+# it: versions that sort, the edited conffile kept, the running agent
 # try-restarted on the new binary.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,6 +28,12 @@ deb=$(readlink -f "$deb")
 prev=${3:-} prev_version=${4:-}
 [ -z "$prev" ] || prev=$(readlink -f "$prev")
 [ "$(id -u)" = 0 ] || { echo "deb-check needs root (mount namespaces, dpkg)" >&2; exit 1; }
+# The .rpm make packages wrote beside the .deb: its %preun is checked too.
+rpm_pkg=$(find "$(dirname "$deb")" -maxdepth 1 -name "sluice-*-1.$(uname -m).rpm" | head -1)
+[ -n "$rpm_pkg" ] || { echo "deb-check: no sluice-*-1.$(uname -m).rpm beside $deb (make packages writes both)" >&2; exit 1; }
+for tool in rpm bpftool tc; do
+	command -v "$tool" >/dev/null || { echo "deb-check: $tool is missing (make deps installs it)" >&2; exit 1; }
+done
 if dpkg-query -W sluice >/dev/null 2>&1; then
 	echo "deb-check: a sluice package is installed on this host; the check works in overlays and does not need it" >&2
 fi
@@ -29,9 +41,9 @@ fi
 # A network namespace of its own and a fresh bpffs too: prerm runs
 # `sluice unload` with the shipped configuration (interfaces: [eth0]),
 # which must not touch this host's eth0 or pins.
-exec unshare --mount --net --propagation private bash -s "$deb" "$version" "$prev" "$prev_version" <<'INNER'
+exec unshare --mount --net --propagation private bash -s "$deb" "$version" "$prev" "$prev_version" "$rpm_pkg" <<'INNER'
 set -euo pipefail
-deb=$1 version=$2 prev=$3 prev_version=$4
+deb=$1 version=$2 prev=$3 prev_version=$4 rpm_pkg=$5
 fail() { echo "FAIL: $*" >&2; exit 1; }
 say() { printf '\n== %s\n' "$*"; }
 scratch=$(mktemp -d)
@@ -120,6 +132,124 @@ dpkg -P sluice
 [ ! -e /var/lib/systemd/deb-systemd-helper-enabled/sluice.service.dsh-also ] || fail "deb-systemd-helper's state of sluice.service left after purge"
 if dpkg-query -W sluice >/dev/null 2>&1; then fail "sluice still known to dpkg after purge"; fi
 echo "nothing left after dpkg -P"
+
+say "uninstall always unloads: an agent ran and left its data path attached; the package goes with the conffile deleted, or broken and naming a custom pin_path"
+# A broker-like interface in this namespace for the agent to attach to.
+ip link set lo up
+ip link add dc0 type veth peer name dc1
+ip addr add 198.18.7.1/24 dev dc0
+ip link set dc0 up
+ip link set dc1 up
+# devices: this namespace's (its /sys/class/net is the host's).
+devices() { ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1; }
+# host_state: what an agent could leave, as an operator's tools show it:
+# tc's qdiscs and every device's filters, bpftool's hooks of this
+# namespace, the devices (IFBs, aliases, queue lengths), the bpffs and
+# sluice's state directory.
+host_state() {
+	echo "tc -j qdisc show: $(tc -j qdisc show)"
+	for dev in $(devices); do
+		for hook in ingress egress; do
+			echo "tc -j filter show dev $dev $hook: $(tc -j filter show dev "$dev" "$hook" 2>&1)"
+		done
+	done
+	echo "bpftool -j net show: $(bpftool -j net show)"
+	echo "ip -j link show: $(ip -j link show)"
+	echo "bpffs: $(find /sys/fs/bpf | sort | paste -sd' ')"
+	echo "/var/lib/sluice: $(ls -A /var/lib/sluice 2>&1)"
+}
+# agent_objects PINDIR: the kernel objects the agent left, by id: programs
+# under tc filters (clsact) and behind pinned links (TCX, which this
+# bpftool's net show does not list), the links, the pinned maps.
+agent_objects() {
+	{
+		for dev in $(devices); do
+			for hook in ingress egress; do
+				tc -j filter show dev "$dev" "$hook" 2>/dev/null | grep -o '"prog":{"id":[0-9]*' | sed 's/.*://; s/^/prog /' || true
+			done
+		done
+		for pin in $(find "$1" -type f 2>/dev/null); do
+			if out=$(bpftool -j link show pinned "$pin" 2>/dev/null); then
+				echo "link $(grep -o '"id":[0-9]*' <<<"$out" | head -1 | cut -d: -f2)"
+				echo "prog $(grep -o '"prog_id":[0-9]*' <<<"$out" | head -1 | cut -d: -f2)"
+			elif out=$(bpftool -j map show pinned "$pin" 2>/dev/null); then
+				echo "map $(grep -o '"id":[0-9]*' <<<"$out" | head -1 | cut -d: -f2)"
+			fi
+		done
+	} | sort -u
+}
+agent_config() { # PIN_PATH ATTACH
+	printf '%s\n' "interfaces: [dc0]" "listeners: [9092]" "exempt_peers: [198.18.8.0/24]" "mode: enforce" "attach: $2" "pin_path: $1" \
+		"produce: {capacity: 100MiB}" "fetch: {capacity: 100MiB}" "bootstrap: [198.18.7.1:9092]"
+}
+# uninstall_case WHAT INSTALL REMOVE PIN_PATH ATTACH SPOIL CALL: the state
+# before INSTALL; the packaged agent runs with PIN_PATH and ATTACH,
+# attaches, shapes and stops leaving it all; SPOIL does to the conffile what
+# the operator did; REMOVE asks systemd for CALL (the stub records it) and
+# must leave the state as it was before INSTALL, and none of the agent's
+# programs, links or maps loaded.
+uninstall_case() {
+	local what=$1 install=$2 remove=$3 pins=$4 attach=$5 spoil=$6 call=$7 before during after objects agent
+	say "$what"
+	before=$(host_state)
+	$install >/dev/null
+	agent_config "$pins" "$attach" > /etc/sluice/sluice.yaml
+	rm -f /run/sluice-ready
+	/usr/bin/sluice run --config /etc/sluice/sluice.yaml --ready-file /run/sluice-ready 2>/run/sluice-agent.log &
+	agent=$!
+	for _ in $(seq 150); do
+		[ -e /run/sluice-ready ] && break
+		kill -0 "$agent" 2>/dev/null || break
+		sleep 0.1
+	done
+	[ -e /run/sluice-ready ] || { cat /run/sluice-agent.log >&2; fail "$what: the agent did not start"; }
+	kill -TERM "$agent"
+	wait "$agent" || { cat /run/sluice-agent.log >&2; fail "$what: the agent's stop failed"; }
+	grep 'left attached for the next agent' /run/sluice-agent.log >/dev/null || { cat /run/sluice-agent.log >&2; fail "$what: the agent did not leave its data path attached"; }
+	during=$(host_state)
+	objects=$(agent_objects "$pins")
+	for want in '"kind":"htb"' slifb "$pins/settings" '/var/lib/sluice: host.json'; do
+		grep -F "$want" >/dev/null <<<"$during" || fail "$what: nothing left for the removal to find ($want):"$'\n'"$during"
+	done
+	grep '^prog ' >/dev/null <<<"$objects" || fail "$what: no program of the agent's found attached"
+	echo "left attached by the stopped agent: $(grep -c . <<<"$objects") kernel objects ($(paste -sd, <<<"$objects")); $(ip -o link show | grep -o 'slifb[0-9]*' | paste -sd' '); pins in $pins; /var/lib/sluice/host.json"
+	$spoil
+	echo "/etc/sluice/sluice.yaml now: $(head -c 200 /etc/sluice/sluice.yaml 2>&1 | paste -sd' ')"
+	: > "$calls"
+	$remove
+	grep -x "$call" "$calls" >/dev/null || fail "$what: the removal did not ask systemd for '$call': $(paste -sd';' "$calls")"
+	after=$(host_state)
+	if [ "$after" != "$before" ]; then
+		diff <(echo "$before") <(echo "$after") >&2 || true
+		fail "$what: the host is not as it was before install"
+	fi
+	for obj in $(tr ' ' : <<<"$objects"); do
+		kind=${obj%%:*} id=${obj#*:}
+		for _ in $(seq 50); do # a program is freed after an RCU grace period
+			bpftool "$kind" show id "$id" >/dev/null 2>&1 || continue 2
+			sleep 0.1
+		done
+		fail "$what: $kind $id is still loaded: $(bpftool "$kind" show id "$id")"
+	done
+	echo "as before install: tc -j, bpftool -j net show, ip -j link, the bpffs and /var/lib/sluice; the agent's programs, links and maps unloaded"
+}
+delete_conffile() { rm /etc/sluice/sluice.yaml; }
+break_conffile() { printf 'interfaces: [dc0\nproduce: {\n' > /etc/sluice/sluice.yaml; }
+uninstall_case "dpkg -r with the conffile deleted (TCX, the default pin_path)" "dpkg -i $deb" "dpkg -r sluice" /sys/fs/bpf/sluice auto delete_conffile "stop sluice.service"
+dpkg -P sluice >/dev/null
+uninstall_case "dpkg -r with the conffile broken, pin_path /sys/fs/bpf/sluice-custom (clsact)" "dpkg -i $deb" "dpkg -r sluice" /sys/fs/bpf/sluice-custom clsact break_conffile "stop sluice.service"
+dpkg -P sluice >/dev/null
+# rpm: its database in the overlaid /var (Debian's rpm keeps it in ~), no
+# plugins (systemd-inhibit wants a system bus); rpm runs scriptlets with
+# PATH=/sbin:/bin:/usr/sbin:/usr/bin, so the systemctl stub goes in the
+# overlaid /usr/bin too.
+rpm_cmd="rpm --dbpath /var/lib/rpm --noplugins"
+cp /usr/local/sbin/systemctl /usr/bin/systemctl
+uninstall_case "rpm -e with the conffile deleted (TCX, the default pin_path)" "$rpm_cmd -i --nodeps --force-debian $rpm_pkg" "$rpm_cmd -e sluice" /sys/fs/bpf/sluice auto delete_conffile "disable --now sluice.service"
+rm -rf /etc/sluice
+uninstall_case "rpm -e with the conffile broken, pin_path /sys/fs/bpf/sluice-custom (clsact)" "$rpm_cmd -i --nodeps --force-debian $rpm_pkg" "$rpm_cmd -e sluice" /sys/fs/bpf/sluice-custom clsact break_conffile "disable --now sluice.service"
+rm -rf /etc/sluice
+ip link del dc0
 
 if [ -n "$prev" ]; then
 	say "an upgrade from the previous release, $prev_version, to $version"

@@ -378,6 +378,8 @@ func (w *ClusterWorld) StartAgent(b *BrokerHost, config string) error {
 		return err
 	}
 	cmd := exec.Command("ip", "netns", "exec", b.NS.Name, w.Sluice, "run", "--config", config, "--ready-file", ready)
+	// Each host's record in its own directory, not the host's /var/lib/sluice.
+	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+filepath.Join(w.Dir, fmt.Sprintf("state-b%d", b.ID)))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return err

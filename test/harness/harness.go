@@ -459,6 +459,9 @@ func (w *World) LaunchAgent(config string) (*Agent, error) {
 		return nil, err
 	}
 	cmd := exec.Command("ip", "netns", "exec", w.Pair.Broker.Name, w.Sluice, "run", "--config", config, "--ready-file", ready)
+	// The agent's host record goes to the test's directory, not the host's
+	// /var/lib/sluice.
+	cmd.Env = append(os.Environ(), "SLUICE_STATE_DIR="+filepath.Join(w.Dir, "state"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -7,14 +7,16 @@
 # bpffs (a fresh boot) reaches active through sd_notify, a start the host
 # refuses is not restarted and leaves nothing (a missing interface, a
 # metrics_address in use, a socket outside /run/sluice, programs the
-# verifier rejects: each exits 78 with one line, check-config predicting
-# the first two), a start that exits 1 every time ends failed at the start
-# limit; systemctl reload
+# verifier rejects, a configuration file that is not there: each exits 78
+# with one line, check-config predicting the first two), a start that exits
+# 1 every time ends failed at the start limit; systemctl reload
 # applies an edit, and fails with the reason on a refused file; systemctl restart re-adopts what the agent left
 # (keep_attached_on_exit, the default); kill -9 is restarted by
 # Restart=on-failure and re-adopts; a hung agent is restarted by the
-# watchdog; `sluice unload` refuses while the agent runs; make uninstall
-# leaves nothing attached or installed. Prints a transcript; exits non-zero
+# watchdog; `sluice unload` refuses while the agent runs; the agent's record
+# of what it made is written in /var/lib/sluice under the unit's sandbox,
+# and with it `sluice unload` removes everything with the configuration
+# deleted; make uninstall leaves nothing attached or installed. Prints a transcript; exits non-zero
 # on the first failure, always tearing down.
 set -euo pipefail
 # Pipelines read their input to the end (grep >/dev/null, never grep -q):
@@ -24,8 +26,11 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /var/tmp/sluice-systemd-check.XXXXXX)
 canary=/tmp/sluice-systemd-check-canary.$$
 touch "$canary"
-made_etc_sluice=
+made_etc_sluice= made_var_lib_sluice=
 [ -d /etc/sluice ] || { mkdir /etc/sluice; made_etc_sluice=1; }
+# The unit's StateDirectory: a tmpfs inside, over a directory that must
+# exist here.
+[ -d /var/lib/sluice ] || { mkdir -m 0700 /var/lib/sluice; made_var_lib_sluice=1; }
 sdpid=
 
 say() { printf '\n== %s\n' "$*"; }
@@ -48,6 +53,7 @@ teardown() {
 		for _ in $(seq 50); do kill -0 "$sdpid" 2>/dev/null || break; sleep 0.1; done
 	fi
 	[ -n "$made_etc_sluice" ] && rmdir /etc/sluice 2>/dev/null || true
+	[ -n "$made_var_lib_sluice" ] && rmdir /var/lib/sluice 2>/dev/null || true
 	rm -rf "$work"
 	if [ -e "$canary" ]; then rm -f "$canary"; else echo "FAIL: the host's /tmp was emptied" >&2; exit 1; fi
 }
@@ -56,7 +62,7 @@ trap teardown EXIT
 cat > "$work/boot.sh" <<'BOOT'
 #!/bin/bash
 set -e
-for d in /tmp /var/tmp /run /etc/systemd/system /var/log/journal /var/lib/systemd /usr/local/bin /usr/local/share /etc/sluice /usr/share/doc; do
+for d in /tmp /var/tmp /run /etc/systemd/system /var/log/journal /var/lib/systemd /var/lib/sluice /usr/local/bin /usr/local/share /etc/sluice /usr/share/doc; do
 	[ -d "$d" ] && mount -t tmpfs tmpfs "$d"
 done
 ip link set lo up
@@ -137,6 +143,7 @@ refused_start() {
 	[ "$(ns tc -j qdisc show)" = "$qdiscs" ] || fail "$what: the qdiscs changed: $(ns tc -j qdisc show)"
 	ns test ! -e /sys/fs/bpf/sluice || fail "$what: pins left"
 	ns test ! -e /run/sluice/sluice.sock || fail "$what: the socket left"
+	ns test ! -e /var/lib/sluice/host.json || fail "$what: a record of what it made left in /var/lib/sluice: $(ns cat /var/lib/sluice/host.json)"
 	ns systemctl reset-failed sluice
 }
 
@@ -166,8 +173,18 @@ refused_start "no CAP_PERFMON" "refused (not restarted): the kernel's verifier (
 ns rm -r /etc/systemd/system/sluice.service.d
 ns systemctl daemon-reload
 
-say "no crash loop even at exit 1: a start that fails every time (the file is gone) ends failed at the start limit"
+say "no crash loop: a configuration file that is not there exits 78 with one line"
 ns mv /etc/sluice/sluice.yaml /etc/sluice/sluice.yaml.away
+refused_start "no /etc/sluice/sluice.yaml" "refused (not restarted): /etc/sluice/sluice.yaml: read configuration: open /etc/sluice/sluice.yaml: no such file or directory: restore it"
+ns mv /etc/sluice/sluice.yaml.away /etc/sluice/sluice.yaml
+
+say "no crash loop even at exit 1: a start that fails every time ends failed at the start limit"
+# Every start failure the agent knows a restart cannot fix exits 78; the
+# start limit is for the rest. A drop-in stands in for such an agent: its
+# ExecStart exits 1 every time.
+ns mkdir -p /etc/systemd/system/sluice.service.d
+ns sh -c 'printf "[Service]\nExecStart=\nExecStart=/bin/sh -c \"echo start-limit stand-in exits 1; exit 1\"\n" > /etc/systemd/system/sluice.service.d/exit1.conf'
+ns systemctl daemon-reload
 qdiscs=$(ns tc -j qdisc show)
 since=$(ns date +%s)
 ns systemctl start sluice || true
@@ -182,13 +199,14 @@ done
 ns systemctl show -p ExecMainStatus -p NRestarts -p ActiveState -p Result sluice
 limited || fail "an exit-1 loop did not end at the start limit"
 [ "$(ns systemctl show -p ActiveState --value sluice)" = failed ] || fail "an exit-1 loop did not end failed"
-[ "$(ns journalctl -u sluice --no-pager -o cat --since "@$since" | grep -c 'read configuration: open /etc/sluice/sluice.yaml')" = 5 ] || fail "not five starts"
+[ "$(ns journalctl -u sluice --no-pager -o cat --since "@$since" | grep -c 'start-limit stand-in exits 1')" = 5 ] || fail "not five starts"
 restarts=$(ns systemctl show -p NRestarts --value sluice)
 sleep 3 # RestartSec=2: no further start comes
 [ "$(ns systemctl show -p ActiveState --value sluice)" = failed ] || fail "started again after the start limit"
 [ "$(ns systemctl show -p NRestarts --value sluice)" = "$restarts" ] || fail "restarted after the start limit"
 [ "$(ns tc -j qdisc show)" = "$qdiscs" ] || fail "the qdiscs changed"
-ns mv /etc/sluice/sluice.yaml.away /etc/sluice/sluice.yaml
+ns rm -r /etc/systemd/system/sluice.service.d
+ns systemctl daemon-reload
 ns systemctl reset-failed sluice
 
 say "start on an empty bpffs (a fresh boot)"
@@ -262,6 +280,20 @@ ns systemctl stop sluice
 ns systemctl is-active sluice || true
 ns test -e /sys/fs/bpf/sluice || fail "pins gone after stop"
 ns tc qdisc show dev sd0 | grep >/dev/null htb || fail "the htb tree went with the agent"
+
+say "the agent's record in /var/lib/sluice, written under the unit's sandbox: sluice unload with the configuration deleted removes everything"
+ns cat /var/lib/sluice/host.json
+ns grep '"pin_path": "/sys/fs/bpf/sluice"' /var/lib/sluice/host.json >/dev/null || fail "the record does not name the pins"
+ns grep '"name": "sd0"' /var/lib/sluice/host.json >/dev/null || fail "the record does not name sd0"
+ns mv /etc/sluice/sluice.yaml /etc/sluice/sluice.yaml.away
+ns sluice unload --config /etc/sluice/sluice.yaml || fail "unload without the configuration"
+ns mv /etc/sluice/sluice.yaml.away /etc/sluice/sluice.yaml
+left=$(ns tc qdisc show dev sd0 | grep -v -E 'noqueue|^$' || true)
+[ -z "$left" ] || fail "qdiscs left on sd0: $left"
+ns ip -o link | grep >/dev/null slifb && fail "IFB device left"
+ns test ! -e /sys/fs/bpf/sluice || fail "pins left in /sys/fs/bpf/sluice"
+ns test ! -e /var/lib/sluice/host.json || fail "the record stayed after everything it names was removed"
+echo "nothing left attached; the record is gone"
 
 say "systemd-analyze security sluice"
 ns systemd-analyze security sluice --no-pager | tail -1
