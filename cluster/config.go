@@ -74,7 +74,7 @@ type Config struct {
 	MaxDelivery time.Duration
 	// MaxDowntime is the longest an agent process may be down while its
 	// data path keeps enforcing the last share: the data path's stale_after
-	// (design.md §3.7, 10 s); past it the host fails open. No lease is
+	// (docs/design.md §3, step 5; 10 s); past it the host fails open. No lease is
 	// checked while the agent is down, so the reclaim waits this long more.
 	MaxDowntime time.Duration
 	// Fallback selects the share applied after the lease.

@@ -300,8 +300,8 @@ func TestObjectiveStatePanelsNameTheStateTheyShow(t *testing.T) {
 	if err := json.Unmarshal([]byte(readFile(t, dashboardFile)), &d); err != nil {
 		t.Fatal(err)
 	}
-	colour := map[string]string{"closed": "green", "half_open": "orange", "open": "red"}
-	states := []string{"closed", "open", "half_open"} // the agent's order (agent/metrics.go)
+	colour := map[string]string{"closed": "green", "half_open": "orange", "open": "red", "ineffective": "purple"}
+	states := []string{"closed", "open", "half_open", "ineffective"} // the agent's order (agent/metrics.go)
 	found := 0
 	for _, p := range d.Panels {
 		if len(p.Targets) != 1 || !strings.Contains(p.Targets[0].Expr, "sluice_latency_objective_state") {
@@ -387,8 +387,10 @@ func readFile(t *testing.T, path string) string {
 
 // What an operator reads the dashboard by: one shared tooltip, a table
 // legend (last, max, mean) and a multi-series tooltip on every time
-// series (a legend and that tooltip on every state timeline), thresholds on every stat (the refresh age against stale_after),
-// the table of entities held back now, and cluster and job selectors.
+// series (a legend and that tooltip on every state timeline), thresholds
+// on every stat whose every step shows (the refresh age against
+// stale_after), the table of entities held back now, and cluster and job
+// selectors.
 func TestDashboardReadability(t *testing.T) {
 	var d struct {
 		GraphTooltip int `json:"graphTooltip"`
@@ -407,7 +409,12 @@ func TestDashboardReadability(t *testing.T) {
 			} `json:"options"`
 			FieldConfig struct {
 				Defaults struct {
-					Thresholds *struct{ Steps []struct{ Value *float64 } } `json:"thresholds"`
+					Thresholds *struct {
+						Steps []struct {
+							Value *float64
+							Color string
+						}
+					} `json:"thresholds"`
 				} `json:"defaults"`
 			} `json:"fieldConfig"`
 			Targets []struct{ Expr string } `json:"targets"`
@@ -452,6 +459,23 @@ func TestDashboardReadability(t *testing.T) {
 		case "table":
 			for _, q := range p.Targets {
 				held = held || strings.Contains(q.Expr, "sluice_entity_throttled")
+			}
+		}
+		// Every threshold step can be reached and changes the colour: the
+		// base step first, then values strictly rising (a step at the
+		// value of the one before it never shows), each in a new colour.
+		if th := p.FieldConfig.Defaults.Thresholds; th != nil {
+			for i, step := range th.Steps {
+				switch {
+				case i == 0 && step.Value != nil:
+					t.Errorf("%s: thresholds start at %v, not at the base (null)", p.Title, *step.Value)
+				case i > 0 && step.Value == nil:
+					t.Errorf("%s: threshold step %d has no value", p.Title, i)
+				case i > 1 && *step.Value <= *th.Steps[i-1].Value:
+					t.Errorf("%s: threshold step %d at %v is dead: the step before it is at %v", p.Title, i, *step.Value, *th.Steps[i-1].Value)
+				case i > 0 && step.Color == th.Steps[i-1].Color:
+					t.Errorf("%s: threshold step %d keeps the colour %s", p.Title, i, step.Color)
+				}
 			}
 		}
 		if strings.Contains(p.Title, "Refresh age") && (len(p.Targets) != 1 || !strings.Contains(p.Targets[0].Expr, "sluice_stale_after_seconds")) {

@@ -365,7 +365,7 @@ const (
 	DefaultProduceMinLimit = 128 << 10
 )
 
-// Default returns the configuration with every default of DESIGN.md.
+// Default returns the configuration with every default (docs/design.md §4).
 func Default() Config {
 	loop := allocator.DefaultConfig(0) // K and the confirmation cycles are the control loop's
 	loop.Capacity, loop.SafetyRatio, loop.ActivityThreshold = Disabled, 0.9, 1024
