@@ -98,15 +98,7 @@ func TestUnloadWithABrokenConfigLeavesTheHostAsItWas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Unmount(fs, 0)
-	dump := func() string {
-		var out []byte
-		for _, args := range [][]string{{"tc", "-j", "qdisc", "show"}, {"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "ingress"},
-			{"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "egress"}, {"ip", "-o", "link", "show"}} {
-			o, _ := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name}, args...)...).CombinedOutput()
-			out = append(out, o...)
-		}
-		return string(out)
-	}
+	dump := func() string { return tcTrace(pair) }
 	before := dump()
 
 	// An agent that left everything attached (keep_attached_on_exit).

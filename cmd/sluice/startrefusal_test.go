@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/agent/daemon"
@@ -124,32 +122,11 @@ func TestRunRefusesWhatARestartCannotFix(t *testing.T) {
 	// dump is every trace an agent could leave: qdiscs, filters, TCX
 	// programs, devices, pins, the socket's directory.
 	dump := func() string {
-		var b strings.Builder
-		for _, args := range [][]string{{"tc", "-j", "qdisc", "show"}, {"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "ingress"},
-			{"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "egress"}, {"ip", "-o", "link", "show"}} {
-			out, _ := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name}, args...)...).CombinedOutput()
-			b.Write(out)
-		}
-		pair.Broker.Do(func() error {
-			for _, a := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
-				r, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: a})
-				if err == nil {
-					fmt.Fprintf(&b, "tcx %v: %d programs\n", a, len(r.Programs))
-				}
-			}
-			return nil
-		})
-		pins, _ := os.ReadDir(fs)
-		for _, p := range pins {
-			fmt.Fprintf(&b, "pin %s\n", p.Name())
-		}
+		trace := hostTrace(pair, idx, fs)
 		if _, err := os.Stat(filepath.Dir(socket)); err == nil {
-			b.WriteString("socket directory\n")
+			trace += "socket directory\n"
 		}
-		if _, err := os.Stat(filepath.Join(hoststate.Dir(), hoststate.FileName)); err == nil {
-			b.WriteString("host record\n")
-		}
-		return b.String()
+		return trace
 	}
 	command := func(ctx context.Context, prefix []string, args ...string) *exec.Cmd {
 		argv := append([]string{"netns", "exec", pair.Broker.Name}, prefix...)
@@ -192,7 +169,7 @@ func TestRunRefusesWhatARestartCannotFix(t *testing.T) {
 	if err := agent.Wait(); err != nil || !fileExists(ready) {
 		t.Fatalf("the agent with the file as it is: %v\n%s", err, agentLog.String())
 	}
-	if during == before || !strings.Contains(during, `"kind":"htb"`) || !strings.Contains(during, "pin sluice") || !strings.Contains(during, "host record") {
+	if during == before || !strings.Contains(during, `"kind":"htb"`) || !strings.Contains(during, "bpffs "+filepath.Join(fs, "sluice")+"\n") || !strings.Contains(during, "host record") {
 		t.Fatalf("the agent attached nothing to refuse:\n%s", during)
 	}
 	if checkErr != nil {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/internal/hoststate"
@@ -100,32 +99,8 @@ func TestUnloadWithoutTheConfiguration(t *testing.T) {
 	}
 	defer unix.Unmount(fs, 0)
 	dir := t.TempDir()
-	record := filepath.Join(hoststate.Dir(), hoststate.FileName)
 
-	dump := func() string {
-		var b strings.Builder
-		for _, args := range [][]string{{"tc", "-j", "qdisc", "show"}, {"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "ingress"},
-			{"tc", "-j", "filter", "show", "dev", pair.BrokerDev, "egress"}, {"ip", "-o", "link", "show"}} {
-			out, _ := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name}, args...)...).CombinedOutput()
-			b.Write(out)
-		}
-		pair.Broker.Do(func() error {
-			for _, a := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
-				if r, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: a}); err == nil {
-					fmt.Fprintf(&b, "tcx %v: %d programs\n", a, len(r.Programs))
-				}
-			}
-			return nil
-		})
-		filepath.WalkDir(fs, func(p string, _ os.DirEntry, _ error) error {
-			fmt.Fprintf(&b, "bpffs %s\n", p)
-			return nil
-		})
-		if _, err := os.Stat(record); err == nil {
-			b.WriteString("host record\n")
-		}
-		return b.String()
-	}
+	dump := func() string { return hostTrace(pair, idx, fs) }
 	command := func(args ...string) *exec.Cmd {
 		cmd := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name, self}, args...)...)
 		cmd.Env = append(os.Environ(), asMainEnv+"=1")
