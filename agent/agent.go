@@ -48,6 +48,9 @@ type Deps struct {
 	NewCluster func(cfg config.Config) (ClusterLink, error)
 	Clock      Clock
 	Log        *slog.Logger
+	// Version is the running build's ("<version> revision <revision>"),
+	// shown by status so that an upgrade not followed by a restart shows.
+	Version string
 	// FailReloadStep, in tests, is asked before each step of a reload
 	// (ReloadStepNames) and fails the step with the error it returns: the
 	// fault injection that proves every step is undone.

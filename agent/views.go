@@ -73,6 +73,7 @@ func (a *Agent) view() *status.Snapshot {
 		Mode:         a.runningMode(),
 		Shaper:       string(a.rates.Shaper().Kind()),
 		ShaperReason: a.shaper.reason,
+		AgentVersion: a.deps.Version,
 		Entities:     a.registry.Len(),
 		MaxEntities:  a.cfg.MaxEntities,
 		Overflowed:   a.registry.Overflowed,

@@ -378,7 +378,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		return choice, err
 	}
 	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), LogLevel: r.level, Log: r.log,
-		FailReloadStep: reloadFaultHook()})
+		FailReloadStep: reloadFaultHook(), Version: r.build.Version + " revision " + r.build.Revision})
 	if err != nil {
 		return err
 	}
@@ -421,7 +421,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		}
 	}
 	a.SetReloader(reloader)
-	go status.Serve(r.statusListener, versionedStatus{a: a, reload: reloader, version: r.build.Version + " revision " + r.build.Revision})
+	go a.ServeStatus(r.statusListener)
 	watching := make(chan struct{})
 	go func() { defer close(watching); r.watchConfig(ctx, a, asks) }()
 	stopWatching := func() { cancel(); <-watching }
