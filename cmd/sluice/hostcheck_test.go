@@ -91,13 +91,7 @@ func TestUnloadWithABrokenConfigLeavesTheHostAsItWas(t *testing.T) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		t.Fatal(err)
 	}
-	pair := netns.NewPair(t)
-	idx, _ := pair.Broker.Index(pair.BrokerDev)
-	fs := t.TempDir()
-	if err := maps.MountBPFFS(fs); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Unmount(fs, 0)
+	pair, idx, fs := brokerWithBPFFS(t)
 	dump := func() string { return tcTrace(pair) }
 	before := dump()
 

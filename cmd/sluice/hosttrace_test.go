@@ -6,13 +6,32 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluice-dev/sluice/internal/hoststate"
 	"github.com/sluice-dev/sluice/internal/netns"
+	"github.com/sluice-dev/sluice/maps"
 )
+
+// brokerWithBPFFS builds a namespace pair for a test and mounts a bpffs
+// of its own for the agent's pins (unmounted at cleanup, after whatever
+// the test registers later, such as stopping an agent that holds pins). It
+// returns the pair, the broker device's index and the bpffs.
+func brokerWithBPFFS(t *testing.T) (*netns.Pair, int, string) {
+	t.Helper()
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	fs := t.TempDir()
+	if err := maps.MountBPFFS(fs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(fs, 0) })
+	return pair, idx, fs
+}
 
 // tcTrace is what tc and ip show of the broker side of a pair: qdiscs,
 // both hooks' filters and the devices (an IFB left behind shows here).

@@ -78,13 +78,7 @@ func TestRunRefusesWhatARestartCannotFix(t *testing.T) {
 	if err := os.Symlink(self, bin); err != nil {
 		t.Fatal(err)
 	}
-	pair := netns.NewPair(t)
-	idx, _ := pair.Broker.Index(pair.BrokerDev)
-	fs := t.TempDir()
-	if err := maps.MountBPFFS(fs); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Unmount(fs, 0)
+	pair, idx, fs := brokerWithBPFFS(t)
 	ro := t.TempDir()
 	if err := unix.Mount("tmpfs", ro, "tmpfs", unix.MS_RDONLY, ""); err != nil {
 		t.Fatal(err)

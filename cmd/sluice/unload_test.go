@@ -91,13 +91,7 @@ func TestUnloadWithoutTheConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(hoststate.DirEnv, t.TempDir()) // the agent's and unload's, inherited
-	pair := netns.NewPair(t)
-	idx, _ := pair.Broker.Index(pair.BrokerDev)
-	fs := t.TempDir()
-	if err := maps.MountBPFFS(fs); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Unmount(fs, 0)
+	pair, idx, fs := brokerWithBPFFS(t)
 	dir := t.TempDir()
 
 	dump := func() string { return hostTrace(pair, idx, fs) }
