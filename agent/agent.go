@@ -162,8 +162,8 @@ type direction struct {
 	// heldBy[id]: the latency objective that trimmed the entity's limit
 	// this cycle (objectives.go).
 	heldBy map[uint32]string
-	// clusterSlots: the entities whose limit is a cluster share this cycle.
-	clusterSlots []uint32
+	// fromCluster[i]: inputs[i]'s limit is a cluster share this cycle.
+	fromCluster []bool
 	// Per entity id: the rate window (bytes per interval), the last counter
 	// reading, and the rate last written to the shaper (NaN: none yet).
 	window    []float64

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/apply"
@@ -110,7 +109,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldOf[:0]
 	now := a.deps.Clock.Now()
 	dc.others.entities, dc.others.rate = 0, 0
-	dc.clusterSlots = dc.clusterSlots[:0]
+	dc.fromCluster = dc.fromCluster[:0]
 	a.registry.Each(func(id entity.ID, key entity.Key) {
 		i := int(id)
 		cur := counters[i].Bytes
@@ -133,9 +132,6 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			return // held to H, outside the allocation
 		}
 		p, src, shared := a.limits.Resolve(id, key, dc.dir)
-		if shared {
-			dc.clusterSlots = append(dc.clusterSlots, uint32(id))
-		}
 		h := dc.held[uint32(id)]
 		dc.dropped[i] += h.Dropped
 		// BPF shapers count what they hold back in the entity's counters.
@@ -164,6 +160,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			Usage: usage, Throttled: h.Throttled,
 		})
 		dc.keys = append(dc.keys, key)
+		dc.fromCluster = append(dc.fromCluster, shared)
 		dc.params = append(dc.params, p)
 		dc.sources = append(dc.sources, src)
 		dc.heldOf = append(dc.heldOf, h)
@@ -196,7 +193,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		Rate: dc.alloc.Config().UnknownLimit(), Guaranteed: dc.alloc.Config().Headroom()})
 	for i, in := range dc.inputs {
 		dc.targets = append(dc.targets, apply.Target{Entity: in.Slot, Rate: dc.outputs[i].DynamicLimit,
-			Guaranteed: dc.outputs[i].EffectiveReservation, LowerExactly: slices.Contains(dc.clusterSlots, in.Slot)})
+			Guaranteed: dc.outputs[i].EffectiveReservation, LowerExactly: dc.fromCluster[i]})
 	}
 	written, err := a.rates.Apply(dir, dc.targets)
 	if err != nil {
