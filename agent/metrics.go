@@ -172,7 +172,8 @@ type collector struct {
 
 	failures prometheus.Counter
 
-	agentInfo *prometheus.Desc
+	agentInfo    *prometheus.Desc
+	modeMismatch *prometheus.Desc
 	// per direction
 	capacity, distributable, headroom, promised, green, overcommit, scale, entities, withoutSeries, exemptBytes *prometheus.Desc
 	// per entity
@@ -197,8 +198,9 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 	}
 	return &collector{
 		a: a, dp: dp, info: info,
-		failures:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "collector_errors_total", Help: "Scrapes in which the collector could not read something (it reports what it could)."}),
-		agentInfo: d("agent_info", "1, labelled with the build, the running mode and shaper, and how the programs are attached.", "version", "revision", "mode", "shaper", "attach"),
+		failures:     prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "collector_errors_total", Help: "Scrapes in which the collector could not read something (it reports what it could)."}),
+		modeMismatch: d("mode_mismatch", "1 while the data path does something other than the configuration in force asks (configured enforce, running shadow: an undo could not rebuild the shaper, nothing is held back); 0 otherwise. The next reload, even of the same file, builds the shaper again.", "configured", "running"),
+		agentInfo:    d("agent_info", "1, labelled with the build, the running mode and shaper, and how the programs are attached.", "version", "revision", "mode", "shaper", "attach"),
 
 		capacity:      d("capacity_bytes_per_second", "The direction's configured capacity.", dir...),
 		distributable: d("distributable_capacity_bytes_per_second", "C = capacity × safety_ratio: what reservations and weights share.", dir...),
@@ -269,7 +271,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.failures.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.agentInfo,
+	for _, d := range []*prometheus.Desc{c.agentInfo, c.modeMismatch,
 		c.capacity, c.distributable, c.headroom, c.promised, c.green, c.overcommit, c.scale, c.entities, c.withoutSeries, c.exemptBytes,
 		c.entityBytes, c.entityRate, c.reservation, c.limit, c.weight, c.effRes, c.dynLimit, c.active, c.throttled, c.delay, c.held, c.dropped,
 		c.registered, c.maxEntities, c.unconfigured, c.unconfiguredMax, c.overflowed, c.peerRefused,
@@ -292,6 +294,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.a.Snapshot()
 	if s != nil {
 		gauge(c.agentInfo, 1, c.info.Build.Version, c.info.Build.Revision, s.Mode, s.Shaper, c.info.Attach)
+		configured := string(c.a.Config().Mode)
+		gauge(c.modeMismatch, boolValue(configured != s.Mode), configured, s.Mode)
 		// BPF shapers count held-back bytes; htb reports delay and drops.
 		mode := shaping.Kind(s.Shaper).DataPathMode()
 		for _, d := range s.Directions {

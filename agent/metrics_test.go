@@ -84,6 +84,8 @@ var labelBounds = map[string]string{
 	"mode":        "`enforce`, `shadow`",
 	"shaper":      "`htb`, `htb+police` (produce_shaper: police), `edt`, `police`, `shadow`",
 	"attach":      "`tcx`, `clsact`",
+	"configured":  "`enforce`, `shadow`",
+	"running":     "`enforce`, `shadow`, `unknown`",
 	"branch":      "the build's branch (one value per process; empty)",
 	"goversion":   "the Go version it was built with (one value per process)",
 	"goos":        "the build's OS (one value per process)",

@@ -166,7 +166,7 @@ func (tx *reloadTx) prepare() error {
 			}
 		}
 	}
-	if specOf(old) != specOf(next) && a.deps.NewShaper == nil {
+	if a.specInForce() != specOf(next) && a.deps.NewShaper == nil {
 		return errors.New("mode, shaper, max_queue_delay: this agent's shaper is fixed; restart it to apply")
 	}
 	// A new metrics listener opens beside the old one and replaces it only
@@ -261,7 +261,7 @@ func (tx *reloadTx) steps() []reloadStep {
 	a, old, next := tx.a, tx.old, tx.next
 	dp := a.deps.DataPath
 	var steps []reloadStep
-	if specOf(old) != specOf(next) {
+	if a.specInForce() != specOf(next) {
 		steps = append(steps, tx.shaperStep())
 	}
 	// The allocators come before the entities: a new entity's standby limit
@@ -393,6 +393,11 @@ type exemptChange struct{ added, removed, prefixes []netip.Prefix }
 func (tx *reloadTx) shaperStep() reloadStep {
 	a, old, next := tx.a, tx.old, tx.next
 	var closedOld, builtNew bool
+	// A backend that was not the configuration's (an earlier undo could not
+	// rebuild it: nothing was held back) is put back as it was, not rebuilt
+	// from the old file: a refused reload leaves the running state exactly
+	// as it found it, and says so.
+	degraded, reasonBefore := a.specInForce() != specOf(old), a.shaper.reason
 	return reloadStep{name: stepShaper,
 		do: func() error {
 			off := tx.settingsBefore
@@ -428,6 +433,10 @@ func (tx *reloadTx) shaperStep() reloadStep {
 				}
 			}
 			if !closedOld {
+				return a.deps.DataPath.SetSettings(tx.settingsBefore)
+			}
+			if degraded {
+				a.useShaper(ShaperChoice{Shaper: shaping.Shadow{}, Reason: reasonBefore})
 				return a.deps.DataPath.SetSettings(tx.settingsBefore)
 			}
 			back, err := a.deps.NewShaper(old)

@@ -150,9 +150,12 @@ func (tr *txRig) state(t *testing.T) map[string]string {
 	put("data path: exempt", fmt.Sprint(tr.dp.exempt))
 	put("data path: peer entities", fmt.Sprint(tr.dp.peers))
 	put("data path: entity names", fmt.Sprint(tr.store.names))
-	sh := a.rates.Shaper().(*fakeShaper)
-	put("shaper", map[string]any{"kind": sh.Kind(), "rates": fmt.Sprint(sh.rates), "guaranteed": fmt.Sprint(sh.guaranteed),
-		"capacity": fmt.Sprint(sh.capacity), "closed": sh.closed, "ifb": []int{a.shaper.ifb, a.shaper.egressIFB}})
+	if sh, ok := a.rates.Shaper().(*fakeShaper); ok {
+		put("shaper", map[string]any{"kind": sh.Kind(), "rates": fmt.Sprint(sh.rates), "guaranteed": fmt.Sprint(sh.guaranteed),
+			"capacity": fmt.Sprint(sh.capacity), "closed": sh.closed, "ifb": []int{a.shaper.ifb, a.shaper.egressIFB}})
+	} else { // the fallback after an undo could not build one
+		put("shaper", map[string]any{"kind": a.rates.Shaper().Kind(), "reason": a.shaper.reason, "ifb": []int{a.shaper.ifb, a.shaper.egressIFB}})
+	}
 	var reg []string
 	a.registry.Each(func(id entity.ID, k entity.Key) {
 		reg = append(reg, fmt.Sprintf("%d %v pinned=%v", id, k, a.registry.Pinned(id)))
@@ -303,5 +306,76 @@ func TestReloadSaysWhenTheUndoFailed(t *testing.T) {
 	}
 	if s := tr.a.Snapshot(); s.Mode != "shadow" || s.Shaper != "shadow" {
 		t.Errorf("status mode %s shaper %s, want what the data path does: shadow", s.Mode, s.Shaper)
+	}
+}
+
+// A failed undo is remembered by what the data path does, not by the
+// configuration: after an undo could not rebuild the shaper (nothing held
+// back while the file says enforce), sluice_mode_mismatch is 1; a reload of
+// the same file that still cannot build it is refused and leaves the state
+// exactly as it was (the shadow fallback, not a half-built shaper); one
+// that can builds it again, and the mismatch clears. Before this, the same
+// file compared equal to the configuration in force, the reload reported
+// applied and the shaper stayed unbuilt, with no signal.
+func TestReloadAfterAFailedUndoRebuildsTheShaper(t *testing.T) {
+	tr := newTxRig(t)
+	tr.fail = stepSwap
+	tr.failShaper = errors.New("no IFB")
+	if err := tr.a.Reload(parseConfig(t, txNext), nil); err == nil || !errors.Is(err, errUndoFailed) {
+		t.Fatalf("verdict %v, want an undo that failed", err)
+	}
+	tr.fail = ""
+	mismatch := func() string {
+		t.Helper()
+		families, err := tr.metrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != "sluice_mode_mismatch" {
+				continue
+			}
+			var text bytes.Buffer
+			expfmt.MetricFamilyToText(&text, f)
+			for _, line := range strings.Split(text.String(), "\n") {
+				if strings.HasPrefix(line, "sluice_mode_mismatch{") {
+					return line
+				}
+			}
+		}
+		t.Fatal("no sluice_mode_mismatch in the scrape")
+		return ""
+	}
+	if got, want := mismatch(), `sluice_mode_mismatch{configured="enforce",running="shadow"} 1`; got != want {
+		t.Errorf("after the failed undo: %s, want %s", got, want)
+	}
+
+	// The same file, the shaper still unbuildable: refused, nothing moved.
+	same := parseConfig(t, txBefore)
+	before := tr.state(t)
+	err := tr.a.Reload(same, nil)
+	if err == nil || !strings.Contains(err.Error(), "no IFB") || !strings.Contains(err.Error(), "every change was undone") {
+		t.Fatalf("reload of the same file while the shaper cannot be built: %v", err)
+	}
+	after := tr.state(t)
+	for _, k := range slices.Sorted(maps.Keys(before)) {
+		if before[k] != after[k] {
+			t.Errorf("%s changed:\nbefore %s\nafter  %s", k, before[k], after[k])
+		}
+	}
+
+	// The same file once the shaper can be built: applied, enforcing again.
+	tr.failShaper = nil
+	if err := tr.a.Reload(same, nil); err != nil {
+		t.Fatalf("reload of the same file: %v", err)
+	}
+	if s := tr.a.Snapshot(); s.Mode != "enforce" || s.Shaper != "htb" {
+		t.Errorf("status mode %s shaper %s after the reload, want enforce htb", s.Mode, s.Shaper)
+	}
+	if tr.dp.settings.Shaper == sluicemaps.ShaperNone {
+		t.Error("the data path still holds nothing back")
+	}
+	if got, want := mismatch(), `sluice_mode_mismatch{configured="enforce",running="enforce"} 0`; got != want {
+		t.Errorf("after the rebuild: %s, want %s", got, want)
 	}
 }

@@ -34,6 +34,22 @@ func specOf(cfg config.Config) shaperSpec {
 	return shaperSpec{mode: cfg.Mode, shaper: cfg.Shaper, produceShaper: cfg.ProduceShaper, delay: cfg.MaxQueueDelay}
 }
 
+// specInForce is what the running backend does, judged by the data path's
+// settings rather than by the configuration that asked for it. The two
+// differ after an undo could not rebuild the shaper (nothing holds traffic
+// back while the file says enforce): the spec in force then names the data
+// path's mode, which no configuration's spec equals, so the next reload,
+// even of the same file, runs the shaper step and builds the backend again
+// instead of finding nothing changed.
+func (a *Agent) specInForce() shaperSpec {
+	spec := specOf(a.cfg)
+	if running := a.runningMode(); running != string(spec.mode) {
+		spec.mode = config.Mode("data path: " + running)
+	}
+	return spec
+}
+
+
 // shaperInUse is what the agent keeps of the backend's choice besides the
 // backend itself (which the apply stage holds).
 type shaperInUse struct {
