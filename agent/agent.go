@@ -114,6 +114,10 @@ type Agent struct {
 	// exemption or listener changed) that the data path refused so far;
 	// each cycle tries again.
 	pendingForget []maps.ConnKey
+	// unsaved: entities whose names the data path refused to persist,
+	// written again every cycle: a name not persisted is an identity the
+	// next start cannot restore.
+	unsaved map[entity.ID]struct{}
 	// pendingExempt: an applied exempt_peers change whose connections could
 	// not be listed yet (nil: none); each cycle tries again.
 	pendingExempt *exemptChange
@@ -398,6 +402,7 @@ func (a *Agent) unregister(ids []entity.ID) error {
 		if err := a.rates.Remove(uint32(id), true); err != nil {
 			errs = append(errs, err)
 		}
+		delete(a.unsaved, id)
 		if a.store != nil {
 			if err := a.store.DeleteEntity(uint32(id)); err != nil {
 				errs = append(errs, fmt.Errorf("forget entity %d: %w", id, err))
@@ -414,8 +419,30 @@ func (a *Agent) registered(id uint32, key entity.Key) {
 	a.applyStandby(id, key)
 	if a.store != nil {
 		if _, err := a.store.SaveEntity(id, uint8(key.Kind), key.Name); err != nil {
-			a.log.Warn("persist entity", "entity", key.String(), "err", err)
+			a.log.Warn("persist entity; written again next cycle", "entity", key.String(), "err", err)
+			if a.unsaved == nil {
+				a.unsaved = map[entity.ID]struct{}{}
+			}
+			a.unsaved[entity.ID(id)] = struct{}{}
 		}
+	}
+}
+
+// persistUnsaved writes again the names the data path refused; an entity
+// gone from the registry since (reclaimed, or added by a refused reload)
+// is dropped instead.
+func (a *Agent) persistUnsaved() {
+	for id := range a.unsaved {
+		key, ok := a.registry.Key(id)
+		if !ok {
+			delete(a.unsaved, id)
+			continue
+		}
+		if _, err := a.store.SaveEntity(uint32(id), uint8(key.Kind), key.Name); err != nil {
+			a.log.Warn("persist entity; written again next cycle", "entity", key.String(), "err", err)
+			continue
+		}
+		delete(a.unsaved, id)
 	}
 }
 

@@ -42,6 +42,7 @@ type rig struct {
 	sh         *fakeShaper   // the shaper in use
 	built      []*fakeShaper // every shaper the factory built
 	failShaper error         // when set, the factory fails to build enforcing shapers
+	faults     *writeFaults  // given to every shaper the factory builds, and the factory's own call
 	clock      *fakeClock
 	logs       *bytes.Buffer
 }
@@ -71,7 +72,11 @@ func newRigWith(t *testing.T, yaml string, edit func(*Deps)) *rig {
 		if r.failShaper != nil && c.Mode == config.ModeEnforce {
 			return ShaperChoice{}, r.failShaper
 		}
+		if r.faults.hit("NewShaper") {
+			return ShaperChoice{}, errPartway
+		}
 		r.sh = newFakeShaper()
+		r.sh.faults = r.faults
 		if c.Mode == config.ModeShadow {
 			r.sh.kind = "shadow"
 		}

@@ -30,7 +30,7 @@ func (a *Agent) Cycle() error {
 func (a *Agent) runCycle() error {
 	start := a.deps.Clock.Now()
 	a.cycle++
-	a.forgetPending()
+	a.retryPending()
 	a.pullKafkaQuotas()
 	a.checkReplication()
 	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {

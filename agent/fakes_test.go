@@ -23,6 +23,29 @@ type fakeDataPath struct {
 	resets     []uint32
 	// failSettings, when set, fails SetSettings.
 	failSettings error
+	faults       *writeFaults // nil: every write succeeds
+}
+
+// writeFaults fails one write the agent makes to the data path, a shaper
+// or one of its factories: the failAt-th (counting from 1; 0 fails none).
+// A write made of parts (a table, a batch) fails after applying half of
+// them, as a kernel map or netlink batch refused part-way leaves them, so
+// an undo must put back what a failed write half did.
+type writeFaults struct {
+	n, failAt int
+	calls     []string
+}
+
+var errPartway = errors.New("injected failure part-way through a write")
+
+// hit counts a write and says whether it must fail.
+func (w *writeFaults) hit(name string) bool {
+	if w == nil {
+		return false
+	}
+	w.n++
+	w.calls = append(w.calls, name)
+	return w.n == w.failAt
 }
 
 func newFakeDataPath() *fakeDataPath {
@@ -49,6 +72,12 @@ func (f *fakeDataPath) ReadCounters(dst *[2][]maps.Counters) error {
 func (f *fakeDataPath) BindConns(b []maps.Binding) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.faults.hit("BindConns") {
+		for _, x := range b[:len(b)/2] {
+			f.bindings[x.Conn] = x
+		}
+		return errPartway
+	}
 	for _, x := range b {
 		f.bindings[x.Conn] = x
 	}
@@ -65,6 +94,12 @@ func (f *fakeDataPath) EachBinding(fn func(maps.Binding)) error {
 func (f *fakeDataPath) ForgetConns(conns []maps.ConnKey) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.faults.hit("ForgetConns") {
+		for _, c := range conns[:len(conns)/2] {
+			delete(f.bindings, c)
+		}
+		return errPartway
+	}
 	for _, c := range conns {
 		delete(f.bindings, c)
 	}
@@ -88,13 +123,31 @@ func (f *fakeDataPath) SetSettings(s maps.Settings) error {
 	if f.failSettings != nil {
 		return f.failSettings
 	}
+	if f.faults.hit("SetSettings") {
+		return errPartway
+	}
 	f.settings = s
 	return nil
 }
 func (f *fakeDataPath) ReadSettings() (maps.Settings, error) { return f.settings, nil }
-func (f *fakeDataPath) SetListeners(p []uint16) error        { f.listeners = p; return nil }
-func (f *fakeDataPath) SetExempt(p []netip.Prefix) error     { f.exempt = p; return nil }
+func (f *fakeDataPath) SetListeners(p []uint16) error {
+	if f.faults.hit("SetListeners") { // the new ports added, the old not yet removed
+		f.listeners = append(slices.Clone(f.listeners), p...)
+		return errPartway
+	}
+	f.listeners = p
+	return nil
+}
+func (f *fakeDataPath) SetExempt(p []netip.Prefix) error { f.exempt = p; return nil }
 func (f *fakeDataPath) SetExemptTable(p []netip.Prefix) (added, removed []netip.Prefix, err error) {
+	if f.faults.hit("SetExemptTable") { // the new ranges added, the old not yet removed
+		for _, x := range p {
+			if !slices.Contains(f.exempt, x) {
+				f.exempt = append(slices.Clone(f.exempt), x)
+			}
+		}
+		return nil, nil, errPartway
+	}
 	for _, x := range p {
 		if !slices.Contains(f.exempt, x) {
 			added = append(added, x)
@@ -110,11 +163,16 @@ func (f *fakeDataPath) SetExemptTable(p []netip.Prefix) (added, removed []netip.
 }
 func (f *fakeDataPath) Stats() (maps.Stats, error) { return maps.Stats{}, nil }
 func (f *fakeDataPath) SetPeerEntities(e []maps.PeerEntity) error {
+	if f.faults.hit("SetPeerEntities") {
+		f.peers = e[:len(e)/2]
+		return errPartway
+	}
 	f.peers = e
 	return nil
 }
 
 type fakeShaper struct {
+	faults     *writeFaults
 	kind       shaping.Kind // "" reads as htb
 	closed     bool
 	failWrite  bool
@@ -137,9 +195,13 @@ func (s *fakeShaper) Kind() shaping.Kind {
 	}
 	return s.kind
 }
-func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaping.Rate) error {
+func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaping.Rate) (err error) {
 	if s.failWrite {
 		return errors.New("netlink: no buffer space available")
+	}
+	if s.faults.hit("SetRates") {
+		rates = rates[:len(rates)/2]
+		defer func() { err = errPartway }()
 	}
 	for _, r := range rates {
 		s.rates[dir][r.Entity] = r.BytesPerSecond
@@ -149,12 +211,18 @@ func (s *fakeShaper) SetRates(dir maps.Direction, rates []shaping.Rate) error {
 	return nil
 }
 func (s *fakeShaper) SetCapacity(dir maps.Direction, bps float64) error {
+	if s.faults.hit("SetCapacity") {
+		return errPartway
+	}
 	s.capacity[dir] = bps
 	return nil
 }
 func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {
 	if s.failRemove {
 		return errors.New("netlink: device or resource busy")
+	}
+	if s.faults.hit("Remove") {
+		return errPartway
 	}
 	delete(s.rates[dir], e)
 	delete(s.guaranteed[dir], e)
@@ -168,7 +236,13 @@ func (s *fakeShaper) Held(dir maps.Direction) ([]shaping.Held, error) {
 	}
 	return out, nil
 }
-func (s *fakeShaper) Close() error { s.closed = true; return nil }
+func (s *fakeShaper) Close() error {
+	s.closed = true
+	if s.faults.hit("Close") { // closed all the same: a tree half torn down is gone
+		return errPartway
+	}
+	return nil
+}
 
 type fakeClock struct{ t time.Time }
 
@@ -193,6 +267,9 @@ func newStoringDataPath() *storingDataPath {
 }
 
 func (s *storingDataPath) SaveEntity(id uint32, kind uint8, name string) (bool, error) {
+	if s.faults.hit("SaveEntity") {
+		return false, errPartway
+	}
 	if len(name) > maps.EntityNameMax {
 		return false, nil
 	}
@@ -200,7 +277,13 @@ func (s *storingDataPath) SaveEntity(id uint32, kind uint8, name string) (bool, 
 	return true, nil
 }
 
-func (s *storingDataPath) DeleteEntity(id uint32) error { delete(s.names, id); return nil }
+func (s *storingDataPath) DeleteEntity(id uint32) error {
+	if s.faults.hit("DeleteEntity") {
+		return errPartway
+	}
+	delete(s.names, id)
+	return nil
+}
 
 func (s *storingDataPath) EachEntity(fn func(id uint32, kind uint8, name string)) error {
 	for id, e := range s.names {

@@ -544,6 +544,13 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 	return keys
 }
 
+// retryPending writes again, each cycle, what earlier writes left undone
+// and the agent tolerated: connections to forget, entity names to persist.
+func (a *Agent) retryPending() {
+	a.forgetPending()
+	a.persistUnsaved()
+}
+
 // forgetPending forgets the connections an applied reload left to forget;
 // what fails stays pending for the next cycle.
 func (a *Agent) forgetPending() {

@@ -87,6 +87,9 @@ func newTxRig(t *testing.T) *txRig {
 		d.DataPath = tr.store
 		d.LogLevel = tr.level
 		d.NewMetadata = func(c config.Config) (Metadata, error) {
+			if tr.rig != nil && tr.faults.hit("NewMetadata") { // nil while New runs
+				return Metadata{}, errPartway
+			}
 			addr := strings.Join(c.Bootstrap, ",")
 			tr.metadata[addr] = true
 			return Metadata{Stop: func() { delete(tr.metadata, addr) }}, nil
@@ -101,6 +104,9 @@ func newTxRig(t *testing.T) *txRig {
 	})
 	tr.dp = tr.store.fakeDataPath
 	if err := tr.a.ServeMetrics(func(addr, _ string) (func(), error) {
+		if tr.rig != nil && tr.faults.hit("open metrics") {
+			return nil, errPartway
+		}
 		tr.listeners[addr] = true
 		return func() { delete(tr.listeners, addr) }, nil
 	}); err != nil {
@@ -377,5 +383,66 @@ func TestReloadAfterAFailedUndoRebuildsTheShaper(t *testing.T) {
 	}
 	if got, want := mismatch(), `sluice_mode_mismatch{configured="enforce",running="enforce"} 0`; got != want {
 		t.Errorf("after the rebuild: %s, want %s", got, want)
+	}
+}
+
+// injectWrites makes w count (and fail) every write from now on: to the
+// data path, the shaper in use, the shapers the factory builds, and the
+// metadata and metrics factories.
+func (tr *txRig) injectWrites(w *writeFaults) {
+	tr.rig.faults = w
+	tr.store.faults = w
+	if sh, ok := tr.a.rates.Shaper().(*fakeShaper); ok {
+		sh.faults = w
+	}
+}
+
+// A reload refused part-way through any one write it makes (the k-th of
+// the whole reload's writes, for every k, each failing after half its
+// parts) ends either refused with everything as before, or applied: a
+// write whose failure the agent tolerates (retried next cycle) leaves,
+// after that cycle, what the reload applied whole leaves. Faults between
+// steps (TestReloadIsATransaction) cannot show an undo that misses what a
+// step did before it failed; these can.
+func TestReloadFailingPartwayThroughAnyWrite(t *testing.T) {
+	variants := map[string]string{"shaper switched": txNext, "same shaper": strings.Replace(txNext, "mode: shadow\n", "", 1)}
+	for _, variant := range slices.Sorted(maps.Keys(variants)) {
+		t.Run(variant, func(t *testing.T) {
+			next := parseConfig(t, variants[variant])
+			whole := newTxRig(t)
+			count := &writeFaults{}
+			whole.injectWrites(count)
+			if err := whole.a.Reload(next, nil); err != nil {
+				t.Fatalf("the whole reload: %v", err)
+			}
+			whole.injectWrites(nil)
+			whole.cycle()
+			applied := whole.state(t)
+			if count.n < 5 {
+				t.Fatalf("the whole reload made %d writes (%q): the fakes do not see them", count.n, count.calls)
+			}
+			for k := 1; k <= count.n; k++ {
+				t.Run(fmt.Sprintf("%02d-%s", k, count.calls[k-1]), func(t *testing.T) {
+					tr := newTxRig(t)
+					before := tr.state(t)
+					tr.injectWrites(&writeFaults{failAt: k})
+					err := tr.a.Reload(next, nil)
+					tr.injectWrites(nil)
+					want := before
+					if err == nil {
+						tr.cycle() // what was tolerated is written again
+						want = applied
+					} else if !strings.Contains(err.Error(), "every change was undone") && !strings.Contains(err.Error(), "nothing changed") {
+						t.Fatalf("the verdict does not say the state is as before: %v", err)
+					}
+					after := tr.state(t)
+					for _, key := range slices.Sorted(maps.Keys(want)) {
+						if want[key] != after[key] {
+							t.Errorf("refused=%v: %s differs:\nwant %s\ngot  %s", err != nil, key, want[key], after[key])
+						}
+					}
+				})
+			}
+		})
 	}
 }
