@@ -4,30 +4,60 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/status"
 )
 
-// newReloadCmd: `sluice reload [--socket PATH]`, systemd's ExecReload. It
-// asks the running agent to reload its file and waits for the verdict, so
-// `systemctl reload sluice` fails, with the reason, when the file is
-// refused (the running configuration stays).
+// newReloadCmd: `sluice reload [--config FILE] [--socket PATH]`, systemd's
+// ExecReload. It asks the running agent to reload its file and waits for
+// the verdict, so `systemctl reload sluice` fails, with the reason, when
+// the file is refused (the running configuration stays). The unit passes
+// --config: an agent started with a socket: of its own listens there, not
+// at the default path, and ExecReload cannot know it otherwise.
 func newReloadCmd() *cobra.Command {
 	c := &cobra.Command{
-		Use:         "reload [--socket PATH] [-o text|json]",
+		Use:         "reload [--config FILE] [--socket PATH] [-o text|json]",
 		Short:       "make the running agent reload its configuration file and report the verdict (systemctl reload)",
 		Args:        noArgs,
 		Annotations: annotations(nil, "sluice check-config --config /etc/sluice/sluice.yaml && sluice reload"),
 	}
 	socket := addSocketFlag(c)
+	path := c.Flags().String("config", "", "the agent's configuration `file`: without --socket, its socket: key names the socket to ask")
+	c.MarkFlagFilename("config", "yaml", "yml")
 	output := addOutputFlag(c)
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		return runReload(*socket, output.json(), c.OutOrStdout())
+		s := *socket
+		if *path != "" && !c.Flags().Changed("socket") {
+			var err error
+			if s, err = socketOfFile(*path, s); err != nil {
+				return err
+			}
+		}
+		return runReload(s, output.json(), c.OutOrStdout())
 	}
 	return c
+}
+
+// socketOfFile is the status socket the configuration file names. A file
+// that does not load is the agent's to refuse, with its reasons: it is
+// asked at the default socket, and when none answers there the error says
+// both why the file did not load and where no agent was found.
+func socketOfFile(path, fallback string) (string, error) {
+	cfg, err := configfile.Load(path)
+	if err == nil {
+		return cfg.Socket, nil
+	}
+	c, derr := net.Dial("unix", fallback)
+	if derr != nil {
+		return "", fmt.Errorf("reload: %s does not load, so its socket: is unknown (%v); no agent answers at the default %s either: %w", path, err, fallback, derr)
+	}
+	c.Close()
+	return fallback, nil
 }
 
 // runReload: exit status 0 applied, 2 refused (the file is invalid input),

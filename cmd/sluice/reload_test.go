@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,5 +65,42 @@ func TestReloadCommandReportsTheVerdict(t *testing.T) {
 	err = run(context.Background(), []string{"reload", "--socket", filepath.Join(t.TempDir(), "none.sock")}, &stdout, &stderr)
 	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "is the agent running") {
 		t.Errorf("no agent: %v, want a failure (exit 1)", err)
+	}
+}
+
+// ExecReload passes --config: an agent started with a socket: of its own
+// is asked there (before, `sluice reload` asked only the default path and
+// `systemctl reload` failed with "is the agent running" while it ran). A
+// file that does not load is still the agent's to refuse: it is asked at
+// the default socket; with none there, the error names both.
+func TestReloadFindsTheSocketInTheFile(t *testing.T) {
+	const minimalConfig = "interfaces: [eth0]\nlisteners: [9092]\nproduce: {capacity: 100MB}\nfetch: {capacity: 100MB}\n"
+	sock := fakeAgent(t, `{"at":"2026-12-04T01:00:00Z","why":"sluice reload","applied":true}`)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(file, []byte(minimalConfig+"socket: "+sock+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"reload", "--config", file}, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "configuration reloaded") {
+		t.Errorf("socket from the file: %v, stdout %q", err, stdout.String())
+	}
+	// --socket wins over the file.
+	none := filepath.Join(dir, "none.sock")
+	if err := run(context.Background(), []string{"reload", "--config", file, "--socket", none}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), none) {
+		t.Errorf("--socket given: %v, want the given socket asked", err)
+	}
+	broken := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(broken, []byte("interfaces: [eth0]\nlisteners: [9092]\nsocket: "+sock+"\nproduce: {capacity: lots}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// (The default socket is this test's own: an agent running on the
+	// host must not answer it.)
+	_, err := socketOfFile(broken, none)
+	if err == nil || !strings.Contains(err.Error(), "does not load") || !strings.Contains(err.Error(), "no agent answers at the default") {
+		t.Errorf("broken file, no agent at the default socket: %v", err)
+	}
+	if got, err := socketOfFile(broken, sock); err != nil || got != sock {
+		t.Errorf("broken file, an agent at the default socket: %q %v, want it asked (it refuses the file with its reasons)", got, err)
 	}
 }

@@ -10,7 +10,8 @@
 # verifier rejects, a configuration file that is not there: each exits 78
 # with one line, check-config predicting the first two), a start that exits
 # 1 every time ends failed at the start limit; systemctl reload
-# applies an edit, and fails with the reason on a refused file; systemctl restart re-adopts what the agent left
+# applies an edit, fails with the reason on a refused file and reaches an
+# agent at a socket: of its own; systemctl restart re-adopts what the agent left
 # (keep_attached_on_exit, the default); kill -9 is restarted by
 # Restart=on-failure and re-adopts; a hung agent is restarted by the
 # watchdog; `sluice unload` refuses while the agent runs; the agent's record
@@ -237,6 +238,14 @@ ns sluice status --socket /run/sluice/sluice.sock | grep >/dev/null 'produce.*50
 ns mv /etc/sluice/sluice.yaml.good /etc/sluice/sluice.yaml
 ns systemctl reload sluice || fail "reload of the restored file"
 ns sluice status --socket /run/sluice/sluice.sock | grep 'last reload.*applied' || fail "sluice status does not show the applied reload"
+
+say "systemctl reload honours a socket: of the file's own (ExecReload passes --config)"
+ns sh -c 'echo "socket: /run/sluice/other.sock" >> /etc/sluice/sluice.yaml'
+ns systemctl restart sluice
+ns test -S /run/sluice/other.sock || fail "the agent is not at its configured socket"
+ns systemctl reload sluice || { ns journalctl -u sluice --no-pager -o cat | tail -5; fail "systemctl reload with socket: /run/sluice/other.sock"; }
+ns sluice status --socket /run/sluice/other.sock | grep 'last reload.*applied' || fail "the reload did not reach the agent at its socket"
+ns sed -i '/^socket: \/run\/sluice\/other.sock$/d' /etc/sluice/sluice.yaml
 
 say "systemctl restart: the new agent re-adopts the programs and pins the old one left"
 since=$(ns date +%s)
