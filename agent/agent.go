@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/apply"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/kafkaquotas"
 	"github.com/sluice-dev/sluice/agent/learner"
 	"github.com/sluice-dev/sluice/agent/limits"
 	"github.com/sluice-dev/sluice/agent/shaping"
@@ -126,7 +127,7 @@ type Agent struct {
 	// stopTopics ends the metadata client NewMetadata built.
 	stopTopics func()
 	// kafka: the cluster's client quotas and where they come from.
-	kafka kafkaQuotaState
+	kafka *kafkaquotas.Import
 	// openMetrics (ServeMetrics) opens a metrics listener; stopMetrics
 	// closes the one in use.
 	openMetrics MetricsOpener
@@ -268,7 +269,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		choice.Shaper = shaping.Shadow{}
 	}
 	stopTopics := func() {}
-	var quotas QuotaSource
+	var quotas kafkaquotas.Source
 	var brokers BrokerSource
 	if deps.NewMetadata != nil {
 		md, merr := deps.NewMetadata(cfg)
@@ -284,7 +285,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	}
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
-		kafka:           kafkaQuotaState{source: quotas},
+		kafka:           kafkaquotas.New(quotas),
 		deps:            deps,
 		log:             deps.Log,
 		cfg:             cfg,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/kafkaquotas"
 	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/allocator"
@@ -120,7 +121,7 @@ type reloadTx struct {
 	// prepared
 	stopNewMetrics func()    // the new metrics listener (nil: address unchanged)
 	metadata       *Metadata // the new metadata client (nil: unchanged)
-	policy         compiledPolicy
+	policy         kafkaquotas.Compiled
 
 	// what commit changed, for the undo
 	settingsBefore maps.Settings
@@ -185,7 +186,7 @@ func (tx *reloadTx) prepare() error {
 	if err := tx.fault(stepMetadata); err != nil {
 		return err
 	}
-	quotas := a.kafka.quotas
+	quotas := a.kafka.Quotas()
 	if a.deps.NewMetadata != nil && anyChanged(metadataChanges(old, next)) {
 		md, err := a.deps.NewMetadata(next)
 		if err != nil {
@@ -199,7 +200,7 @@ func (tx *reloadTx) prepare() error {
 	if err := tx.fault(stepPolicy); err != nil {
 		return err
 	}
-	tx.policy = policyFor(next, quotas)
+	tx.policy = kafkaquotas.Compile(next, quotas)
 	return nil
 }
 
@@ -294,15 +295,12 @@ func (tx *reloadTx) steps() []reloadStep {
 		}})
 	var registryBefore *entity.Registry
 	var policyBefore *entity.Policy
-	var kafkaBefore struct {
-		inUse   entity.KafkaQuotas
-		trimmed int
-	}
+	var kafkaBefore kafkaquotas.Held
 	var added []entity.ID
 	steps = append(steps, reloadStep{name: stepEntities,
 		do: func() error {
 			registryBefore, policyBefore = a.registry.Clone(), a.limits.Policy()
-			kafkaBefore.inUse, kafkaBefore.trimmed = a.kafka.inUse, a.kafka.trimmed
+			kafkaBefore = a.kafka.Held()
 			added = a.installPolicy(tx.policy)
 			return nil
 		},
@@ -312,7 +310,7 @@ func (tx *reloadTx) steps() []reloadStep {
 			}
 			err := a.unregister(added)
 			a.registry.RestoreFrom(registryBefore)
-			a.kafka.inUse, a.kafka.trimmed = kafkaBefore.inUse, kafkaBefore.trimmed
+			a.kafka.Restore(kafkaBefore)
 			a.limits.SetPolicy(policyBefore) // parameters cached under the refused policy are stale
 			a.learner.SetPolicy(policyBefore)
 			a.seriesStale = true
@@ -348,7 +346,7 @@ func (tx *reloadTx) steps() []reloadStep {
 	policyOld := a.limits.Policy()
 	steps = append(steps, reloadStep{name: stepPeerEntities,
 		do: func() (err error) {
-			tx.forget, err = a.applyPeers(next, tx.policy.policy)
+			tx.forget, err = a.applyPeers(next, tx.policy.Policy)
 			return err
 		},
 		undo: func() error {
@@ -469,7 +467,7 @@ func (tx *reloadTx) swap() {
 		a.learner.SetTopics(md.Topics)
 		a.brokers = md.Brokers
 		a.stopTopics = md.stop()
-		a.kafka.replaceSource(md.Quotas)
+		a.kafka.ReplaceSource(md.Quotas)
 		tx.metadata = nil
 		a.log.Info("metadata client rebuilt", "bootstrap", next.Bootstrap, "metadata_refresh", next.MetadataRefresh, "kafka_quotas", next.KafkaQuotas)
 	}

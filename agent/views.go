@@ -94,7 +94,7 @@ func (a *Agent) view() *status.Snapshot {
 		Connections: status.ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,
 			Rebinds: copyCounts(a.conns.Rebinds), IdentityErrors: a.conns.IdentityErrors},
 		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
-		KafkaQuotas:          a.kafka.view(),
+		KafkaQuotas:          a.kafka.View(),
 		Cluster:              a.cluster.view(),
 		Objectives:           a.objectiveViews(),
 		ObjectiveTransitions: a.objectiveTransitions,
@@ -172,7 +172,7 @@ func (a *Agent) Snapshot() *status.Snapshot {
 func (a *Agent) KafkaQuotas() status.KafkaQuotasView {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if v := a.kafka.view(); v != nil {
+	if v := a.kafka.View(); v != nil {
 		return *v
 	}
 	return status.KafkaQuotasView{}
