@@ -35,6 +35,10 @@ type Deps struct {
 	// max_queue_delay; the agent then owns it (CloseShaper). Without it the
 	// shaper is fixed and such reloads are refused.
 	NewShaper ShaperFactory
+	// Metrics, when set, is the process's metrics listener, which a reload
+	// moves when metrics_address or metrics.web_config_file change (the
+	// daemon opens and closes it). Without it those keys need a restart.
+	Metrics *MetricsListener
 	// LogLevel, when set, follows log_level on reload.
 	LogLevel *slog.LevelVar
 	// NewMetadata, when set, builds the metadata client (topic IDs, and the
@@ -128,10 +132,6 @@ type Agent struct {
 	stopTopics func()
 	// kafka: the cluster's client quotas and where they come from.
 	kafka *kafkaquotas.Import
-	// openMetrics (ServeMetrics) opens a metrics listener; stopMetrics
-	// closes the one in use.
-	openMetrics MetricsOpener
-	stopMetrics func()
 	// intervalChanged carries a reloaded refresh_interval to Run's ticker.
 	intervalChanged chan time.Duration
 	// lastRead is when counters were last read; elapsed[k] is the time

@@ -760,16 +760,16 @@ func TestAgentOwnsItsShaperAndMetadataClient(t *testing.T) {
 // the old closes; one that cannot open refuses the reload naming the key
 // and keeps the old; one opened for a reload refused later is closed again.
 func TestAgentReloadMovesTheMetricsListener(t *testing.T) {
-	r := newRig(t, "")
 	open := map[string]bool{}
-	opener := func(addr, _ string) (func(), error) {
+	listener := NewMetricsListener(func(addr, _ string) (func(), error) {
 		if addr == "busy:1" {
 			return nil, errors.New("address already in use")
 		}
 		open[addr] = true
 		return func() { delete(open, addr) }, nil
-	}
-	if err := r.a.ServeMetrics(opener); err != nil {
+	})
+	r := newRigWith(t, baseConfig, func(d *Deps) { d.Metrics = listener })
+	if err := listener.Open(r.a.Config()); err != nil {
 		t.Fatal(err)
 	}
 	first := r.a.Config()
@@ -795,9 +795,9 @@ func TestAgentReloadMovesTheMetricsListener(t *testing.T) {
 	if r.a.ReloadFailures() != 2 {
 		t.Errorf("reload failures %d, want 2", r.a.ReloadFailures())
 	}
-	r.a.StopMetrics()
+	listener.Close()
 	if len(open) != 0 {
-		t.Errorf("StopMetrics left %v open", open)
+		t.Errorf("Close left %v open", open)
 	}
 }
 

@@ -119,7 +119,7 @@ type reloadTx struct {
 	old, next config.Config
 
 	// prepared
-	stopNewMetrics func()    // the new metrics listener (nil: address unchanged)
+	metricsMove    *metricsMove // the new metrics listener (nil: unchanged)
 	metadata       *Metadata // the new metadata client (nil: unchanged)
 	policy         kafkaquotas.Compiled
 
@@ -157,7 +157,7 @@ func (tx *reloadTx) prepare() error {
 	if err := tx.fault(stepValidate); err != nil {
 		return err
 	}
-	if keys := restartOnly(old, next, a.deps.NewMetadata != nil, a.openMetrics != nil); len(keys) > 0 {
+	if keys := restartOnly(old, next, a.deps.NewMetadata != nil, a.deps.Metrics != nil); len(keys) > 0 {
 		return fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", "))
 	}
 	for _, dc := range a.dirs {
@@ -176,12 +176,12 @@ func (tx *reloadTx) prepare() error {
 	if err := tx.fault(stepMetrics); err != nil {
 		return err
 	}
-	if a.openMetrics != nil && (next.MetricsAddress != old.MetricsAddress || next.Metrics.WebConfigFile != old.Metrics.WebConfigFile) {
-		stop, err := a.openMetrics(next.MetricsAddress, next.Metrics.WebConfigFile)
+	if a.deps.Metrics != nil {
+		move, err := a.deps.Metrics.prepareMove(old, next)
 		if err != nil {
-			return fmt.Errorf("metrics_address, metrics.web_config_file: %w", err)
+			return err
 		}
-		tx.stopNewMetrics = stop
+		tx.metricsMove = move
 	}
 	if err := tx.fault(stepMetadata); err != nil {
 		return err
@@ -206,9 +206,9 @@ func (tx *reloadTx) prepare() error {
 
 // discard ends what prepare built for a reload that is refused.
 func (tx *reloadTx) discard() {
-	if tx.stopNewMetrics != nil {
-		tx.stopNewMetrics()
-		tx.stopNewMetrics = nil
+	if tx.metricsMove != nil {
+		tx.metricsMove.abort()
+		tx.metricsMove = nil
 	}
 	if tx.metadata != nil {
 		tx.metadata.stop()()
@@ -481,9 +481,9 @@ func (tx *reloadTx) swap() {
 	if a.deps.LogLevel != nil {
 		a.deps.LogLevel.Set(next.LogLevel)
 	}
-	if tx.stopNewMetrics != nil {
-		a.stopMetrics()
-		a.stopMetrics, tx.stopNewMetrics = tx.stopNewMetrics, nil
+	if tx.metricsMove != nil {
+		tx.metricsMove.commit()
+		tx.metricsMove = nil
 		a.log.Info("metrics listener reopened", "metrics_address", next.MetricsAddress, "web_config_file", next.Metrics.WebConfigFile)
 	}
 }

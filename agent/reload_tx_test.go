@@ -83,7 +83,15 @@ type txRig struct {
 func newTxRig(t *testing.T) *txRig {
 	t.Helper()
 	tr := &txRig{store: newStoringDataPath(), metadata: map[string]bool{}, listeners: map[string]bool{}, level: new(slog.LevelVar)}
+	metrics := NewMetricsListener(func(addr, _ string) (func(), error) {
+		if tr.rig != nil && tr.faults.hit("open metrics") {
+			return nil, errPartway
+		}
+		tr.listeners[addr] = true
+		return func() { delete(tr.listeners, addr) }, nil
+	})
 	tr.rig = newRigWith(t, txBefore, func(d *Deps) {
+		d.Metrics = metrics
 		d.DataPath = tr.store
 		d.LogLevel = tr.level
 		d.NewMetadata = func(c config.Config) (Metadata, error) {
@@ -103,13 +111,7 @@ func newTxRig(t *testing.T) *txRig {
 		}
 	})
 	tr.dp = tr.store.fakeDataPath
-	if err := tr.a.ServeMetrics(func(addr, _ string) (func(), error) {
-		if tr.rig != nil && tr.faults.hit("open metrics") {
-			return nil, errPartway
-		}
-		tr.listeners[addr] = true
-		return func() { delete(tr.listeners, addr) }, nil
-	}); err != nil {
+	if err := metrics.Open(tr.a.Config()); err != nil {
 		t.Fatal(err)
 	}
 	tr.metrics = NewMetrics(tr.a, tr.store, MetricsInfo{})

@@ -4,7 +4,6 @@ package agent
 // and the agent's accessors.
 
 import (
-	"fmt"
 	stdmaps "maps"
 	"math"
 	"sort"
@@ -224,34 +223,6 @@ func (a *Agent) StopMetadata() {
 	defer a.mu.Unlock()
 	a.stopTopics()
 	a.cluster.stop()
-}
-
-// MetricsOpener starts serving metrics on an address, with an
-// exporter-toolkit web configuration ("" for plain HTTP); stop ends it.
-type MetricsOpener func(addr, webConfigFile string) (stop func(), err error)
-
-// ServeMetrics serves metrics on metrics_address through open, and moves
-// them when a reload changes the address (the new listener opens first; if
-// it cannot, the reload is refused naming the key).
-func (a *Agent) ServeMetrics(open MetricsOpener) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	stop, err := open(a.cfg.MetricsAddress, a.cfg.Metrics.WebConfigFile)
-	if err != nil {
-		return fmt.Errorf("metrics_address: %w", err)
-	}
-	a.openMetrics, a.stopMetrics = open, stop
-	return nil
-}
-
-// StopMetrics closes the metrics listener ServeMetrics opened.
-func (a *Agent) StopMetrics() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.stopMetrics != nil {
-		a.stopMetrics()
-		a.stopMetrics = nil
-	}
 }
 
 // CloseShaper takes the shaper the agent built (Deps.NewShaper) off the

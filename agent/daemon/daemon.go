@@ -134,6 +134,9 @@ type daemon struct {
 	// adopted[i]: atts[i] was left attached by an earlier agent (not
 	// attached by this one).
 	adopted []bool
+	// metrics is the process's metrics listener (nil until the agent is
+	// built); the teardown closes it.
+	metrics *agent.MetricsListener
 	// metricsHold holds metrics_address from the preflight until the
 	// agent's metrics listener takes it over.
 	metricsHold net.Listener
@@ -377,22 +380,25 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		}
 		return choice, err
 	}
-	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), LogLevel: r.level, Log: r.log,
-		FailReloadStep: reloadFaultHook(), Version: r.build.Version + " revision " + r.build.Revision})
-	if err != nil {
-		return err
-	}
-	r.agent = a
-	r.log.Info("shaper chosen", "shaper", a.ShaperKind(), "why", a.ShaperReason())
-	metrics := agent.NewMetrics(a, dp, agent.MetricsInfo{Build: r.build, Attach: r.attachModes()})
-	open := func(addr, webConfigFile string) (func(), error) {
+	// The process's metrics listener: the daemon opens and closes it; a
+	// reload moves it. It serves the agent's metrics, built once the agent is.
+	var metrics *agent.Metrics
+	r.metrics = agent.NewMetricsListener(func(addr, webConfigFile string) (func(), error) {
 		if r.metricsHold != nil { // the preflight's: the agent's listener takes the port over
 			r.metricsHold.Close()
 			r.metricsHold = nil
 		}
 		return metrics.Open(addr, webConfigFile)
+	})
+	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), LogLevel: r.level, Log: r.log,
+		Metrics: r.metrics, FailReloadStep: reloadFaultHook(), Version: r.build.Version + " revision " + r.build.Revision})
+	if err != nil {
+		return err
 	}
-	if err := a.ServeMetrics(open); err != nil {
+	r.agent = a
+	r.log.Info("shaper chosen", "shaper", a.ShaperKind(), "why", a.ShaperReason())
+	metrics = agent.NewMetrics(a, dp, agent.MetricsInfo{Build: r.build, Attach: r.attachModes()})
+	if err := r.metrics.Open(r.cfg); err != nil {
 		// Taken in the instant between the preflight's hold and this
 		// listen: refused all the same, after cleanup detaches.
 		return metricsRefusal(r.cfg.MetricsAddress, err)
@@ -516,7 +522,9 @@ func (r *daemon) cleanup(failed bool) {
 	}
 	if r.agent != nil {
 		r.agent.StopMetadata()
-		r.agent.StopMetrics()
+	}
+	if r.metrics != nil {
+		r.metrics.Close()
 	}
 	keep := r.cfg.KeepAttachedOnExit
 	if r.agent != nil { // a reload may have changed it

@@ -37,7 +37,7 @@ const SupportedKernels = "Linux 5.18 or later"
 
 // holdMetricsAddress listens on addr before anything is attached, so that
 // a start that could not serve metrics is refused with the host as it was
-// found; the run's first ServeMetrics closes it and listens again (Go
+// found; the metrics listener's first Open closes it and listens again (Go
 // listeners set SO_REUSEADDR, so the port is free at once).
 func holdMetricsAddress(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
