@@ -100,8 +100,6 @@ type Agent struct {
 	pubTime  time.Time
 	lastOK   time.Time
 
-	// ReloadFailures counts refused configuration reloads.
-	reloadFailures uint64
 	// rates is the apply stage: the only writer of rates to the shaper.
 	rates *apply.Writer
 	// shaper says why the backend in use was chosen and which IFB devices
@@ -109,31 +107,17 @@ type Agent struct {
 	shaper shaperInUse
 	// brokers is the cluster's brokers (nil: no metadata client);
 	// unexempt, those exempt_peers misses (checkReplication).
-	brokers  BrokerSource
-	unexempt []string
-	// lastReload: the verdict on the last reload (nil: none yet).
-	lastReload *status.ReloadResult
-	// reloader runs a reload asked for on the status socket (nil: none).
-	reloader func() (status.ReloadResult, error)
-	// pendingForget: connections an applied reload must forget (their
-	// exemption or listener changed) that the data path refused so far;
-	// each cycle tries again.
-	pendingForget []maps.ConnKey
-	// unsaved: entities whose names the data path refused to persist,
-	// written again every cycle: a name not persisted is an identity the
-	// next start cannot restore.
-	unsaved map[entity.ID]struct{}
-	// pendingExempt: an applied exempt_peers change whose connections could
-	// not be listed yet (nil: none); each cycle tries again.
-	pendingExempt *exemptChange
+	replication replicationCheck
+	// reloads: verdicts, failures and the socket's reloader.
+	reloads reloadState
+	// pending: writes the data path refused, tried again every cycle.
+	pending pendingWrites
 	// cycleFailures counts cycles that returned an error.
 	cycleFailures uint64
 	// stopTopics ends the metadata client NewMetadata built.
 	stopTopics func()
 	// kafka: the cluster's client quotas and where they come from.
 	kafka *kafkaquotas.Import
-	// intervalChanged carries a reloaded refresh_interval to Run's ticker.
-	intervalChanged chan time.Duration
 	// lastRead is when counters were last read; elapsed[k] is the time
 	// between the readings k+1 and k cycles ago (newest first), so rates
 	// divide by the time that passed, not the nominal interval; elapsedSum[f]
@@ -285,20 +269,20 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	}
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
-		kafka:           kafkaquotas.New(quotas),
-		deps:            deps,
-		log:             deps.Log,
-		cfg:             cfg,
-		registry:        entity.NewRegistry(cfg.MaxEntities),
-		newPerPeer:      entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
-		learner:         learner.New[maps.ConnKey](policy, deps.Topics),
-		stopTopics:      stopTopics,
-		brokers:         brokers,
-		observeCycle:    func(time.Duration) {},
-		intervalChanged: make(chan time.Duration, 1),
-		elapsed:         make([]float64, cfg.RateWindow),
-		elapsedSum:      make([]float64, cfg.RateWindow+1),
-		lat:             newLatencyBook(),
+		kafka:        kafkaquotas.New(quotas),
+		deps:         deps,
+		log:          deps.Log,
+		cfg:          cfg,
+		registry:     entity.NewRegistry(cfg.MaxEntities),
+		newPerPeer:   entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
+		learner:      learner.New[maps.ConnKey](policy, deps.Topics),
+		stopTopics:   stopTopics,
+		replication:  replicationCheck{brokers: brokers},
+		observeCycle: func(time.Duration) {},
+		reloads:      reloadState{intervalChanged: make(chan time.Duration, 1)},
+		elapsed:      make([]float64, cfg.RateWindow),
+		elapsedSum:   make([]float64, cfg.RateWindow+1),
+		lat:          newLatencyBook(),
 	}
 	// Read under a.mu, so a reload's listener protocols apply at once.
 	a.learner.SetSASLListeners(func(c maps.ConnKey) bool {
@@ -403,7 +387,7 @@ func (a *Agent) unregister(ids []entity.ID) error {
 		if err := a.rates.Remove(uint32(id), true); err != nil {
 			errs = append(errs, err)
 		}
-		delete(a.unsaved, id)
+		delete(a.pending.unsaved, id)
 		if a.store != nil {
 			if err := a.store.DeleteEntity(uint32(id)); err != nil {
 				errs = append(errs, fmt.Errorf("forget entity %d: %w", id, err))
@@ -421,10 +405,10 @@ func (a *Agent) registered(id uint32, key entity.Key) {
 	if a.store != nil {
 		if _, err := a.store.SaveEntity(id, uint8(key.Kind), key.Name); err != nil {
 			a.log.Warn("persist entity; written again next cycle", "entity", key.String(), "err", err)
-			if a.unsaved == nil {
-				a.unsaved = map[entity.ID]struct{}{}
+			if a.pending.unsaved == nil {
+				a.pending.unsaved = map[entity.ID]struct{}{}
 			}
-			a.unsaved[entity.ID(id)] = struct{}{}
+			a.pending.unsaved[entity.ID(id)] = struct{}{}
 		}
 	}
 }
@@ -433,17 +417,17 @@ func (a *Agent) registered(id uint32, key entity.Key) {
 // gone from the registry since (reclaimed, or added by a refused reload)
 // is dropped instead.
 func (a *Agent) persistUnsaved() {
-	for id := range a.unsaved {
+	for id := range a.pending.unsaved {
 		key, ok := a.registry.Key(id)
 		if !ok {
-			delete(a.unsaved, id)
+			delete(a.pending.unsaved, id)
 			continue
 		}
 		if _, err := a.store.SaveEntity(uint32(id), uint8(key.Kind), key.Name); err != nil {
 			a.log.Warn("persist entity; written again next cycle", "entity", key.String(), "err", err)
 			continue
 		}
-		delete(a.unsaved, id)
+		delete(a.pending.unsaved, id)
 	}
 }
 

@@ -684,7 +684,7 @@ func TestAgentRatesUseTheTimeThatPassed(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case d := <-r.a.intervalChanged:
+	case d := <-r.a.reloads.intervalChanged:
 		if d != 250*time.Millisecond {
 			t.Errorf("ticker told %v, want 250ms", d)
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
@@ -82,11 +83,11 @@ func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err
 		if err != nil {
 			r.Error = err.Error()
 		}
-		a.lastReload = r
+		a.reloads.last = r
 		a.snapshot = nil // status shows the verdict at once
 	}()
 	refuse := func(err error) error {
-		a.reloadFailures++
+		a.reloads.failures++
 		a.log.Error("configuration reload refused; the running configuration stays", "err", err)
 		return err
 	}
@@ -119,9 +120,9 @@ type reloadTx struct {
 	old, next config.Config
 
 	// prepared
-	metricsMove    *metricsMove // the new metrics listener (nil: unchanged)
-	metadata       *Metadata // the new metadata client (nil: unchanged)
-	policy         kafkaquotas.Compiled
+	metricsMove *metricsMove // the new metrics listener (nil: unchanged)
+	metadata    *Metadata    // the new metadata client (nil: unchanged)
+	policy      kafkaquotas.Compiled
 
 	// what commit changed, for the undo
 	settingsBefore maps.Settings
@@ -372,11 +373,37 @@ func (tx *reloadTx) steps() []reloadStep {
 // again every cycle.
 func (tx *reloadTx) forgetStale() {
 	a := tx.a
-	a.pendingForget = append(a.pendingForget, tx.forget...)
+	a.pending.forget = append(a.pending.forget, tx.forget...)
 	if len(tx.exemptAdded) > 0 || len(tx.exemptRemoved) > 0 {
-		a.pendingExempt = &exemptChange{added: tx.exemptAdded, removed: tx.exemptRemoved, prefixes: tx.next.ExemptPeers}
+		a.pending.exempt = &exemptChange{added: tx.exemptAdded, removed: tx.exemptRemoved, prefixes: tx.next.ExemptPeers}
 	}
 	a.forgetPending()
+}
+
+// reloadState is what the agent keeps of reloads.
+type reloadState struct {
+	// last: the verdict on the last reload (nil: none yet).
+	last *status.ReloadResult
+	// failures counts refused reloads.
+	failures uint64
+	// reloader runs a reload asked for on the status socket (nil: none).
+	reloader func() (status.ReloadResult, error)
+	// intervalChanged carries a reloaded refresh_interval to Run's ticker.
+	intervalChanged chan time.Duration
+}
+
+// pendingWrites are writes the data path refused that the agent tolerates
+// and tries again every cycle (retryPending).
+type pendingWrites struct {
+	// forget: connections an applied reload must forget (their exemption
+	// or listener changed).
+	forget []maps.ConnKey
+	// exempt: an applied exempt_peers change whose connections could not
+	// be listed yet (nil: none).
+	exempt *exemptChange
+	// unsaved: entities whose names the data path refused to persist: a
+	// name not persisted is an identity the next start cannot restore.
+	unsaved map[entity.ID]struct{}
 }
 
 // exemptChange is what an exempt_peers change added to and removed from
@@ -465,7 +492,7 @@ func (tx *reloadTx) swap() {
 	if md := tx.metadata; md != nil {
 		a.stopTopics()
 		a.learner.SetTopics(md.Topics)
-		a.brokers = md.Brokers
+		a.replication.brokers = md.Brokers
 		a.stopTopics = md.stop()
 		a.kafka.ReplaceSource(md.Quotas)
 		tx.metadata = nil
@@ -473,10 +500,10 @@ func (tx *reloadTx) swap() {
 	}
 	if next.RefreshInterval != old.RefreshInterval {
 		select { // the latest interval wins; Run resets its ticker
-		case <-a.intervalChanged:
+		case <-a.reloads.intervalChanged:
 		default:
 		}
-		a.intervalChanged <- next.RefreshInterval
+		a.reloads.intervalChanged <- next.RefreshInterval
 	}
 	if a.deps.LogLevel != nil {
 		a.deps.LogLevel.Set(next.LogLevel)
@@ -552,7 +579,7 @@ func (a *Agent) retryPending() {
 // forgetPending forgets the connections an applied reload left to forget;
 // what fails stays pending for the next cycle.
 func (a *Agent) forgetPending() {
-	if c := a.pendingExempt; c != nil {
+	if c := a.pending.exempt; c != nil {
 		var stale []maps.ConnKey
 		err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
 			if maps.ExemptionChanged(b, c.added, c.removed, c.prefixes) {
@@ -562,15 +589,15 @@ func (a *Agent) forgetPending() {
 		if err != nil {
 			a.log.Warn("list the connections exempt_peers changed; tried again next cycle", "err", err)
 		} else {
-			a.pendingForget, a.pendingExempt = append(a.pendingForget, stale...), nil
+			a.pending.forget, a.pending.exempt = append(a.pending.forget, stale...), nil
 		}
 	}
-	if len(a.pendingForget) == 0 {
+	if len(a.pending.forget) == 0 {
 		return
 	}
-	if err := a.deps.DataPath.ForgetConns(a.pendingForget); err != nil {
-		a.log.Warn("forget connections a reload changed; tried again next cycle", "connections", len(a.pendingForget), "err", err)
+	if err := a.deps.DataPath.ForgetConns(a.pending.forget); err != nil {
+		a.log.Warn("forget connections a reload changed; tried again next cycle", "connections", len(a.pending.forget), "err", err)
 		return
 	}
-	a.pendingForget = nil
+	a.pending.forget = nil
 }

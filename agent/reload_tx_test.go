@@ -184,7 +184,7 @@ func (tr *txRig) state(t *testing.T) map[string]string {
 	put("metadata clients", fmt.Sprint(tr.metadata))
 	put("metrics listeners", fmt.Sprint(tr.listeners))
 	put("log level", tr.level.Level().String())
-	put("interval change pending", len(a.intervalChanged))
+	put("interval change pending", len(a.reloads.intervalChanged))
 	a.mu.Lock()
 	a.snapshot = nil
 	a.mu.Unlock()

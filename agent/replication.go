@@ -47,17 +47,24 @@ func unexemptBrokers(brokers []learner.Broker, exempt []netip.Prefix) []string {
 	return out
 }
 
+// replicationCheck is the cluster's brokers (nil: no metadata client) and
+// those exempt_peers misses.
+type replicationCheck struct {
+	brokers  BrokerSource
+	unexempt []string
+}
+
 // checkReplication notes, once per change, the brokers exempt_peers
 // misses (under a.mu).
 func (a *Agent) checkReplication() {
-	if a.brokers == nil {
+	if a.replication.brokers == nil {
 		return
 	}
-	now := unexemptBrokers(a.brokers.Brokers(), a.cfg.ExemptPeers)
-	if slices.Equal(now, a.unexempt) {
+	now := unexemptBrokers(a.replication.brokers.Brokers(), a.cfg.ExemptPeers)
+	if slices.Equal(now, a.replication.unexempt) {
 		return
 	}
-	a.unexempt = now
+	a.replication.unexempt = now
 	if len(now) > 0 {
 		a.log.Warn("brokers of the cluster outside exempt_peers: their replication from this broker is governed like a client's; add them to exempt_peers", "brokers", now)
 	}
@@ -67,5 +74,5 @@ func (a *Agent) checkReplication() {
 func (a *Agent) UnexemptBrokers() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.unexempt
+	return a.replication.unexempt
 }

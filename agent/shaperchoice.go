@@ -49,7 +49,6 @@ func (a *Agent) specInForce() shaperSpec {
 	return spec
 }
 
-
 // shaperInUse is what the agent keeps of the backend's choice besides the
 // backend itself (which the apply stage holds).
 type shaperInUse struct {

@@ -24,7 +24,7 @@ func (h statusHandler) Connections(peer netip.Addr) ([]status.ConnectionView, er
 // Reload runs the reloader the daemon set (SetReloader).
 func (h statusHandler) Reload() (status.ReloadResult, error) {
 	h.a.mu.Lock()
-	f := h.a.reloader
+	f := h.a.reloads.reloader
 	h.a.mu.Unlock()
 	if f == nil {
 		return status.ReloadResult{}, errors.New("this agent reloads on SIGHUP only")
@@ -37,6 +37,6 @@ func (h statusHandler) Reload() (status.ReloadResult, error) {
 // with SIGHUP and file changes.
 func (a *Agent) SetReloader(f func() (status.ReloadResult, error)) {
 	a.mu.Lock()
-	a.reloader = f
+	a.reloads.reloader = f
 	a.mu.Unlock()
 }

@@ -79,9 +79,9 @@ func (a *Agent) view() *status.Snapshot {
 		Unconfigured: a.registry.Unconfigured(),
 		// Where overflow begins: what the near-full alert divides by.
 		UnconfiguredMax: a.registry.UnconfiguredBudget(),
-		LastReload:      a.lastReload,
+		LastReload:      a.reloads.last,
 		// Brokers exempt_peers misses (their replication is governed).
-		UnexemptBrokers: a.unexempt,
+		UnexemptBrokers: a.replication.unexempt,
 		// New unconfigured entities a peer asked for faster than new_entities_per_peer.
 		PeerRateRefused: a.newPerPeer.Refused,
 		Learner: status.LearnerView{
@@ -192,14 +192,14 @@ func (a *Agent) RefreshAge() time.Duration {
 func (a *Agent) LastReloadSucceeded() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.lastReload == nil || a.lastReload.Applied
+	return a.reloads.last == nil || a.reloads.last.Applied
 }
 
 // LastReload is the verdict on the last reload (nil: none yet).
 func (a *Agent) LastReload() *status.ReloadResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.lastReload
+	return a.reloads.last
 }
 
 // CycleFailures counts control-loop cycles that failed.
@@ -257,12 +257,12 @@ func (a *Agent) Config() config.Config {
 func (a *Agent) ReloadFailures() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.reloadFailures
+	return a.reloads.failures
 }
 
 // IntervalChanges carries each refresh_interval a reload applies, for
 // the loop that ticks the cycles.
-func (a *Agent) IntervalChanges() <-chan time.Duration { return a.intervalChanged }
+func (a *Agent) IntervalChanges() <-chan time.Duration { return a.reloads.intervalChanged }
 
 // copyCounts copies a map of counts for a snapshot.
 func copyCounts(m map[string]uint64) map[string]uint64 {
