@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -82,23 +80,8 @@ func alterConsumerQuota(t *testing.T, w *harness.World, clientID string, rate fl
 // --alter --add-config consumer_byte_rate=… does), logging in with opts.
 func alterQuota(t *testing.T, w *harness.World, e kadm.ClientQuotaEntity, rate float64, opts ...kgo.Opt) time.Time {
 	t.Helper()
-	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(w.Bootstrap()), kgo.ClientID("e2e-admin"),
-		kgo.Dialer(func(_ context.Context, _, host string) (net.Conn, error) { return w.Pair.Client.Dial(host) }))...)
-	if err != nil {
+	if err := harness.AlterClientQuota(w.Pair.Client.Dial, []string{w.Bootstrap()}, e, "consumer_byte_rate", rate, opts...); err != nil {
 		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := kadm.NewClient(cl).AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
-		Entity: e,
-		Ops:    []kadm.AlterClientQuotaOp{{Key: "consumer_byte_rate", Value: rate}},
-	}})
-	if err == nil && len(res) == 1 {
-		err = res[0].Err
-	}
-	if err != nil {
-		t.Fatalf("alter client quota: %v", err)
 	}
 	return time.Now()
 }

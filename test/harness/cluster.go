@@ -10,7 +10,6 @@ package harness
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -29,7 +28,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sys/unix"
 
@@ -647,23 +645,5 @@ func (w *ClusterWorld) Close() error {
 // cluster's quota store, as kafka-configs.sh --alter --entity-type clients
 // does, from the client host.
 func (w *ClusterWorld) SetProducerQuota(clientID string, rate float64) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(w.Brokers[0].Addr()), kgo.ClientID("e2e-admin"),
-		kgo.Dialer(func(_ context.Context, _, host string) (net.Conn, error) { return w.Clients.Dial(host) }))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	res, err := kadm.NewClient(cl).AlterClientQuotas(ctx, []kadm.AlterClientQuotaEntry{{
-		Entity: kadm.ClientQuotaEntity{{Type: "client-id", Name: &clientID}},
-		Ops:    []kadm.AlterClientQuotaOp{{Key: "producer_byte_rate", Value: rate}},
-	}})
-	if err == nil && len(res) == 1 {
-		err = res[0].Err
-	}
-	if err != nil {
-		return fmt.Errorf("alter client quota of %s: %w", clientID, err)
-	}
-	return nil
+	return AlterClientQuota(w.Clients.Dial, []string{w.Brokers[0].Addr()}, kadm.ClientQuotaEntity{{Type: "client-id", Name: &clientID}}, "producer_byte_rate", rate)
 }

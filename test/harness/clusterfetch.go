@@ -2,10 +2,11 @@ package harness
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 	"math/rand/v2"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 )
 
 // The data topic has no end for consumers: the harness stores none of its
@@ -23,32 +24,14 @@ const (
 // fetchRecordBytes each, uncompressed, at offset 0.
 func cannedBatch() []byte {
 	rng := rand.New(rand.NewPCG(35, 5))
-	var records []byte
-	for i := range fetchRecords {
-		value := make([]byte, fetchRecordBytes)
-		for j := range value {
-			value[j] = byte(rng.Uint32())
+	values := make([][]byte, fetchRecords)
+	for i := range values {
+		values[i] = make([]byte, fetchRecordBytes)
+		for j := range values[i] {
+			values[i][j] = byte(rng.Uint32())
 		}
-		var body []byte
-		body = append(body, 0)                                   // attributes
-		body = binary.AppendVarint(body, 0)                      // timestamp delta
-		body = binary.AppendVarint(body, int64(i))               // offset delta
-		body = binary.AppendVarint(body, -1)                     // no key
-		body = binary.AppendVarint(body, int64(len(value)))      // value length
-		body = append(body, value...)                            //
-		body = binary.AppendVarint(body, 0)                      // no headers
-		records = binary.AppendVarint(records, int64(len(body))) // record length
-		records = append(records, body...)
 	}
-	b := kmsg.RecordBatch{
-		FirstOffset: 0, Magic: 2, LastOffsetDelta: fetchRecords - 1,
-		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: fetchRecords, Records: records,
-	}
-	out := b.AppendTo(nil)
-	binary.BigEndian.PutUint32(out[8:12], uint32(len(out)-12)) // length: what follows it
-	// The CRC-32C covers attributes (offset 21) to the end.
-	binary.BigEndian.PutUint32(out[17:21], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
-	return out
+	return kafkatest.RecordBatch(values, 0)
 }
 
 // fetch answers a Fetch of the data topic alone; any other is kfake's.

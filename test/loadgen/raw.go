@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	mrand "math/rand/v2"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 )
 
 // rawDribble is the tiny-segment flood: one connection that writes
@@ -181,7 +182,7 @@ func rawProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 	for i := range values {
 		values[i] = template
 	}
-	batch := recordBatch(values, time.Now().UnixMilli())
+	batch := kafkatest.RecordBatch(values, time.Now().UnixMilli())
 	return rawLoop(ctx, o, moved, errs, func() kmsg.Request {
 		req := kmsg.NewPtrProduceRequest()
 		req.SetVersion(7)
@@ -195,43 +196,6 @@ func rawProduce(ctx context.Context, o opts, moved, errs *atomic.Int64) error {
 		req.Topics = append(req.Topics, t)
 		return req
 	}, func([]byte) int { return records * o.valueBytes })
-}
-
-// recordBatch encodes a v2 record batch (magic 2, uncompressed) of values.
-func recordBatch(values [][]byte, timestamp int64) []byte {
-	var recs []byte
-	for i, v := range values {
-		var body []byte
-		body = append(body, 0)                          // attributes
-		body = binary.AppendVarint(body, 0)             // timestamp delta
-		body = binary.AppendVarint(body, int64(i))      // offset delta
-		body = binary.AppendVarint(body, -1)            // null key
-		body = binary.AppendVarint(body, int64(len(v))) // value
-		body = append(body, v...)
-		body = binary.AppendVarint(body, 0) // no headers
-		recs = binary.AppendVarint(recs, int64(len(body)))
-		recs = append(recs, body...)
-	}
-	be := binary.BigEndian
-	var b []byte
-	b = be.AppendUint64(b, 0)          // base offset
-	b = be.AppendUint32(b, 0)          // batch length, below
-	b = be.AppendUint32(b, 0xffffffff) // partition leader epoch -1
-	b = append(b, 2)                   // magic
-	b = be.AppendUint32(b, 0)          // crc, below
-	crcFrom := len(b)
-	b = be.AppendUint16(b, 0)                     // attributes
-	b = be.AppendUint32(b, uint32(len(values)-1)) // last offset delta
-	b = be.AppendUint64(b, uint64(timestamp))     // first timestamp
-	b = be.AppendUint64(b, uint64(timestamp))     // max timestamp
-	b = be.AppendUint64(b, 0xffffffffffffffff)    // producer id -1
-	b = be.AppendUint16(b, 0xffff)                // producer epoch -1
-	b = be.AppendUint32(b, 0xffffffff)            // base sequence -1
-	b = be.AppendUint32(b, uint32(len(values)))
-	b = append(b, recs...)
-	be.PutUint32(b[8:], uint32(len(b)-12))
-	be.PutUint32(b[17:], crc32.Checksum(b[crcFrom:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
 }
 
 // rawChurn opens connections at -rate per second, each sending ApiVersions
