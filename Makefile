@@ -11,7 +11,7 @@ BPF_CFLAGS := -O2 -g -Wall -Werror
 # Defined here, before any rule names them: make expands a rule's
 # prerequisites where it reads the rule.
 BPF_OBJ    := maps/sluice_bpfel.o
-BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h)
+BPF_SRC    := $(wildcard bpf/*.c bpf/*.h bpf/include/*.h bpf/include/arch/asm/*.h)
 GENERATED  := maps/sluice_bpfel.go maps/sluice_bpfel.o
 
 # Every package but the end-to-end scenarios, which `make e2e` (kfake),
@@ -134,7 +134,9 @@ check-generated: ## fail when the committed BPF object or Go bindings are not wh
 	stale=""; for f in $(GENERATED); do cmp -s $$f $$tmp/$$(basename $$f) || stale="$$stale $$f"; done; \
 	cp $$tmp/* maps/; rm -rf $$tmp; \
 	if [ -n "$$stale" ]; then echo "stale generated files:$$stale (run make generate and commit)" >&2; exit 1; fi; \
-	echo "generated BPF output is up to date"
+	host=$$($(CLANG) -target bpf -M -Ibpf/include/arch bpf/tc.c | tr ' ' '\n' | grep -E '^/usr/include/[^/]*-linux-gnu[^/]*/' || true); \
+	if [ -n "$$host" ]; then echo "the BPF build reads the build host's arch headers (the object would differ on amd64 and arm64):" $$host >&2; exit 1; fi; \
+	echo "generated BPF output is up to date, and reads no host arch headers"
 
 .PHONY: check-clone
 check-clone: ## a clone of HEAD builds and vets with Go alone (no make, no clang): the committed BPF object serves its bindings
