@@ -23,10 +23,9 @@ PKGS    = $(shell $(GO) list ./... ./test/... ./deploy/... | grep -v /test/e2e)
 # prometheus: promtool checks deploy/prometheus' rules, and a real server
 # scrapes the agent in the overcommit scenario. kcat: librdkafka clients log
 # in with SASL PLAIN and SCRAM in the SASL scenario. nftables, bpftool: the
-# busy-host scenario's foreign netdev counter and its dumps. xz-utils: the
-# previous release's source (test/release) for the upgrade tests.
+# busy-host scenario's foreign netdev counter and its dumps.
 # lintian, rpmlint: deb-check lints the packages as Debian and rpm distributions would.
-APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool xz-utils groff-base rpm file lintian rpmlint
+APT_PACKAGES := clang-19 llvm-19 libbpf-dev iproute2 iperf3 procps systemd util-linux make ethtool prometheus kcat nftables bpftool groff-base rpm file lintian rpmlint
 
 export PATH := $(PATH):/usr/local/go/bin
 
@@ -71,13 +70,13 @@ deb-check: ## the release: checksums, static binaries, each package's metadata a
 	prev_version=$$(./test/release/build.sh "$$prev") && \
 	./test/deb/check.sh dist/sluice_*_amd64.deb $(VERSION) "$$prev"/src/dist/sluice_*_amd64.deb "$$prev_version"
 
-# The previous release, kept as source (git archive of the commit CI last
-# landed): the restart scenario and deb-check upgrade from it to this tree.
+# The previous release, recorded by its commit (the one CI last landed);
+# test/release/build.sh builds it from this clone's history with git
+# archive: the restart scenario and deb-check upgrade from it to this tree.
 .PHONY: previous-release
 previous-release: ## record COMMIT (the last landed one) as the previous release in test/release/
 	@test -n "$(COMMIT)" || { echo "usage: make previous-release COMMIT=<the commit CI last landed>" >&2; exit 1; }
 	git rev-parse --verify --quiet "$(COMMIT)^{commit}" >/dev/null || { echo "previous-release: $(COMMIT) is not a commit here" >&2; exit 1; }
-	git archive $(COMMIT) > test/release/previous.tar && xz -9f test/release/previous.tar
 	printf 'commit %s\nversion 0.%s-g%s\n' $$(git rev-parse $(COMMIT)) $$(git rev-list --count $(COMMIT)) $$(git rev-parse --short $(COMMIT)) > test/release/previous.txt
 
 .PHONY: demo

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the previous release (the commit CI last landed, kept as source in
-# previous.tar.xz, written by `make previous-release`) into OUT: its binary
-# at OUT/src/bin/sluice and its package at OUT/src/dist/, stamped with its
-# version. The upgrade tests (the restart scenario, deb-check) start from it.
+# Builds the previous release (the commit CI last landed, recorded in
+# previous.txt by `make previous-release`) into OUT from this clone's own
+# history (git archive): its binary at OUT/src/bin/sluice and its package
+# at OUT/src/dist/, stamped with its version. The upgrade tests (the restart
+# scenario, deb-check) start from it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # The release is its own module: this repository's go.work, found above an
@@ -12,10 +13,16 @@ out=${1:?usage: build.sh OUT [make targets, default: build deb]}
 targets=${2:-build deb}
 version=$(sed -n 's/^version //p' "$here/previous.txt")
 [ -n "$version" ] || { echo "build.sh: no version in $here/previous.txt" >&2; exit 1; }
+commit=$(sed -n 's/^commit //p' "$here/previous.txt")
+[ -n "$commit" ] || { echo "build.sh: no commit in $here/previous.txt" >&2; exit 1; }
+repo=$(cd "$here/../.." && pwd)
+if ! git -C "$repo" cat-file -e "$commit^{commit}" 2>/dev/null; then
+	echo "build.sh: the previous release $commit is not in this clone's history (a shallow clone?); the upgrade tests build it from there: git fetch --unshallow" >&2
+	exit 1
+fi
 rm -rf "$out/src"
 mkdir -p "$out/src"
-tar -xJf "$here/previous.tar.xz" -C "$out/src"
-commit=$(sed -n 's/^commit //p' "$here/previous.txt")
+git -C "$repo" archive "$commit" | tar -x -C "$out/src"
 # Its Makefile stamps the revision with `git rev-parse HEAD`, and the source
 # has no .git: a git that answers that with the release's commit.
 mkdir -p "$out/shim"
