@@ -18,8 +18,64 @@ import (
 // learner's state of the connection (scanConnections frees both).
 type bindRecord struct {
 	at     time.Time
-	reason string // first, request, login, rule_change, binding_lost, adopted, peer
+	reason string // first, request, login, rule_change, binding_lost, adopted, peer, unsampled
 	api    int16  // the request that decided it (-1: none, a peer decided)
+	// unbound: the connection (born) was bound to no entity when a scan
+	// found it at time at (holdUnbound); no binding was written yet.
+	unbound bool
+	born    uint64
+}
+
+// unsampledGrace is how long a connection may stay bound to no entity
+// (charged to unknown, at the headroom H) before a scan holds it to the
+// unresolved entity. The data path samples a connection's first requests
+// whenever their headers are plausible, and the agent binds it at its
+// first sample, within a poll; one that is still unbound a scan later
+// sent nothing the data path could read as a request (garbage, a protocol
+// that is not Kafka, TLS on a plaintext listener) or nothing at all. With
+// scans every bindingsScanEvery (10 s), such a connection is held at most
+// unsampledGrace plus one scan interval (20 s) after the broker accepted it.
+const unsampledGrace = 10 * time.Second
+
+// holdUnsampled binds to the unresolved entity each connection in unbound
+// (the live entries a scan found bound to no entity) that an earlier scan,
+// at least unsampledGrace before now, found unbound too, so no client can
+// stay at the headroom H by sending nothing a request could be read from.
+// Each such connection counts once in the learner's Stats.Unresolved, and
+// its bytes in the unresolved entity's (alert SluiceUnresolvedTraffic). A
+// request read later still moves it to its entity. A failed write is
+// logged and tried again at the next scan. Called by the scan under a.mu,
+// after it pruned bindLog to the live connections.
+func (a *Agent) holdUnsampled(unbound []maps.Binding, now time.Time) {
+	var held []maps.Binding
+	var id uint32
+	for _, b := range unbound {
+		r, seen := a.bindLog[b.Conn]
+		switch {
+		case !seen || !r.unbound || r.born != b.Born:
+			// First seen unbound (or a new connection on the 4-tuple, or a
+			// record of a binding the data path no longer holds).
+			a.bindLog[b.Conn] = bindRecord{at: now, reason: "unsampled", api: -1, unbound: true, born: b.Born}
+		case now.Sub(r.at) >= unsampledGrace:
+			if id == 0 {
+				id = a.entityID(entity.UnresolvedKey, b.Conn.Peer.Addr(), now)
+			}
+			held = append(held, maps.Binding{Conn: b.Conn, Produce: id, Fetch: id})
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	if err := a.deps.DataPath.BindConns(held); err != nil {
+		a.log.Warn("hold unsampled connections to the unresolved entity", "connections", len(held), "err", err)
+		return
+	}
+	for _, b := range held {
+		a.noteBinding(b.Conn, "unsampled", -1)
+	}
+	a.learner.Stats.Unresolved += uint64(len(held))
+	a.log.Info("connections held to the unresolved entity: nothing they sent could be read as a request",
+		"connections", len(held), "grace", unsampledGrace)
 }
 
 // noteBinding records a binding Learn wrote (under a.mu).
@@ -68,7 +124,7 @@ func (a *Agent) Connections(peer netip.Addr) ([]status.ConnectionView, error) {
 		if b.Fetch != b.Produce {
 			v.Rule = "produce: " + v.Rule + "; fetch: " + a.rule(b.Fetch)
 		}
-		if r, ok := a.bindLog[b.Conn]; ok {
+		if r, ok := a.bindLog[b.Conn]; ok && !r.unbound {
 			at := r.at
 			v.Since, v.Reason = &at, r.reason
 			if r.api >= 0 {
@@ -127,7 +183,7 @@ func (a *Agent) rule(id uint32) string {
 	case entity.KindListener:
 		return "TLS listener " + k.Name + " (no peer prefix holds the address)"
 	case entity.KindUnresolved:
-		return "unresolved: its sample could not tell (a client-id too long to sample whole, or topics hidden behind client-chosen fields); held to the most restrictive limits configured"
+		return "unresolved: no request of it has told (before a SASL login, a sample that could not tell, or nothing it sent could be read as a request); held to the most restrictive limits configured"
 	}
 	return k.String()
 }

@@ -249,6 +249,7 @@ func (a *Agent) logOverflow(now time.Time) {
 func (a *Agent) scanConnections(now time.Time) error {
 	live := make(map[maps.ConnKey]struct{}, a.learner.Connections())
 	var closed []maps.ConnKey
+	var unbound []maps.Binding // live and bound to no entity: holdUnsampled
 	tracked := 0
 	err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
 		tracked++
@@ -257,6 +258,9 @@ func (a *Agent) scanConnections(now time.Time) error {
 			return
 		}
 		live[b.Conn] = struct{}{}
+		if b.Produce == maps.EntityUnknown && b.Fetch == maps.EntityUnknown {
+			unbound = append(unbound, b)
+		}
 		for _, id := range []uint32{b.Produce, b.Fetch} {
 			if id != maps.NotGoverned {
 				a.registry.Touch(entity.ID(id), now)
@@ -283,6 +287,7 @@ func (a *Agent) scanConnections(now time.Time) error {
 			delete(a.bindLog, c)
 		}
 	}
+	a.holdUnsampled(unbound, now)
 	a.newPerPeer.Prune(now)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/kafka"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 	"github.com/sluice-dev/sluice/maps"
 )
@@ -260,5 +261,102 @@ func TestConnectionsExplainTheirBinding(t *testing.T) {
 	views, _ = second.Connections(netip.MustParseAddr("198.18.0.7"))
 	if len(views) != 2 || views[0].Reason != "adopted" || views[0].Produce != "user:alice" || views[0].BoundBy != "" {
 		t.Errorf("after a restart: %+v", views)
+	}
+}
+
+func saslHandshakeFor(mechanism string) kmsg.Request {
+	r := kmsg.NewPtrSASLHandshakeRequest()
+	r.SetVersion(1)
+	r.Mechanism = mechanism
+	return r
+}
+
+// A restart (or freed learner state, or the data path entering the
+// connection again) between a SaslHandshake and its SaslAuthenticate still
+// reads the login: the handshake's mechanism is saved beside the binding,
+// as the principal is, and until the login the connection is held to
+// unresolved, never to H. Without the mechanism (its handshake's sample
+// was lost, or nothing was saved) the login cannot be read, and the
+// connection stays unresolved, counted, rather than going by its
+// client-id.
+func TestLoginUnderWayOutlivesTheAgent(t *testing.T) {
+	cfg, err := configfile.Parse([]byte(identityConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newIdentityDataPath()
+	clock := &fakeClock{}
+	first := agentOn(t, cfg, dp, clock)
+	c := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.2:40011"), Local: netip.MustParseAddrPort("198.18.0.1:9094")}
+	lost := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.2:40012"), Local: netip.MustParseAddrPort("198.18.0.1:9094")}
+	gssapi := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.2:40013"), Local: netip.MustParseAddrPort("198.18.0.1:9094")}
+	learn := func(a *Agent, c maps.ConnKey, req kmsg.Request) maps.Binding {
+		t.Helper()
+		if err := a.Learn(dp.sample(c, "app", req)); err != nil {
+			t.Fatal(err)
+		}
+		return dp.bindings[c]
+	}
+	produce := kt.Produce(9, kt.TP{Topic: "events", Partitions: []int32{0}})
+	for _, x := range []maps.ConnKey{c, lost, gssapi} {
+		learn(first, x, apiVersions())
+	}
+	learn(first, c, saslHandshake())
+	learn(first, gssapi, saslHandshakeFor("GSSAPI"))
+	// lost: its handshake's sample never reached the agent.
+	unresolved := idOf(t, first, entity.UnresolvedKey)
+	if b := dp.bindings[c]; b.Produce != unresolved || b.Fetch != unresolved {
+		t.Fatalf("after the handshake: %+v, want unresolved %d", b, unresolved)
+	}
+	if got, ok := dp.idents[c]; !ok || got != (maps.Identity{Mechanism: "PLAIN"}) {
+		t.Fatalf("saved for a login under way: %+v (%v), want the mechanism PLAIN alone", got, ok)
+	}
+
+	// The agent restarts between the handshake and the login.
+	second := agentOn(t, cfg, dp, clock)
+	if b := learn(second, c, apiVersions()); b.Produce != unresolved || b.Fetch != unresolved {
+		t.Errorf("before the login, after a restart: %+v, want unresolved %d", b, unresolved)
+	}
+	alice := idOf(t, second, entity.Key{Kind: entity.KindUser, Name: "alice"})
+	if b := learn(second, c, saslPlain("alice")); b.Produce != alice || b.Fetch != alice {
+		t.Errorf("a login after a restart: %+v, want alice's %d", b, alice)
+	}
+	if got := dp.idents[c]; got != (maps.Identity{Mechanism: "PLAIN", User: "alice"}) {
+		t.Errorf("saved after the login: %+v, want PLAIN alice", got)
+	}
+	// The data path enters a connection again between its handshake and
+	// its login (its entry left the LRU table): unbound, a new born.
+	again := maps.ConnKey{Peer: netip.MustParseAddrPort("198.18.0.2:40014"), Local: c.Local}
+	learn(second, again, saslHandshakeFor("SCRAM-SHA-512"))
+	dp.reenter(again)
+	scram := kmsg.NewPtrSASLAuthenticateRequest()
+	scram.SetVersion(2)
+	scram.SASLAuthBytes = []byte("n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL")
+	if b := learn(second, again, scram); b.Produce != alice || b.Fetch != alice {
+		t.Errorf("a login after the entry was entered again: %+v, want alice's %d", b, alice)
+	}
+
+	// Without the mechanism the login is not read: held to unresolved,
+	// counted, and never moved to H or to the client-id by what follows.
+	before := second.learner.Stats.Unresolved
+	for _, req := range []kmsg.Request{saslPlain("alice"), produce, apiVersions()} {
+		if b := learn(second, lost, req); b.Produce != unresolved || b.Fetch != unresolved {
+			t.Errorf("a login whose handshake was not seen, then %s: %+v, want unresolved %d", kafka.APIName(req.Key()), b, unresolved)
+		}
+	}
+	// ApiVersions decides nothing by design on a SASL listener: not counted.
+	if n := second.learner.Stats.Unresolved - before; n != 2 {
+		t.Errorf("%d requests after an unread login counted as unresolved, want 2 (the login and the produce)", n)
+	}
+	// A mechanism whose login names nobody sluice reads (GSSAPI) goes by
+	// its client-id after a restart as before one.
+	// (Its fetch direction waits for a request that decides it, as it does
+	// without a restart.)
+	b := learn(second, gssapi, produce)
+	if app := idOf(t, second, entity.Key{Kind: entity.KindClient, Name: "app"}); b.Produce != app || b.Fetch != unresolved {
+		t.Errorf("a GSSAPI connection after a restart: %+v, want the client's %d", b, app)
+	}
+	if n := second.conns.Rebinds["to_unknown"]; n != 0 {
+		t.Errorf("%d rebinds to unknown, want 0", n)
 	}
 }

@@ -123,7 +123,8 @@ func rebindReason(bound, ids [2]uint32, changed bool, cause learner.Cause) strin
 
 // adopt rebuilds the learner's state of a connection it does not follow
 // (the agent restarted, or the learner freed the state, or the data path
-// entered the connection again): the identity saved beside its binding,
+// entered the connection again): the identity saved beside its binding
+// (or the mechanism of a login under way),
 // and the binding itself as the decision, so that a request that decides
 // nothing leaves the connection where it is. A connection the data path
 // saw open anew (SYN-ACK) has neither: its entry and its identity went
@@ -170,8 +171,10 @@ func (a *Agent) boundKey(id uint32) (entity.Key, bool) {
 	return k, ok && k.Kind != entity.KindUnresolved
 }
 
-// saveIdentity persists a principal a connection proved (the learner's
-// OnLogin, under a.mu).
+// saveIdentity persists a principal a connection proved, or the mechanism
+// of a login under way (the learner's OnLogin, under a.mu): a restart
+// between the SaslHandshake and the SaslAuthenticate still reads the login,
+// which cannot be read without its mechanism.
 func (a *Agent) saveIdentity(c maps.ConnKey, id learner.Identity) {
 	if err := a.idents.SaveIdentity(c, maps.Identity{Mechanism: id.Mechanism, User: id.User}); err != nil {
 		a.conns.IdentityErrors++
@@ -207,13 +210,17 @@ func (a *Agent) entityID(key entity.Key, peer netip.Addr, now time.Time) uint32 
 }
 
 // keepRoomForUnresolved registers the unresolved entity before a new one
-// would take the registry's last id: held to the most restrictive limits,
-// it must never be refused for room and go to the overflow entity
-// (unlimited by default). Otherwise it is registered on first use, so an
-// agent that never needs it shows no series for it.
+// would take the registry's last id or the unconfigured budget's last one:
+// held to the most restrictive limits, it must never be refused for room
+// and go to the overflow entity (unlimited by default). It counts against
+// the unconfigured budget, so a reload that fills the configured
+// entities' room (max_entities less the budget) leaves its id alone.
+// Otherwise it is registered on first use, so an agent that never needs it
+// shows no series for it.
 func (a *Agent) keepRoomForUnresolved(now time.Time) {
 	dynamic := a.registry.Limit() - int(entity.OverflowID) - 1 // the ids past unknown and overflow
-	if _, ok := a.registry.Lookup(entity.UnresolvedKey); ok || a.registry.Len()+1 < dynamic {
+	if _, ok := a.registry.Lookup(entity.UnresolvedKey); ok ||
+		(a.registry.Len()+1 < dynamic && a.registry.Unconfigured()+1 < a.registry.UnconfiguredBudget()) {
 		return
 	}
 	if id := a.registry.Acquire(entity.UnresolvedKey, now); id != entity.OverflowID {

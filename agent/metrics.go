@@ -234,7 +234,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		peerRefused:     d("entities_peer_rate_refused_total", "New unconfigured entities refused because their peer created them faster than new_entities_per_peer."),
 
 		samples:           d("learner_samples_total", "Request samples read by the learner, by result: complete, truncated (parsed from a cut sample) or failed.", "result"),
-		unresolved:        d("learner_unresolved_total", "Requests whose sample could not tell their entity (a client-id longer than a sample keeps where the client-id decides, topics hidden behind client-chosen fields), charged to the unresolved entity, held to the most restrictive limits configured."),
+		unresolved:        d("learner_unresolved_total", "Requests that left their connection's entity undecided (a client-id longer than a sample keeps where the client-id decides, topics hidden behind client-chosen fields, a request before a SASL login or a login that could not be read), and connections nothing could be sampled from, held to the unresolved entity: the most restrictive limits configured."),
 		replicationClaims: d("learner_replication_claims_total", "Requests from governed peers that claimed to be replication (replica id or broker fetcher client-id); ignored, only exempt_peers exempt."),
 		learnerConns:      d("learner_connections", "Connections the learner keeps state for."),
 

@@ -183,8 +183,9 @@ struct {
 
 // Connection -> what it proved (struct conn_identity): written by the
 // agent, deleted by it when the connection closes and by the data path
-// when a new connection takes the 4-tuple. Only connections that logged
-// in have an entry, so it is allocated as they do.
+// when a new connection takes the 4-tuple. Only connections that began a
+// SASL login have an entry (the mechanism from the handshake, then the
+// principal), so it is allocated as they do.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 262144); // set by the loader

@@ -344,8 +344,10 @@ struct entity_name {
 };
 
 // What a connection proved once and no later request repeats: the SASL
-// mechanism and principal of its login, written by the agent only (so a
-// restarted agent still knows who a live connection is). The data path
+// mechanism and principal of its login (from its handshake until then,
+// the mechanism alone: the login cannot be read without it), written by
+// the agent only (so a restarted agent still knows who a live connection
+// is, or how to read its login). The data path
 // drops it when the broker accepts a new connection on the 4-tuple
 // (SYN-ACK), so no later connection inherits it.
 #define IDENTITY_MECHANISM_MAX 16

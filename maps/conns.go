@@ -77,6 +77,9 @@ type Binding struct {
 	Fetch   uint32
 	// Closing: a FIN or RST went by (read by EachBinding; BindConns ignores it).
 	Closing bool
+	// Born tells connections on one 4-tuple apart (struct conn_state's
+	// born, read by EachBinding; BindConns ignores it).
+	Born uint64
 }
 
 // BindConns writes the entities of many connections. It queues them in
@@ -177,7 +180,7 @@ func eachConn[K any](table *ebpf.Map, conn func(K) ConnKey, fn func(Binding)) er
 		n, err := table.BatchLookup(&cursor, keys, values, nil)
 		for i := range n {
 			v := &values[i]
-			fn(Binding{Conn: conn(keys[i]), Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1], Closing: v.Track.Closing != 0})
+			fn(Binding{Conn: conn(keys[i]), Produce: v.Bound.Entity[0], Fetch: v.Bound.Entity[1], Closing: v.Track.Closing != 0, Born: v.Born})
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil // the end of the table
@@ -256,7 +259,7 @@ func eachEarlierConn(table *ebpf.Map, v4 bool, fn func(Binding)) error {
 			}
 			conn = fromRaw(k)
 		}
-		fn(Binding{Conn: conn, Produce: st.Bound.Entity[0], Fetch: st.Bound.Entity[1], Closing: st.Track.Closing != 0})
+		fn(Binding{Conn: conn, Produce: st.Bound.Entity[0], Fetch: st.Bound.Entity[1], Closing: st.Track.Closing != 0, Born: st.Born})
 	}
 	return it.Err()
 }

@@ -10,6 +10,8 @@ import (
 
 // Identity is what a connection proved once and no later request repeats:
 // the SASL mechanism and principal of its login (struct conn_identity).
+// Between its handshake and its login only the mechanism is known: User
+// is empty.
 type Identity struct {
 	Mechanism string
 	User      string

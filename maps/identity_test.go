@@ -99,10 +99,12 @@ func TestIdentityOutlivesAgentNotConnection(t *testing.T) {
 	alice := connKey(client4, broker4, 42001)
 	bob := connKey(client6, broker6, 42002)
 	carol := connKey(client4, broker4, 42003)
+	pending := connKey(client6, broker6, 42005) // between its handshake and its login
 	for k, id := range map[ConnKey]Identity{
-		alice: {Mechanism: "PLAIN", User: "alice"},
-		bob:   {Mechanism: "SCRAM-SHA-512", User: strings.Repeat("b", 255)},
-		carol: {Mechanism: "SCRAM-SHA-256", User: "carol"},
+		alice:   {Mechanism: "PLAIN", User: "alice"},
+		bob:     {Mechanism: "SCRAM-SHA-512", User: strings.Repeat("b", 255)},
+		carol:   {Mechanism: "SCRAM-SHA-256", User: "carol"},
+		pending: {Mechanism: "SCRAM-SHA-256"},
 	} {
 		if err := first.SaveIdentity(k, id); err != nil {
 			t.Fatal(err)
@@ -125,12 +127,15 @@ func TestIdentityOutlivesAgentNotConnection(t *testing.T) {
 	if got, ok, err := d.Identity(bob); err != nil || !ok || got.User != strings.Repeat("b", 255) || got.Mechanism != "SCRAM-SHA-512" {
 		t.Errorf("bob after a restart: %+v %v %v", got, ok, err)
 	}
+	if got, ok, err := d.Identity(pending); err != nil || !ok || got != (Identity{Mechanism: "SCRAM-SHA-256"}) {
+		t.Errorf("a login under way after a restart: %+v %v %v, want its mechanism alone", got, ok, err)
+	}
 	// The broker's SYN-ACK on alice's 4-tuple: a new connection.
 	h.run(Fetch, segment{src: alice.Local, dst: alice.Peer, seq: 1, ack: 77, flags: flagSYN | flagACK})
 	if got, ok, _ := d.Identity(alice); ok {
 		t.Errorf("alice's identity after a new connection took the 4-tuple: %+v, want none", got)
 	}
-	if err := d.ForgetIdentities([]ConnKey{carol, alice}); err != nil {
+	if err := d.ForgetIdentities([]ConnKey{carol, alice, pending}); err != nil {
 		t.Errorf("forget (one already gone): %v", err)
 	}
 	if n, _ := d.Identities(); n != 1 {

@@ -36,7 +36,7 @@ type Registry struct {
 	max int
 	// unconfiguredMax bounds the live entities that are not pinned.
 	unconfiguredMax int
-	unconfigured    int
+	unconfigured    int // live unpinned entities, and the unresolved one
 	byKey           map[Key]ID
 	slots           []slot // indexed by ID; the first two are UnknownID and OverflowID
 	free            []ID
@@ -148,14 +148,20 @@ func (r *Registry) Acquire(k Key, now time.Time) ID {
 		return id
 	}
 	if k.Kind == KindUnresolved {
-		// Registered as if configured, on first use: clients inventing
-		// entities cannot push it into overflow, nor get it reclaimed.
+		// Registered on first use, pinned so that idling never reclaims
+		// it, and not refused by the unconfigured budget, though it counts
+		// against it: nobody configured it, and counted there the
+		// configured entities' room (max less the budget) stays theirs
+		// across reloads. The caller keeps room for it (the agent
+		// registers it before a client's entity would take the budget's
+		// or the registry's last id).
 		id, ok := r.assign(k, now)
 		if !ok {
 			r.Overflowed++
 			return OverflowID
 		}
 		r.slots[id].pinned = true
+		r.unconfigured++
 		return id
 	}
 	if r.unconfigured >= r.unconfiguredMax {
@@ -176,7 +182,8 @@ func (r *Registry) Pinned(id ID) bool {
 	return int(id) < len(r.slots) && r.slots[id].used && r.slots[id].pinned
 }
 
-// Unconfigured is the number of live entities that are not pinned.
+// Unconfigured is the number of live entities nobody configured: those
+// that are not pinned, and the unresolved entity once registered.
 func (r *Registry) Unconfigured() int { return r.unconfigured }
 
 // Lookup returns the id of a known key.
@@ -281,9 +288,8 @@ func (r *Registry) Restore(saved map[ID]Key, now time.Time) (skipped []ID) {
 		r.byKey[key] = id
 		if key.Kind == KindUnresolved {
 			r.slots[id].pinned = true // as Acquire registers it
-			continue
 		}
-		r.unconfigured++ // until Pin says it is configured
+		r.unconfigured++ // until Pin says it is configured (unresolved: never)
 	}
 	// Free ids are those below the highest restored id that stayed empty.
 	free := r.free[:0]

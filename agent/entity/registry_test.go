@@ -2,6 +2,7 @@ package entity
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -161,5 +162,33 @@ func TestRegistryPinnedEntitiesCannotBeTaken(t *testing.T) {
 	}
 	if got := r.Reclaim(t1.Add(time.Hour), time.Hour); len(got) != 1 || got[0] != added[0] {
 		t.Errorf("reclaimed %v, want core's id %d", got, added[0])
+	}
+}
+
+// The unresolved entity is registered as if configured (never reclaimed,
+// never unpinned by a Pin of the configured set) yet counts against the
+// unconfigured budget, registered or restored: the room configured
+// entities have (max less the budget) stays theirs.
+func TestRegistryUnresolvedCountsAgainstTheBudget(t *testing.T) {
+	now := time.Unix(0, 0)
+	r := NewRegistry(4)
+	r.SetUnconfiguredBudget(2)
+	id := r.Acquire(UnresolvedKey, now)
+	if id == OverflowID || !r.Pinned(id) || r.Unconfigured() != 1 {
+		t.Fatalf("unresolved: id %d pinned %v unconfigured %d, want its own pinned id counted once", id, r.Pinned(id), r.Unconfigured())
+	}
+	r.Pin([]Key{{KindClient, "c1"}, {KindClient, "c2"}}, now)
+	r.Pin([]Key{{KindClient, "c3"}}, now) // a reload: c1 and c2 become ordinary
+	if got, _ := r.Lookup(UnresolvedKey); got != id || !r.Pinned(id) {
+		t.Errorf("after a reload's Pin: unresolved %d pinned %v, want %d pinned", got, r.Pinned(got), id)
+	}
+	if out := r.Reclaim(now.Add(time.Hour), time.Minute); slices.Contains(out, id) {
+		t.Errorf("unresolved reclaimed: %v", out)
+	}
+	restored := NewRegistry(4)
+	restored.SetUnconfiguredBudget(2)
+	restored.Restore(map[ID]Key{id: UnresolvedKey}, now)
+	if restored.Unconfigured() != 1 || !restored.Pinned(id) {
+		t.Errorf("restored: unconfigured %d pinned %v, want 1 and pinned", restored.Unconfigured(), restored.Pinned(id))
 	}
 }

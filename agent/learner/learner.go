@@ -63,7 +63,8 @@ type Stats struct {
 	// such a direction to the unresolved entity: a header that could not
 	// be read, a login that named nobody). The SASL exchange before a
 	// login (ApiVersions, SaslHandshake) decides nothing by design and is
-	// not counted.
+	// not counted. The agent adds each connection it holds to unresolved
+	// because nothing it sent could be sampled (agent/connections.go).
 	Unresolved uint64
 }
 
@@ -85,9 +86,11 @@ type Sample struct {
 }
 
 // Identity is what a connection proved once and no later request repeats:
-// the principal of its SASL login. The agent persists it next to the
-// connection's binding (OnLogin), so that a restarted agent, or this one
-// after freeing the connection's state, still knows it (Adopt).
+// the principal of its SASL login, and before that the mechanism its
+// handshake named (User empty: a login under way, whose SaslAuthenticate
+// can only be read knowing the mechanism). The agent persists it next to
+// the connection's binding (OnLogin), so that a restarted agent, or this
+// one after freeing the connection's state, still knows it (Adopt).
 type Identity struct {
 	Mechanism string
 	User      string
@@ -181,7 +184,10 @@ func (l *Learner[C]) SetPolicy(p *entity.Policy) { l.policy = p; l.policyGen++ }
 func (l *Learner[C]) Policy() *entity.Policy { return l.policy }
 
 // OnLogin registers f to be told every principal a connection proves, as
-// it is proved (the agent persists it).
+// it is proved, and before that the mechanism its handshake names (an
+// Identity without a User): the agent persists both, so that a restart or
+// freed state between a SaslHandshake and its SaslAuthenticate still reads
+// the login (Adopt).
 func (l *Learner[C]) OnLogin(f func(C, Identity)) { l.onLogin = f }
 
 // Known reports whether the learner holds state for this connection (c,
@@ -192,8 +198,9 @@ func (l *Learner[C]) Known(c C, born uint64) bool {
 }
 
 // Adopt seeds the state of a connection this learner has not followed
-// from what outlives a learner: the identity it proved (zero if none) and
-// its current binding, as decided targets (a direction not in bound stays
+// from what outlives a learner: the identity it proved (zero if none; a
+// mechanism without a user when its login was under way) and its current
+// binding, as decided targets (a direction not in bound stays
 // undecided). Until a request says otherwise, the connection keeps that
 // binding: a request that decides nothing (a SASL connection's request
 // before its principal is known, an incremental fetch of a session this
@@ -304,6 +311,9 @@ func (l *Learner[C]) LearnSample(c C, born uint64, s Sample) (Decision, bool, er
 		switch r.APIKey {
 		case kafka.KeySaslHandshake:
 			st.mechanism = r.Mechanism
+			if l.onLogin != nil {
+				l.onLogin(c, Identity{Mechanism: st.mechanism})
+			}
 		case kafka.KeySaslAuthenticate:
 			if principalFits(st.mechanism, r.PrincipalFormat) {
 				st.user = r.Principal
