@@ -170,12 +170,15 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	}
 	dc.outputs = dc.outputs[:len(dc.inputs)]
 	before := dc.summary.Overcommit
-	summary, err := dc.alloc.Cycle(dc.inputs, dc.outputs)
+	// Allocate, the latency objectives' hold on best-effort traffic
+	// included: an input to the allocation, not a patch on its output.
+	trim, holder := a.objectiveTrim(dc, a.deps.Clock.Now())
+	summary, err := dc.alloc.CycleTrim(dc.inputs, trim, dc.outputs)
 	if err != nil {
 		return err
 	}
 	dc.summary = summary
-	a.defendObjectives(dc, a.deps.Clock.Now())
+	a.noteTrim(dc, holder)
 	if summary.OvercommitChanged {
 		if summary.Overcommit {
 			a.log.Info("overcommit entered: reservations exceed the distributable capacity",

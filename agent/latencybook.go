@@ -80,11 +80,46 @@ func (h *latencyHistogram) observe(d time.Duration) {
 
 // latencySeries is one entity × API: the sliding window status reads, and
 // the histograms /metrics exports (from the request's last byte, the
-// broker's time; and from its first byte, which adds the request's own
-// transfer).
+// broker's time; and, for produce, from its first byte, which adds the
+// request's own transfer). A fetch series also keeps, in withData, only the fetches
+// that returned data: what a fetch objective judges.
 type latencySeries struct {
 	window          latency.Window // from the last byte
+	withData        latency.Window // fetches only: those that returned data
 	fromLast, first latencyHistogram
+}
+
+// messageSizes are a measured request's and its response's Kafka size
+// fields (the bytes after the 4-byte size), 0 when the data path did not
+// send them.
+type messageSizes struct {
+	request, response uint32
+}
+
+// Fetch responses that return nothing (an idle consumer's long poll,
+// answered after fetch.max.wait.ms) list at most the partitions their
+// request asked for, each in about as many bytes as the request spent on
+// it (37 against 33 at version 12), while records come in batches of 61
+// bytes of header and more. So a response within emptyFetchGrowth of
+// its request, plus emptyFetchSlack for the envelope, returned no data;
+// one beyond carried at least a batch. Incremental fetch sessions (every
+// client since Kafka 1.1) list no idle partition at all, so there the
+// margin is wide; a full fetch over very many partitions that returns
+// one small batch can read as empty (a sample lost, never a long poll
+// judged).
+const (
+	emptyFetchGrowth = 1.25
+	emptyFetchSlack  = 16
+)
+
+// returnedData says whether a measured fetch returned data. Without sizes
+// (a data path that does not send them) every fetch counts, long polls
+// included, as before.
+func (m messageSizes) returnedData() bool {
+	if m.response == 0 {
+		return true
+	}
+	return float64(m.response) > emptyFetchGrowth*float64(m.request)+emptyFetchSlack
 }
 
 type latencyBook struct {
@@ -99,7 +134,7 @@ func newLatencyBook() *latencyBook { return &latencyBook{series: map[latencyKey]
 
 // observe charges one measurement, at now, to id's series (or its
 // direction's others when own is false).
-func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID, own bool, ev maps.LatencyEvent) {
+func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID, own bool, ev maps.LatencyEvent, sizes messageSizes) {
 	fromFirst := ev.FromFirstByte()
 	if fromFirst < 0 || fromFirst > 2*latency.MaxLatency {
 		b.dropped++
@@ -114,10 +149,19 @@ func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID,
 		s = &latencySeries{}
 		b.series[k] = s
 	}
-	s.first.observe(fromFirst)
+	// From the first byte differs from the last only for requests that
+	// span segments: produce. Fetches and the rest are a segment or so, so
+	// their first-byte histograms repeated the last-byte ones, 42 series
+	// an entity for nothing.
+	if k.api == APIProduce {
+		s.first.observe(fromFirst)
+	}
 	if fromLast, ok := ev.FromLastByte(); ok {
 		s.fromLast.observe(fromLast)
 		s.window.Observe(now, fromLast)
+		if k.api == APIFetch && sizes.returnedData() {
+			s.withData.Observe(now, fromLast)
+		}
 	}
 }
 
@@ -157,6 +201,13 @@ func (b *latencyBook) quantiles(now time.Time, dir entity.Direction, id entity.I
 // ObserveLatency takes one request latency the data path measured, charged
 // to the entity of its request's direction under its API.
 func (a *Agent) ObserveLatency(ev maps.LatencyEvent) {
+	// The data path reads the response's size to follow the stream but
+	// does not send it yet: without it every fetch is judged, long polls
+	// included (docs/latency.md, blind spots).
+	a.observeLatency(ev, messageSizes{})
+}
+
+func (a *Agent) observeLatency(ev maps.LatencyEvent, sizes messageSizes) {
 	dir := entity.Produce
 	if apiClassOf(ev.APIKey) == APIFetch {
 		dir = entity.Fetch
@@ -168,7 +219,7 @@ func (a *Agent) ObserveLatency(ev maps.LatencyEvent) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	own := int(id) < len(a.ownSeries) && a.ownSeries[id]
-	a.lat.observe(a.deps.Clock.Now(), dir, entity.ID(id), own, ev)
+	a.lat.observe(a.deps.Clock.Now(), dir, entity.ID(id), own, ev, sizes)
 }
 
 // LatencyHistogram is one exported latency series: cumulative counts at

@@ -71,6 +71,9 @@ func TestLatencyByEntityAndAPI(t *testing.T) {
 	var seen []string
 	for _, h := range r.a.LatencyHistograms() {
 		seen = append(seen, h.EntityType+":"+h.Entity+":"+h.API)
+		if h.FromFirstByte && h.API != "produce" {
+			t.Errorf("a first-byte histogram for %s %s: only produce requests span segments", h.Entity, h.API)
+		}
 		if h.Entity == "core" && h.API == "produce" && !h.FromFirstByte {
 			if h.Count != 100 || h.Cumulative[len(h.Cumulative)-1] != 100 {
 				t.Errorf("core's produce histogram: %+v", h)

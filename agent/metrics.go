@@ -67,7 +67,7 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 	counter := func(name, help string, f func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
-	reg.MustRegister(m.cycle, m.collector, newClusterCollector(a), versioncollector.NewCollector(ns),
+	reg.MustRegister(m.cycle, m.collector, newClusterCollector(a), newObjectiveCollector(a), versioncollector.NewCollector(ns),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		counter("config_reload_failures_total", "Configuration reloads refused (the running configuration stayed).", a.ReloadFailures),
 		counter("control_loop_failures_total", "Control-loop cycles that failed (no heartbeat is written after one: the data path fails open after stale_after).", a.CycleFailures),
@@ -255,7 +255,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 
 		latency: d("request_duration_seconds", "Request latency at the NIC: from a request's last byte arriving to its response's first byte leaving, by the entity of the request's direction and api (produce, fetch, other). Fetch includes the broker's long-poll wait (fetch.max.wait.ms). One sampled request per connection is measured at a time.",
 			"direction", "entity_type", "entity", "api"),
-		latencyFirst: d("request_duration_from_first_byte_seconds", "Request latency at the NIC from the request's first byte arriving (its own transfer included) to its response's first byte leaving.",
+		latencyFirst: d("request_duration_from_first_byte_seconds", "Produce request latency at the NIC from the request's first byte arriving (its own transfer included) to its response's first byte leaving (other requests fit a segment or so: their first byte is their last).",
 			"direction", "entity_type", "entity", "api"),
 		dpLatency: d("datapath_latency_requests_total", "Requests the data path made pending for a latency measurement, by outcome: measured, ring_full (the measurement was lost: the agent had not read the ring), expired (never answered: acks=0 produce, or response tracking lost).", "outcome"),
 		objectiveLevel: d("latency_objective_level", "What a latency objective's breaker holds the direction's best-effort traffic to, as a fraction of its usage when the breaker opened (1: nothing held).",

@@ -155,7 +155,7 @@ func familyLine(f *dto.MetricFamily) string {
 // is counted, not a failed scrape.
 func TestMetricsMatchTheCommittedList(t *testing.T) {
 	// With a cluster section, so that its families are listed too.
-	yaml := baseConfig + "entities: {clients: {core: {consumer_byte_reservation: 100, consumer_byte_rate: 400, produce_latency_objective: {p99: 50ms}}}}\n" +
+	yaml := baseConfig + "entities: {clients: {core: {consumer_byte_reservation: 100, consumer_byte_rate: 400, producer_byte_reservation: 100, produce_latency_objective: {p99: 50ms}}}}\n" +
 		"cluster: {name: c, broker_id: 1, brokers: [1], state_file: " + filepath.Join(t.TempDir(), "state") + ", entities: {clients: {bulk: {consumer_byte_rate: 500}}}}\n"
 	var topicClock fakeClock
 	r := newRigWith(t, yaml, func(d *Deps) {

@@ -12,15 +12,17 @@ import (
 )
 
 // Latency objectives (#34 item 3): an entity's configured p99 for its
-// produce requests (or its fetches' time to first byte), measured at the
-// NIC every cycle, and defended by a breaker (latency.Breaker): after
-// three disjoint 10 s windows over the objective it opens and takes bandwidth from
-// the direction's best-effort entities (no reservation), the largest
-// first, never below min_limit (allocator.TrimLargest), lower on each bad
-// window, each judged on the requests since the last change; after a
-// cool-down it probes, raising them in steps, and closes once the
-// objective has held three windows, the last at full level. Reservations and weights keep their meaning: only
-// best-effort traffic gives.
+// produce requests (or its fetches' time to first byte, judged only on
+// fetches that returned data), measured at the NIC every cycle, and
+// defended by a breaker (latency.Breaker): after three disjoint 10 s
+// windows over the objective it opens and caps what the direction's
+// best-effort entities (no reservation, no objective of their own) may
+// use together, lower on each bad window, each judged on the requests
+// since the last change; after a cool-down it probes, raising the cap in
+// steps, and closes once the objective has held three windows, the last
+// at full level. The cap is an input to the allocation (allocator.Trim),
+// so reservations, floors and weights among best-effort tenants keep
+// their meaning: only best-effort traffic gives, each tenant by weight.
 
 type objective struct {
 	entity.Objective
@@ -54,31 +56,39 @@ func (a *Agent) syncObjectives() {
 		kept = append(kept, o)
 	}
 	a.objectives = kept
+	a.seriesStale = true // objective entities always have series (assignSeries)
 }
 
-// defendObjectives evaluates the direction's objectives and, while any
-// holds best-effort traffic below its allocation, trims the dynamic limits
-// of the direction's best-effort entities (dc.outputs), largest first.
-func (a *Agent) defendObjectives(dc *direction, now time.Time) {
-	level := 1.0
+// objectiveTrim evaluates the direction's objectives on this cycle's
+// input (dc.inputs, before allocation) and returns what the allocator is
+// to hold the direction's best-effort traffic to (allocator.Trim): the
+// lowest of the held objectives' level × best-effort usage when its
+// breaker opened, and that objective (nil when none holds). It marks every objective entity of the direction
+// Protected first, so no objective is defended by trimming another
+// objective's tenant and none counts in the best-effort usage.
+func (a *Agent) objectiveTrim(dc *direction, now time.Time) (allocator.Trim, *objective) {
+	trim := allocator.Trim{}
 	var holder *objective
-	bestEffort := func(i int) bool { return dc.params[i].Reservation == 0 }
 	for _, o := range a.objectives {
 		if o.Direction != dc.dir {
 			continue
 		}
-		api := APIProduce
-		if o.Direction == entity.Fetch {
-			api = APIFetch
-		}
-		o.p99, o.samples = 0, 0
-		own := entity.ID(0)
 		if id, ok := a.registry.Lookup(o.Key); ok {
-			own = id
-			if s := a.lat.series[latencyKey{dir: dc.dir, id: id, api: api}]; s != nil {
-				o.p99, o.samples = s.window.QuantileSince(now, o.breaker.Since(now), 0.99)
+			// Inputs are few compared with a cycle's work and objectives
+			// fewer: a scan per objective costs less than an index kept
+			// in step with the registry.
+			for i := range dc.inputs {
+				if entity.ID(dc.inputs[i].Slot) == id {
+					dc.inputs[i].Protected = true
+				}
 			}
 		}
+	}
+	for _, o := range a.objectives {
+		if o.Direction != dc.dir {
+			continue
+		}
+		o.p99, o.samples = a.judgedLatency(o, now)
 		o.verdict = o.breaker.Evaluate(now, o.p99, o.samples)
 		if o.verdict.Released != latency.NotReleased {
 			o.releases[o.verdict.Released.String()]++
@@ -90,40 +100,56 @@ func (a *Agent) defendObjectives(dc *direction, now time.Time) {
 		if o.verdict.Changed {
 			a.objectiveTransitions++
 			if o.verdict.State == latency.Open && o.verdict.From == latency.Closed {
-				o.base = 0
-				for i, in := range dc.inputs {
-					if bestEffort(i) && entity.ID(in.Slot) != own {
-						o.base += in.Usage
-					}
-				}
+				o.base = allocator.BestEffortUsage(dc.inputs)
 			}
 			a.log.Info("latency objective "+o.verdict.State.String(), "entity", o.Key.String(), "direction", dc.dir.String(),
 				"objective_p99", o.P99, "p99", o.p99, "requests", o.samples, "level", o.verdict.Level, "why", o.verdict.Why)
 		}
-		if o.verdict.Level < level {
-			level, holder = o.verdict.Level, o
+		if o.verdict.Level >= 1 {
+			continue
+		}
+		if c := o.verdict.Level * o.base; !trim.Enabled || c < trim.Cap {
+			trim, holder = allocator.Trim{Enabled: true, Cap: c}, o
 		}
 	}
+	return trim, holder
+}
+
+// judgedLatency is the p99 and request count an objective's breaker
+// judges at now: its entity's requests of the objective's API since the
+// breaker's Since, and for a fetch objective only the fetches that
+// returned data (latencySeries.withData): an idle consumer's long polls
+// (fetch.max.wait.ms) say nothing of the broker.
+func (a *Agent) judgedLatency(o *objective, now time.Time) (time.Duration, int) {
+	id, ok := a.registry.Lookup(o.Key)
+	if !ok {
+		return 0, 0
+	}
+	api := APIProduce
+	if o.Direction == entity.Fetch {
+		api = APIFetch
+	}
+	s := a.lat.series[latencyKey{dir: o.Direction, id: id, api: api}]
+	if s == nil {
+		return 0, 0
+	}
+	w := &s.window
+	if api == APIFetch {
+		w = &s.withData
+	}
+	return w.QuantileSince(now, o.breaker.Since(now), 0.99)
+}
+
+// noteTrim records, after the allocation, which entities the objective
+// holding the direction (objectiveTrim's) trimmed (status: held_by).
+func (a *Agent) noteTrim(dc *direction, holder *objective) {
 	clear(dc.heldBy)
 	if holder == nil {
 		return
 	}
-	own, _ := a.registry.Lookup(holder.Key)
-	var idx []int
-	var limits, floors []float64
-	for i, in := range dc.inputs {
-		if bestEffort(i) && entity.ID(in.Slot) != own {
-			idx = append(idx, i)
-			limits = append(limits, dc.outputs[i].DynamicLimit)
-			floors = append(floors, dc.cfg.MinLimit)
-		}
-	}
-	out := make([]float64, len(limits))
-	allocator.TrimLargest(limits, floors, level*holder.base, out)
 	why := fmt.Sprintf("%s's %s latency objective (p99 %v)", holder.Key.Name, dc.dir, holder.P99)
-	for j, i := range idx {
-		if out[j] < dc.outputs[i].DynamicLimit {
-			dc.outputs[i].DynamicLimit = out[j]
+	for i := range dc.outputs {
+		if dc.outputs[i].Trimmed > 0 {
 			dc.heldBy[dc.inputs[i].Slot] = why
 		}
 	}

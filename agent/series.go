@@ -15,10 +15,13 @@ import (
 // read as a counter reset or a burst).
 
 // assignSeries decides, at the start of a cycle, which entities have series of their
-// own: the unknown and overflow entities always; configured entities
-// (pinned), and in mode all every other entity, while fewer than
-// max_entity_series have them. Entities that have series keep them before
-// new ones get any, so a full table does not churn.
+// own: the unknown and overflow entities always; entities with a latency
+// objective always, budget or not, since an objective is judged on the
+// entity's own latency series (and they are few: configured, one per
+// objective); then configured entities (pinned), and in mode all every
+// other entity, while fewer than max_entity_series have them. Entities
+// that have series keep them before new ones get any, so a full table
+// does not churn.
 func (a *Agent) assignSeries() {
 	// Who has series changes only when entities come or go, get pinned or
 	// unpinned, or the metrics section is reloaded: the passes over the
@@ -32,9 +35,22 @@ func (a *Agent) assignSeries() {
 		return mc.Entities == config.MetricsAll || a.registry.Pinned(id)
 	}
 	held := 0
+	objective := func(id entity.ID) bool {
+		for _, o := range a.objectives {
+			if oid, ok := a.registry.Lookup(o.Key); ok && oid == id {
+				return true
+			}
+		}
+		return false
+	}
 	a.registry.Each(func(id entity.ID, _ entity.Key) {
 		if id == entity.UnknownID || id == entity.OverflowID {
 			a.ownSeries[id] = true
+			return
+		}
+		if objective(id) {
+			a.ownSeries[id] = true
+			held++ // counted, so the others share what is left of the budget
 			return
 		}
 		if a.ownSeries[id] {

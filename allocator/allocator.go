@@ -89,8 +89,18 @@ func (c Config) Distributable() float64 { return c.Capacity * c.SafetyRatio }
 // An invalid entity is reported with its index and changes nothing: not the
 // activity memory, not the alert, not the cycle count.
 func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) {
+	return a.CycleTrim(entities, Trim{}, out)
+}
+
+// CycleTrim is Cycle with a Trim on best-effort traffic (Step 6b, trim.go)
+// applied to the Step 6 limits; an invalid Trim is refused as an invalid
+// entity is.
+func (a *Allocator) CycleTrim(entities []Entity, t Trim, out []Allocation) (Summary, error) {
 	if len(out) < len(entities) {
 		return Summary{}, fmt.Errorf("%w: output has room for %d allocations, need %d", ErrInvalidEntity, len(out), len(entities))
+	}
+	if err := t.validate(); err != nil {
+		return Summary{}, err
 	}
 	if err := a.validate(entities); err != nil {
 		return Summary{}, err
@@ -98,7 +108,7 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 	a.cycle++
 	cfg := a.cfg
 	c := cfg.Distributable()
-	s := Summary{Cycle: a.cycle, C: c, H: cfg.Headroom(), Scale: 1}
+	s := Summary{Cycle: a.cycle, C: c, H: cfg.Headroom(), Scale: 1, Trim: t}
 
 	// Step 0: activity with K-cycle memory.
 	k := uint64(cfg.MemoryCycles)
@@ -203,6 +213,10 @@ func (a *Allocator) Cycle(entities []Entity, out []Allocation) (Summary, error) 
 			continue
 		}
 		o.DynamicLimit = clamp(o.Green+o.Extra+o.Headroom, o.EffectiveReservation, entities[i].Limit)
+	}
+	// Step 6b: a latency objective's cap on best-effort traffic.
+	if t.Enabled {
+		a.trim(t, entities, out, &s)
 	}
 
 	switch {

@@ -126,6 +126,9 @@ type Entity struct {
 	// Throttled: the data path held some of the entity's bytes back in the
 	// last cycle, so Usage understates what it wants.
 	Throttled bool
+	// Protected: a latency objective defends this entity, so a Trim never
+	// takes from it, even without a reservation.
+	Protected bool
 }
 
 // Allocation is one entity's output from a cycle: each step's value, so that
@@ -146,8 +149,11 @@ type Allocation struct {
 	// Headroom is its share of what remained after every claim was met (Step 5).
 	Headroom float64
 	// DynamicLimit is the rate the data path enforces until the next cycle
-	// (Step 6), or the standby limit when not active.
+	// (Step 6, then Step 6b's trim), or the standby limit when not active.
 	DynamicLimit float64
+	// Trimmed is what the cycle's Trim took off the Step 6 limit (Step 6b):
+	// bandwidth a latency objective holds back from this best-effort entity.
+	Trimmed float64
 }
 
 // Summary is the direction-wide output of a cycle.
@@ -182,6 +188,10 @@ type Summary struct {
 	// Unallocated is capacity left after Step 5 because every active entity
 	// reached its limit.
 	Unallocated float64
+	// Trim is the cycle's Trim as given; Trimmed the sum of what it took
+	// off best-effort limits (Σ Allocation.Trimmed).
+	Trim    Trim
+	Trimmed float64
 }
 
 func isFiniteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }
