@@ -71,11 +71,49 @@ type Agent struct {
 
 	mu  sync.Mutex
 	cfg config.Config
-	// limits is the resolve stage: every entity's reservation, weight and
-	// limit, from the policy (configuration and imported Kafka quotas) and
-	// the cluster shares.
-	limits   *limits.Resolver
+	// identity is the learn side: samples into connections' entities.
+	identity identityState
+	// registry gives entities their dense ids (the data path's index).
 	registry *entity.Registry
+	// Stages of the control cycle (docs/design.md §4): gather, resolve
+	// (limits), allocate (dirs), apply (rates), publish (snapshot).
+	gather gatherState
+	limits *limits.Resolver
+	dirs   [2]*direction
+	rates  *apply.Writer
+	// snapshot is built from the last published cycle on demand (nil until
+	// asked); pubTime is when that cycle ran.
+	snapshot *status.Snapshot
+	pubTime  time.Time
+	// loop is the cycle's own bookkeeping: counts, failures, timings.
+	loop loopState
+	// shaper says why the backend in use was chosen and which IFB devices
+	// it redirects to (the backend itself is rates.Shaper()).
+	shaper shaperInUse
+	// metadata: what the metadata client feeds (quotas, brokers).
+	metadata metadataState
+	// reloads: verdicts, failures and the socket's reloader.
+	reloads reloadState
+	// pending: writes the data path refused, tried again every cycle.
+	pending pendingWrites
+	// ownSeries[id]: the entity has metric series of its own (assignSeries);
+	// seriesStale: entities came, went or changed pinning since it ran.
+	ownSeries   []bool
+	seriesStale bool
+	// lat: request latency per entity and API, from the data path's
+	// measurements (ObserveLatency).
+	lat *latencyBook
+	// objectives: the configured latency objectives and their breakers
+	// (objectives.go).
+	objectives objectiveSet
+	// cluster: the cluster budgets (nil without a cluster section).
+	cluster *clusterBudgets
+}
+
+// identityState is what learning keeps: the learner, the connections'
+// bindings and identities, and the limits on who may create entities.
+type identityState struct {
+	learner *learner.Learner[maps.ConnKey]
 	// tlsPorts are the TLS listeners applyPeers last wrote: their
 	// connections belong to their peers, and samples of them are ignored.
 	tlsPorts map[uint16]bool
@@ -86,38 +124,18 @@ type Agent struct {
 		at    time.Time
 		count uint64
 	}
-	learner  *learner.Learner[maps.ConnKey]
-	dirs     [2]*direction
-	counters [2][]maps.Counters
-	store    EntityStore   // nil when the data path keeps no registry
-	idents   IdentityStore // nil when the data path keeps no identities
+	store  EntityStore   // nil when the data path keeps no registry
+	idents IdentityStore // nil when the data path keeps no identities
 	// bindLog: each connection's last binding by Learn (explain).
-	bindLog  map[maps.ConnKey]bindRecord
-	primed   bool // counters read once: deltas are meaningful
-	cycle    uint64
-	lastScan time.Time
-	snapshot *status.Snapshot // built from pub on demand, nil until asked
-	pubTime  time.Time
-	lastOK   time.Time
+	bindLog map[maps.ConnKey]bindRecord
+	conns   connStats
+}
 
-	// rates is the apply stage: the only writer of rates to the shaper.
-	rates *apply.Writer
-	// shaper says why the backend in use was chosen and which IFB devices
-	// it redirects to (the backend itself is rates.Shaper()).
-	shaper shaperInUse
-	// brokers is the cluster's brokers (nil: no metadata client);
-	// unexempt, those exempt_peers misses (checkReplication).
-	replication replicationCheck
-	// reloads: verdicts, failures and the socket's reloader.
-	reloads reloadState
-	// pending: writes the data path refused, tried again every cycle.
-	pending pendingWrites
-	// cycleFailures counts cycles that returned an error.
-	cycleFailures uint64
-	// stopTopics ends the metadata client NewMetadata built.
-	stopTopics func()
-	// kafka: the cluster's client quotas and where they come from.
-	kafka *kafkaquotas.Import
+// gatherState is the gather stage's: the counters as last read and the
+// time each reading covered.
+type gatherState struct {
+	counters [2][]maps.Counters
+	primed   bool // counters read once: deltas are meaningful
 	// lastRead is when counters were last read; elapsed[k] is the time
 	// between the readings k+1 and k cycles ago (newest first), so rates
 	// divide by the time that passed, not the nominal interval; elapsedSum[f]
@@ -125,22 +143,26 @@ type Agent struct {
 	lastRead   time.Time
 	elapsed    []float64
 	elapsedSum []float64
-	conns      connStats
-	// cycleSeconds observes each cycle's duration, for metrics.
+}
+
+// loopState is the control loop's bookkeeping.
+type loopState struct {
+	cycle         uint64
+	lastOK        time.Time // the last cycle that succeeded
+	cycleFailures uint64
+	lastScan      time.Time // the last connection scan
+	// observeCycle observes each cycle's duration, for metrics.
 	observeCycle func(time.Duration)
-	// ownSeries[id]: the entity has metric series of its own (assignSeries);
-	// seriesStale: entities came, went or changed pinning since it ran.
-	ownSeries   []bool
-	seriesStale bool
-	// lat: request latency per entity and API, from the data path's
-	// measurements (ObserveLatency).
-	lat *latencyBook
-	// objectives: the configured latency objectives and their breakers
-	// (objectives.go); objectiveTransitions counts their state changes.
-	objectives []*objective
-	// cluster: the cluster budgets (nil without a cluster section).
-	cluster              *clusterBudgets
-	objectiveTransitions uint64
+}
+
+// metadataState is what the metadata client feeds the agent.
+type metadataState struct {
+	// stopTopics ends the metadata client NewMetadata built.
+	stopTopics func()
+	// kafka: the cluster's client quotas and where they come from.
+	kafka *kafkaquotas.Import
+	// replication: the cluster's brokers and those exempt_peers misses.
+	replication replicationCheck
 }
 
 // direction is one direction's control-loop state.
@@ -269,23 +291,22 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	}
 	policy := entity.NewPolicy(cfg.Entities)
 	a := &Agent{
-		kafka:        kafkaquotas.New(quotas),
-		deps:         deps,
-		log:          deps.Log,
-		cfg:          cfg,
-		registry:     entity.NewRegistry(cfg.MaxEntities),
-		newPerPeer:   entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
-		learner:      learner.New[maps.ConnKey](policy, deps.Topics),
-		stopTopics:   stopTopics,
-		replication:  replicationCheck{brokers: brokers},
-		observeCycle: func(time.Duration) {},
-		reloads:      reloadState{intervalChanged: make(chan time.Duration, 1)},
-		elapsed:      make([]float64, cfg.RateWindow),
-		elapsedSum:   make([]float64, cfg.RateWindow+1),
-		lat:          newLatencyBook(),
+		deps:     deps,
+		log:      deps.Log,
+		cfg:      cfg,
+		registry: entity.NewRegistry(cfg.MaxEntities),
+		identity: identityState{
+			newPerPeer: entity.NewPeerLimiter(cfg.NewEntitiesPerPeer, maxLimitedPeers),
+			learner:    learner.New[maps.ConnKey](policy, deps.Topics),
+		},
+		metadata: metadataState{stopTopics: stopTopics, kafka: kafkaquotas.New(quotas), replication: replicationCheck{brokers: brokers}},
+		loop:     loopState{observeCycle: func(time.Duration) {}},
+		reloads:  reloadState{intervalChanged: make(chan time.Duration, 1)},
+		gather:   gatherState{elapsed: make([]float64, cfg.RateWindow), elapsedSum: make([]float64, cfg.RateWindow+1)},
+		lat:      newLatencyBook(),
 	}
 	// Read under a.mu, so a reload's listener protocols apply at once.
-	a.learner.SetSASLListeners(func(c maps.ConnKey) bool {
+	a.identity.learner.SetSASLListeners(func(c maps.ConnKey) bool {
 		return a.cfg.Protocol(c.Local.Port()) == config.ProtocolSASLPlaintext
 	})
 	ids := a.registry.Limit()
@@ -294,7 +315,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	a.ownSeries, a.seriesStale = make([]bool, ids), true
 	a.syncObjectives()
 	for _, d := range entity.Directions {
-		a.counters[d] = make([]maps.Counters, ids)
+		a.gather.counters[d] = make([]maps.Counters, ids)
 		dc := directionConfig(cfg, d)
 		alloc, err := allocator.New(allocatorConfig(dc))
 		if err != nil && dc.Enabled() {
@@ -317,14 +338,14 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		}
 	}
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)
-	a.conns.Rebinds = make(map[string]uint64, len(RebindReasons))
-	a.bindLog = map[maps.ConnKey]bindRecord{}
+	a.identity.conns.Rebinds = make(map[string]uint64, len(RebindReasons))
+	a.identity.bindLog = map[maps.ConnKey]bindRecord{}
 	if idents, ok := deps.DataPath.(IdentityStore); ok {
-		a.idents = idents
-		a.learner.OnLogin(a.saveIdentity)
+		a.identity.idents = idents
+		a.identity.learner.OnLogin(a.saveIdentity)
 	}
 	if store, ok := deps.DataPath.(EntityStore); ok {
-		a.store = store
+		a.identity.store = store
 		if err := a.restoreRegistry(); err != nil {
 			return nil, err
 		}
@@ -388,8 +409,8 @@ func (a *Agent) unregister(ids []entity.ID) error {
 			errs = append(errs, err)
 		}
 		delete(a.pending.unsaved, id)
-		if a.store != nil {
-			if err := a.store.DeleteEntity(uint32(id)); err != nil {
+		if a.identity.store != nil {
+			if err := a.identity.store.DeleteEntity(uint32(id)); err != nil {
 				errs = append(errs, fmt.Errorf("forget entity %d: %w", id, err))
 			}
 		}
@@ -402,8 +423,8 @@ func (a *Agent) unregister(ids []entity.ID) error {
 func (a *Agent) registered(id uint32, key entity.Key) {
 	a.seriesStale = true
 	a.applyStandby(id, key)
-	if a.store != nil {
-		if _, err := a.store.SaveEntity(id, uint8(key.Kind), key.Name); err != nil {
+	if a.identity.store != nil {
+		if _, err := a.identity.store.SaveEntity(id, uint8(key.Kind), key.Name); err != nil {
 			a.log.Warn("persist entity; written again next cycle", "entity", key.String(), "err", err)
 			if a.pending.unsaved == nil {
 				a.pending.unsaved = map[entity.ID]struct{}{}
@@ -423,7 +444,7 @@ func (a *Agent) persistUnsaved() {
 			delete(a.pending.unsaved, id)
 			continue
 		}
-		if _, err := a.store.SaveEntity(uint32(id), uint8(key.Kind), key.Name); err != nil {
+		if _, err := a.identity.store.SaveEntity(uint32(id), uint8(key.Kind), key.Name); err != nil {
 			a.log.Warn("persist entity; written again next cycle", "entity", key.String(), "err", err)
 			continue
 		}
@@ -434,7 +455,7 @@ func (a *Agent) persistUnsaved() {
 // restoreRegistry rebuilds the registry an earlier agent saved.
 func (a *Agent) restoreRegistry() error {
 	saved := map[entity.ID]entity.Key{}
-	err := a.store.EachEntity(func(id uint32, kind uint8, name string) {
+	err := a.identity.store.EachEntity(func(id uint32, kind uint8, name string) {
 		saved[entity.ID(id)] = entity.Key{Kind: entity.Kind(kind), Name: name}
 	})
 	if err != nil {
@@ -445,7 +466,7 @@ func (a *Agent) restoreRegistry() error {
 	}
 	skipped := a.registry.Restore(saved, a.deps.Clock.Now())
 	for _, id := range skipped {
-		a.store.DeleteEntity(uint32(id))
+		a.identity.store.DeleteEntity(uint32(id))
 	}
 	a.log.Info("restored entity registry from pinned state", "entities", a.registry.Len(), "skipped", len(skipped))
 	return nil

@@ -92,7 +92,7 @@ func BenchmarkAgentMemory(b *testing.B) {
 		runtime.GC()
 		b.ReportMetric(float64(rssBytes())/(1<<20), "rss-MB")
 		b.ReportMetric(float64(r.a.registry.Len()), "entities")
-		b.ReportMetric(float64(r.a.learner.Connections()), "connections")
+		b.ReportMetric(float64(r.a.identity.learner.Connections()), "connections")
 	}
 }
 
@@ -203,8 +203,8 @@ entities:
 			b.Fatal(err)
 		}
 	}
-	if s := r.a.Snapshot(); s.Cluster == nil || r.a.registry.Len() < entities || r.a.learner.Connections() != connections {
-		b.Fatalf("the rig is not what it measures: cluster %v, %d entities, %d connections", s.Cluster != nil, r.a.registry.Len(), r.a.learner.Connections())
+	if s := r.a.Snapshot(); s.Cluster == nil || r.a.registry.Len() < entities || r.a.identity.learner.Connections() != connections {
+		b.Fatalf("the rig is not what it measures: cluster %v, %d entities, %d connections", s.Cluster != nil, r.a.registry.Len(), r.a.identity.learner.Connections())
 	}
 	b.ReportAllocs()
 	b.ResetTimer()

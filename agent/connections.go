@@ -50,12 +50,12 @@ func (a *Agent) holdUnsampled(unbound []maps.Binding, now time.Time) {
 	var held []maps.Binding
 	var id uint32
 	for _, b := range unbound {
-		r, seen := a.bindLog[b.Conn]
+		r, seen := a.identity.bindLog[b.Conn]
 		switch {
 		case !seen || !r.unbound || r.born != b.Born:
 			// First seen unbound (or a new connection on the 4-tuple, or a
 			// record of a binding the data path no longer holds).
-			a.bindLog[b.Conn] = bindRecord{at: now, reason: "unsampled", api: -1, unbound: true, born: b.Born}
+			a.identity.bindLog[b.Conn] = bindRecord{at: now, reason: "unsampled", api: -1, unbound: true, born: b.Born}
 		case now.Sub(r.at) >= unsampledGrace:
 			if id == 0 {
 				id = a.entityID(entity.UnresolvedKey, b.Conn.Peer.Addr(), now)
@@ -73,14 +73,14 @@ func (a *Agent) holdUnsampled(unbound []maps.Binding, now time.Time) {
 	for _, b := range held {
 		a.noteBinding(b.Conn, "unsampled", -1)
 	}
-	a.learner.Stats.Unresolved += uint64(len(held))
+	a.identity.learner.Stats.Unresolved += uint64(len(held))
 	a.log.Info("connections held to the unresolved entity: nothing they sent could be read as a request",
 		"connections", len(held), "grace", unsampledGrace)
 }
 
 // noteBinding records a binding Learn wrote (under a.mu).
 func (a *Agent) noteBinding(c maps.ConnKey, reason string, api int16) {
-	a.bindLog[c] = bindRecord{at: a.deps.Clock.Now(), reason: reason, api: api}
+	a.identity.bindLog[c] = bindRecord{at: a.deps.Clock.Now(), reason: reason, api: api}
 }
 
 // bindReason is the reason noteBinding keeps for a binding Learn writes:
@@ -124,7 +124,7 @@ func (a *Agent) Connections(peer netip.Addr) ([]status.ConnectionView, error) {
 		if b.Fetch != b.Produce {
 			v.Rule = "produce: " + v.Rule + "; fetch: " + a.rule(b.Fetch)
 		}
-		if r, ok := a.bindLog[b.Conn]; ok && !r.unbound {
+		if r, ok := a.identity.bindLog[b.Conn]; ok && !r.unbound {
 			at := r.at
 			v.Since, v.Reason = &at, r.reason
 			if r.api >= 0 {

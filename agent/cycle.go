@@ -22,43 +22,43 @@ func (a *Agent) Cycle() error {
 	defer a.mu.Unlock()
 	err := a.runCycle()
 	if err != nil {
-		a.cycleFailures++
+		a.loop.cycleFailures++
 	}
 	return err
 }
 
 func (a *Agent) runCycle() error {
 	start := a.deps.Clock.Now()
-	a.cycle++
+	a.loop.cycle++
 	a.retryPending()
 	a.pullKafkaQuotas()
 	a.checkReplication()
-	if err := a.deps.DataPath.ReadCounters(&a.counters); err != nil {
+	if err := a.deps.DataPath.ReadCounters(&a.gather.counters); err != nil {
 		return fmt.Errorf("read counters: %w", err)
 	}
 	// The time this cycle's deltas cover: a late tick (a busy host, a
 	// paused VM) must not read as a burst of traffic.
 	since := a.cfg.RefreshInterval.Seconds()
-	if !a.lastRead.IsZero() {
-		if d := start.Sub(a.lastRead).Seconds(); d > 0 {
+	if !a.gather.lastRead.IsZero() {
+		if d := start.Sub(a.gather.lastRead).Seconds(); d > 0 {
 			since = d
 		}
 	}
-	a.lastRead = start
-	copy(a.elapsed[1:], a.elapsed[:len(a.elapsed)-1])
-	a.elapsed[0] = since
-	for f, e := range a.elapsed {
-		a.elapsedSum[f+1] = a.elapsedSum[f] + e
+	a.gather.lastRead = start
+	copy(a.gather.elapsed[1:], a.gather.elapsed[:len(a.gather.elapsed)-1])
+	a.gather.elapsed[0] = since
+	for f, e := range a.gather.elapsed {
+		a.gather.elapsedSum[f+1] = a.gather.elapsedSum[f] + e
 	}
-	if !a.primed {
+	if !a.gather.primed {
 		// Counters may hold history (pinned maps from an earlier agent):
 		// the first reading is the baseline, not one interval's use.
 		for _, dc := range a.dirs {
-			for i, c := range a.counters[dc.dir] {
+			for i, c := range a.gather.counters[dc.dir] {
 				dc.lastBytes[i], dc.lastHeld[i] = c.Bytes, c.HeldBytes
 			}
 		}
-		a.primed = true
+		a.gather.primed = true
 	}
 	a.assignSeries()
 	var errs []error
@@ -82,11 +82,11 @@ func (a *Agent) runCycle() error {
 	a.logOverflow(start)
 	a.publish(start)
 	elapsed := a.deps.Clock.Now().Sub(start)
-	a.observeCycle(elapsed)
+	a.loop.observeCycle(elapsed)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	a.lastOK = a.deps.Clock.Now()
+	a.loop.lastOK = a.deps.Clock.Now()
 	return nil
 }
 
@@ -103,9 +103,9 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	for _, h := range held {
 		dc.held[h.Entity] = h
 	}
-	counters := a.counters[dc.dir]
+	counters := a.gather.counters[dc.dir]
 	w := a.cfg.RateWindow
-	interval := a.elapsed[0]
+	interval := a.gather.elapsed[0]
 	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldOf[:0]
 	now := a.deps.Clock.Now()
 	dc.others.entities, dc.others.rate = 0, 0
@@ -202,7 +202,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	if err != nil {
 		return err
 	}
-	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.cycle, "active", summary.Active, "standby", summary.Standby,
+	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.loop.cycle, "active", summary.Active, "standby", summary.Standby,
 		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", written)
 	return nil
 }
@@ -217,7 +217,7 @@ func (a *Agent) windowRate(slot []float64, filled int) float64 {
 	for _, v := range slot[:filled] {
 		sum += v
 	}
-	return sum / a.elapsedSum[filled]
+	return sum / a.gather.elapsedSum[filled]
 }
 
 // atLimitFraction: an entity the shaper held back counts as throttled only
@@ -236,21 +236,21 @@ func ranAtLimit(lastRate, applied float64) bool {
 // overflow entity (registry or unconfigured budget full, or a peer over
 // new_entities_per_peer).
 func (a *Agent) logOverflow(now time.Time) {
-	count := a.registry.Overflowed + a.newPerPeer.Refused
-	if count == a.overflowLogged.count || now.Sub(a.overflowLogged.at) < time.Minute {
+	count := a.registry.Overflowed + a.identity.newPerPeer.Refused
+	if count == a.identity.overflowLogged.count || now.Sub(a.identity.overflowLogged.at) < time.Minute {
 		return
 	}
-	a.log.Warn("new entities share the overflow entity", "since_last_log", count-a.overflowLogged.count,
+	a.log.Warn("new entities share the overflow entity", "since_last_log", count-a.identity.overflowLogged.count,
 		"unconfigured", a.registry.Unconfigured(), "max_unconfigured_entities", a.cfg.MaxUnconfiguredEntities,
-		"refused_by_peer_rate", a.newPerPeer.Refused)
-	a.overflowLogged.at, a.overflowLogged.count = now, count
+		"refused_by_peer_rate", a.identity.newPerPeer.Refused)
+	a.identity.overflowLogged.at, a.identity.overflowLogged.count = now, count
 }
 
 // scanConnections walks the connection table: live connections keep their
 // entities from being reclaimed; closed ones (FIN or RST seen) leave the
 // table; learner state of every connection no longer live is freed.
 func (a *Agent) scanConnections(now time.Time) error {
-	live := make(map[maps.ConnKey]struct{}, a.learner.Connections())
+	live := make(map[maps.ConnKey]struct{}, a.identity.learner.Connections())
 	var closed []maps.ConnKey
 	var unbound []maps.Binding // live and bound to no entity: holdUnsampled
 	tracked := 0
@@ -276,22 +276,22 @@ func (a *Agent) scanConnections(now time.Time) error {
 	if err := a.deps.DataPath.ForgetConns(closed); err != nil {
 		return fmt.Errorf("remove closed connections: %w", err)
 	}
-	if a.idents != nil {
-		if err := a.idents.ForgetIdentities(closed); err != nil {
-			a.conns.IdentityErrors++
+	if a.identity.idents != nil {
+		if err := a.identity.idents.ForgetIdentities(closed); err != nil {
+			a.identity.conns.IdentityErrors++
 			a.log.Warn("forget identities of closed connections", "err", err)
 		}
 	}
-	a.conns.Reaped += uint64(len(closed))
-	a.conns.Tracked = tracked - len(closed)
-	a.learner.Retain(func(c maps.ConnKey) bool { _, ok := live[c]; return ok })
-	for c := range a.bindLog {
+	a.identity.conns.Reaped += uint64(len(closed))
+	a.identity.conns.Tracked = tracked - len(closed)
+	a.identity.learner.Retain(func(c maps.ConnKey) bool { _, ok := live[c]; return ok })
+	for c := range a.identity.bindLog {
 		if _, ok := live[c]; !ok {
-			delete(a.bindLog, c)
+			delete(a.identity.bindLog, c)
 		}
 	}
 	a.holdUnsampled(unbound, now)
-	a.newPerPeer.Prune(now)
+	a.identity.newPerPeer.Prune(now)
 	return nil
 }
 
@@ -303,8 +303,8 @@ func (a *Agent) scanConnections(now time.Time) error {
 // or any id past its arrays out again) and is retried next cycle: a shaper
 // that keeps failing costs ids, never the agent.
 func (a *Agent) reclaim(now time.Time) error {
-	if now.Sub(a.lastScan) >= min(bindingsScanEvery, a.cfg.EntityIdleTimeout/2) {
-		a.lastScan = now
+	if now.Sub(a.loop.lastScan) >= min(bindingsScanEvery, a.cfg.EntityIdleTimeout/2) {
+		a.loop.lastScan = now
 		if err := a.scanConnections(now); err != nil {
 			return err
 		}
@@ -330,8 +330,8 @@ func (a *Agent) reclaim(now time.Time) error {
 	}
 	released := make([]entity.ID, 0, len(cleared))
 	for _, id := range cleared {
-		if a.store != nil {
-			if err := a.store.DeleteEntity(id); err != nil {
+		if a.identity.store != nil {
+			if err := a.identity.store.DeleteEntity(id); err != nil {
 				errs = append(errs, fmt.Errorf("reclaim entity %d: %w", id, err))
 				continue
 			}

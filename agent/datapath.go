@@ -92,13 +92,13 @@ func (a *Agent) applyPeers(cfg config.Config, policy *entity.Policy) (forget []m
 	if err := a.deps.DataPath.SetPeerEntities(entries); err != nil {
 		return nil, fmt.Errorf("peer entities: %w", err)
 	}
-	if len(tls) == 0 && len(a.tlsPorts) == 0 {
+	if len(tls) == 0 && len(a.identity.tlsPorts) == 0 {
 		return nil, nil
 	}
-	wasTLS := a.tlsPorts
-	a.tlsPorts = map[uint16]bool{}
+	wasTLS := a.identity.tlsPorts
+	a.identity.tlsPorts = map[uint16]bool{}
 	for _, port := range tls {
-		a.tlsPorts[port] = true
+		a.identity.tlsPorts[port] = true
 	}
 	var rebind []maps.Binding
 	err = a.deps.DataPath.EachBinding(func(b maps.Binding) {
@@ -106,7 +106,7 @@ func (a *Agent) applyPeers(cfg config.Config, policy *entity.Policy) (forget []m
 		if b.Closing || (b.Produce == maps.NotGoverned && b.Fetch == maps.NotGoverned) {
 			return
 		}
-		if !a.tlsPorts[port] {
+		if !a.identity.tlsPorts[port] {
 			if wasTLS[port] {
 				// No longer TLS: the entry was decided by its peer and tracks
 				// no requests. Forgotten, the broker's next segment enters it

@@ -143,7 +143,7 @@ func TestIdentityOutlivesTheAgent(t *testing.T) {
 	}
 	// The learner frees its state (Retain), then the data path enters the
 	// SASL connection again (unbound, new born).
-	second.learner.Retain(func(maps.ConnKey) bool { return false })
+	second.identity.learner.Retain(func(maps.ConnKey) bool { return false })
 	if b := learn(second, sasl, produce); b.Produce != alice {
 		t.Errorf("after the learner freed its state: %+v, want alice's %d", b, alice)
 	}
@@ -151,7 +151,7 @@ func TestIdentityOutlivesTheAgent(t *testing.T) {
 	if b := learn(second, sasl, produce); b.Produce != alice || b.Fetch != alice {
 		t.Errorf("entered again: %+v, want alice's %d", b, alice)
 	}
-	if n := second.conns.Rebinds["to_unknown"]; n != 0 {
+	if n := second.identity.conns.Rebinds["to_unknown"]; n != 0 {
 		t.Errorf("%d rebinds to unknown, want 0", n)
 	}
 	// A new connection on the 4-tuple: the data path dropped the entry
@@ -195,7 +195,7 @@ func TestRebindReasons(t *testing.T) {
 	}
 	learn(kt.Fetch(12, 7, 0, []kt.TP{{Topic: "events", Partitions: []int32{0}}}, nil))
 	learn(kt.Fetch(12, 7, 1, []kt.TP{{Topic: "orders", Partitions: []int32{0}}}, nil))
-	if n := a.conns.Rebinds["request"]; n != 1 {
+	if n := a.identity.conns.Rebinds["request"]; n != 1 {
 		t.Errorf("request rebinds %d, want 1 (client -> orders-0)", n)
 	}
 	next, err := configfile.Parse([]byte(identityConfig + "    orders-1: {consumer_byte_rate: 1MiB}\n"))
@@ -207,8 +207,8 @@ func TestRebindReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	learn(kt.Fetch(12, 7, 2, nil, nil))
-	if n := a.conns.Rebinds["rule_change"]; n != 1 {
-		t.Errorf("rule_change rebinds %d, want 1 (orders-0 no longer configured); all: %v", n, a.conns.Rebinds)
+	if n := a.identity.conns.Rebinds["rule_change"]; n != 1 {
+		t.Errorf("rule_change rebinds %d, want 1 (orders-0 no longer configured); all: %v", n, a.identity.conns.Rebinds)
 	}
 }
 
@@ -338,14 +338,14 @@ func TestLoginUnderWayOutlivesTheAgent(t *testing.T) {
 
 	// Without the mechanism the login is not read: held to unresolved,
 	// counted, and never moved to H or to the client-id by what follows.
-	before := second.learner.Stats.Unresolved
+	before := second.identity.learner.Stats.Unresolved
 	for _, req := range []kmsg.Request{saslPlain("alice"), produce, apiVersions()} {
 		if b := learn(second, lost, req); b.Produce != unresolved || b.Fetch != unresolved {
 			t.Errorf("a login whose handshake was not seen, then %s: %+v, want unresolved %d", kafka.APIName(req.Key()), b, unresolved)
 		}
 	}
 	// ApiVersions decides nothing by design on a SASL listener: not counted.
-	if n := second.learner.Stats.Unresolved - before; n != 2 {
+	if n := second.identity.learner.Stats.Unresolved - before; n != 2 {
 		t.Errorf("%d requests after an unread login counted as unresolved, want 2 (the login and the produce)", n)
 	}
 	// A mechanism whose login names nobody sluice reads (GSSAPI) goes by
@@ -356,7 +356,7 @@ func TestLoginUnderWayOutlivesTheAgent(t *testing.T) {
 	if app := idOf(t, second, entity.Key{Kind: entity.KindClient, Name: "app"}); b.Produce != app || b.Fetch != unresolved {
 		t.Errorf("a GSSAPI connection after a restart: %+v, want the client's %d", b, app)
 	}
-	if n := second.conns.Rebinds["to_unknown"]; n != 0 {
+	if n := second.identity.conns.Rebinds["to_unknown"]; n != 0 {
 		t.Errorf("%d rebinds to unknown, want 0", n)
 	}
 }

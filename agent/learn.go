@@ -22,7 +22,7 @@ import (
 func (a *Agent) Learn(s maps.Sample) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.tlsPorts[s.Conn.Local.Port()] {
+	if a.identity.tlsPorts[s.Conn.Local.Port()] {
 		// Encrypted bytes (a connection the data path tracked before its
 		// listener's peer table was written): its peer decides, not this.
 		return nil
@@ -31,10 +31,10 @@ func (a *Agent) Learn(s maps.Sample) error {
 		return nil // an exempt peer's (the data path decided it): never governed
 	}
 	adopted := false
-	if !a.learner.Known(s.Conn, s.Born) {
+	if !a.identity.learner.Known(s.Conn, s.Born) {
 		adopted = a.adopt(s)
 	}
-	decision, changed, err := a.learner.LearnSample(s.Conn, s.Born, learner.Sample{
+	decision, changed, err := a.identity.learner.LearnSample(s.Conn, s.Born, learner.Sample{
 		Data: s.Data, Whole: s.Complete, ClientIDCut: s.ClientIDCut, ClientIDHash: s.ClientIDHash, ClientIDHashed: s.ClientIDHashed})
 	now := a.deps.Clock.Now()
 	var ids [2]uint32
@@ -68,18 +68,18 @@ func (a *Agent) Learn(s maps.Sample) error {
 		// The entry lost its binding (evicted, or entered again after a
 		// reset), or was bound to nothing: bind it now, not when the
 		// decision next changes.
-		a.conns.Rebound++
+		a.identity.conns.Rebound++
 	}
-	reason := rebindReason(s.Bound, ids, changed, a.learner.Cause())
+	reason := rebindReason(s.Bound, ids, changed, a.identity.learner.Cause())
 	if reason != "" {
-		a.conns.Rebinds[reason]++
+		a.identity.conns.Rebinds[reason]++
 		a.log.Debug("connection rebound", "conn", s.Conn.String(), "reason", reason,
 			"from", fmt.Sprint(s.Bound), "to", fmt.Sprint(ids))
 	}
 	if berr := a.deps.DataPath.BindConns([]maps.Binding{{Conn: s.Conn, Produce: ids[entity.Produce], Fetch: ids[entity.Fetch]}}); berr != nil {
 		return berr
 	}
-	a.noteBinding(s.Conn, bindReason(reason, a.learner.Cause(), adopted), a.learner.LastAPI())
+	a.noteBinding(s.Conn, bindReason(reason, a.identity.learner.Cause(), adopted), a.identity.learner.LastAPI())
 	return err
 }
 
@@ -131,10 +131,10 @@ func rebindReason(bound, ids [2]uint32, changed bool, cause learner.Cause) strin
 // with the old connection.
 func (a *Agent) adopt(s maps.Sample) bool {
 	var id learner.Identity
-	if a.idents != nil {
-		saved, ok, err := a.idents.Identity(s.Conn)
+	if a.identity.idents != nil {
+		saved, ok, err := a.identity.idents.Identity(s.Conn)
 		if err != nil {
-			a.conns.IdentityErrors++
+			a.identity.conns.IdentityErrors++
 			a.log.Warn("read connection identity", "conn", s.Conn.String(), "err", err)
 		} else if ok {
 			id = learner.Identity{Mechanism: saved.Mechanism, User: saved.User}
@@ -155,7 +155,7 @@ func (a *Agent) adopt(s maps.Sample) bool {
 	if id == (learner.Identity{}) && bound.Decided == [2]bool{} {
 		return false // nothing outlived the learner's state: learn from scratch
 	}
-	a.learner.Adopt(s.Conn, s.Born, id, bound)
+	a.identity.learner.Adopt(s.Conn, s.Born, id, bound)
 	return true
 }
 
@@ -176,8 +176,8 @@ func (a *Agent) boundKey(id uint32) (entity.Key, bool) {
 // between the SaslHandshake and the SaslAuthenticate still reads the login,
 // which cannot be read without its mechanism.
 func (a *Agent) saveIdentity(c maps.ConnKey, id learner.Identity) {
-	if err := a.idents.SaveIdentity(c, maps.Identity{Mechanism: id.Mechanism, User: id.User}); err != nil {
-		a.conns.IdentityErrors++
+	if err := a.identity.idents.SaveIdentity(c, maps.Identity{Mechanism: id.Mechanism, User: id.User}); err != nil {
+		a.identity.conns.IdentityErrors++
 		a.log.Warn("save connection identity", "conn", c.String(), "err", err)
 	}
 }
@@ -198,7 +198,7 @@ func (a *Agent) entityID(key entity.Key, peer netip.Addr, now time.Time) uint32 
 		return uint32(id)
 	}
 	// A new entity nobody configured (configured ones are pinned).
-	if !a.newPerPeer.Allow(peer, now) {
+	if !a.identity.newPerPeer.Allow(peer, now) {
 		return uint32(entity.OverflowID)
 	}
 	a.keepRoomForUnresolved(now)

@@ -62,7 +62,7 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 		Help:    "Duration of one control-loop cycle: read counters, allocate both directions, write changed rates.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	})
-	a.observeCycle = func(d time.Duration) { m.cycle.Observe(d.Seconds()) }
+	a.loop.observeCycle = func(d time.Duration) { m.cycle.Observe(d.Seconds()) }
 	m.collector = newCollector(a, dp, info)
 	counter := func(name, help string, f func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, func() float64 { return float64(f()) })

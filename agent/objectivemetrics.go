@@ -108,7 +108,7 @@ func (a *Agent) objectiveMetrics() objectiveMetricsView {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var v objectiveMetricsView
-	for _, o := range a.objectives {
+	for _, o := range a.objectives.list {
 		v.objectives = append(v.objectives, objectiveGauges{o.Direction.String(), o.Key.Kind.String(), o.Key.Name, o.p99, o.P99, o.samples, o.verdict.Judged})
 	}
 	for _, dc := range a.dirs {

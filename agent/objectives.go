@@ -40,12 +40,20 @@ type objective struct {
 // syncObjectives makes the agent's objectives the configuration's,
 // keeping the breakers of those that did not change: at start and when a
 // reload puts a configuration in force.
+
+// objectiveSet is the configured latency objectives and how often their
+// breakers changed state.
+type objectiveSet struct {
+	list        []*objective
+	transitions uint64
+}
+
 func (a *Agent) syncObjectives() {
 	want := entity.Objectives(a.cfg.Entities)
 	kept := make([]*objective, 0, len(want))
 	for _, w := range want {
 		var o *objective
-		for _, old := range a.objectives {
+		for _, old := range a.objectives.list {
 			if old.Objective == w {
 				o = old
 			}
@@ -55,7 +63,7 @@ func (a *Agent) syncObjectives() {
 		}
 		kept = append(kept, o)
 	}
-	a.objectives = kept
+	a.objectives.list = kept
 	a.seriesStale = true // objective entities always have series (assignSeries)
 }
 
@@ -69,7 +77,7 @@ func (a *Agent) syncObjectives() {
 func (a *Agent) objectiveTrim(dc *direction, now time.Time) (allocator.Trim, *objective) {
 	trim := allocator.Trim{}
 	var holder *objective
-	for _, o := range a.objectives {
+	for _, o := range a.objectives.list {
 		if o.Direction != dc.dir {
 			continue
 		}
@@ -84,7 +92,7 @@ func (a *Agent) objectiveTrim(dc *direction, now time.Time) (allocator.Trim, *ob
 			}
 		}
 	}
-	for _, o := range a.objectives {
+	for _, o := range a.objectives.list {
 		if o.Direction != dc.dir {
 			continue
 		}
@@ -98,7 +106,7 @@ func (a *Agent) objectiveTrim(dc *direction, now time.Time) (allocator.Trim, *ob
 			}
 		}
 		if o.verdict.Changed {
-			a.objectiveTransitions++
+			a.objectives.transitions++
 			if o.verdict.State == latency.Open && o.verdict.From == latency.Closed {
 				o.base = allocator.BestEffortUsage(dc.inputs)
 			}
@@ -157,8 +165,8 @@ func (a *Agent) noteTrim(dc *direction, holder *objective) {
 
 // objectiveViews are the objectives as status shows them.
 func (a *Agent) objectiveViews() []status.ObjectiveView {
-	out := make([]status.ObjectiveView, 0, len(a.objectives))
-	for _, o := range a.objectives {
+	out := make([]status.ObjectiveView, 0, len(a.objectives.list))
+	for _, o := range a.objectives.list {
 		out = append(out, status.ObjectiveView{Entity: o.Key.String(), Direction: o.Direction.String(),
 			ObjectiveMillis: float64(o.P99) / float64(time.Millisecond), P99Millis: float64(o.p99) / float64(time.Millisecond),
 			Requests: o.samples, State: o.breaker.State().String(), Level: o.breaker.Level(), Why: o.verdict.Why,

@@ -60,8 +60,8 @@ func TestLatencyObjectiveTakesFromBestEffort(t *testing.T) {
 	if s.Objectives[0].State != "closed" || entityView(s, entity.Produce, "bulk").HeldBy != "" {
 		t.Fatalf("objective met again: %+v, bulk %+v", s.Objectives, entityView(s, entity.Produce, "bulk"))
 	}
-	if r.a.objectiveTransitions < 3 {
-		t.Errorf("transitions %d, want open, half open and closed", r.a.objectiveTransitions)
+	if r.a.objectives.transitions < 3 {
+		t.Errorf("transitions %d, want open, half open and closed", r.a.objectives.transitions)
 	}
 }
 
@@ -77,14 +77,14 @@ func TestLatencyObjectiveFollowsReloads(t *testing.T) {
 	if err := reloadWith(t, r, with); err != nil {
 		t.Fatal(err)
 	}
-	first := r.a.objectives[0].breaker
+	first := r.a.objectives.list[0].breaker
 	if s := r.cycle(); len(s.Objectives) != 1 || s.Objectives[0].Entity != "client:core" || s.Objectives[0].ObjectiveMillis != 50 {
 		t.Fatalf("after the reload: %+v", s.Objectives)
 	}
 	if err := reloadWith(t, r, with+"update_threshold: 0.1\n"); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.a.objectives) != 1 || r.a.objectives[0].breaker != first {
+	if len(r.a.objectives.list) != 1 || r.a.objectives.list[0].breaker != first {
 		t.Error("an unchanged objective lost its breaker across a reload")
 	}
 	if err := reloadWith(t, r, baseConfig); err != nil {

@@ -187,7 +187,7 @@ func (tx *reloadTx) prepare() error {
 	if err := tx.fault(stepMetadata); err != nil {
 		return err
 	}
-	quotas := a.kafka.Quotas()
+	quotas := a.metadata.kafka.Quotas()
 	if a.deps.NewMetadata != nil && anyChanged(metadataChanges(old, next)) {
 		md, err := a.deps.NewMetadata(next)
 		if err != nil {
@@ -301,7 +301,7 @@ func (tx *reloadTx) steps() []reloadStep {
 	steps = append(steps, reloadStep{name: stepEntities,
 		do: func() error {
 			registryBefore, policyBefore = a.registry.Clone(), a.limits.Policy()
-			kafkaBefore = a.kafka.Held()
+			kafkaBefore = a.metadata.kafka.Held()
 			added = a.installPolicy(tx.policy)
 			return nil
 		},
@@ -311,9 +311,9 @@ func (tx *reloadTx) steps() []reloadStep {
 			}
 			err := a.unregister(added)
 			a.registry.RestoreFrom(registryBefore)
-			a.kafka.Restore(kafkaBefore)
+			a.metadata.kafka.Restore(kafkaBefore)
 			a.limits.SetPolicy(policyBefore) // parameters cached under the refused policy are stale
-			a.learner.SetPolicy(policyBefore)
+			a.identity.learner.SetPolicy(policyBefore)
 			a.seriesStale = true
 			return err
 		}})
@@ -488,13 +488,13 @@ func (tx *reloadTx) swap() {
 	a.syncObjectives()
 	tx.forgetStale()
 	a.registry.SetUnconfiguredBudget(next.MaxUnconfiguredEntities)
-	a.newPerPeer.SetRate(next.NewEntitiesPerPeer)
+	a.identity.newPerPeer.SetRate(next.NewEntitiesPerPeer)
 	if md := tx.metadata; md != nil {
-		a.stopTopics()
-		a.learner.SetTopics(md.Topics)
-		a.replication.brokers = md.Brokers
-		a.stopTopics = md.stop()
-		a.kafka.ReplaceSource(md.Quotas)
+		a.metadata.stopTopics()
+		a.identity.learner.SetTopics(md.Topics)
+		a.metadata.replication.brokers = md.Brokers
+		a.metadata.stopTopics = md.stop()
+		a.metadata.kafka.ReplaceSource(md.Quotas)
 		tx.metadata = nil
 		a.log.Info("metadata client rebuilt", "bootstrap", next.Bootstrap, "metadata_refresh", next.MetadataRefresh, "kafka_quotas", next.KafkaQuotas)
 	}

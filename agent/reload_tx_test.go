@@ -177,10 +177,10 @@ func (tr *txRig) state(t *testing.T) map[string]string {
 	}
 	sort.Strings(params)
 	put("policy", params)
-	put("learner policy is the agent's", a.learner.Policy() == a.limits.Policy())
+	put("learner policy is the agent's", a.identity.learner.Policy() == a.limits.Policy())
 	put("config", fmt.Sprintf("%+v", a.cfg))
 	put("allocators", fmt.Sprintf("%+v %+v %+v %+v", a.dirs[0].cfg, a.dirs[0].alloc.Config(), a.dirs[1].cfg, a.dirs[1].alloc.Config()))
-	put("tls ports", fmt.Sprint(a.tlsPorts))
+	put("tls ports", fmt.Sprint(a.identity.tlsPorts))
 	put("metadata clients", fmt.Sprint(tr.metadata))
 	put("metrics listeners", fmt.Sprint(tr.listeners))
 	put("log level", tr.level.Level().String())

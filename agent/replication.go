@@ -57,14 +57,14 @@ type replicationCheck struct {
 // checkReplication notes, once per change, the brokers exempt_peers
 // misses (under a.mu).
 func (a *Agent) checkReplication() {
-	if a.replication.brokers == nil {
+	if a.metadata.replication.brokers == nil {
 		return
 	}
-	now := unexemptBrokers(a.replication.brokers.Brokers(), a.cfg.ExemptPeers)
-	if slices.Equal(now, a.replication.unexempt) {
+	now := unexemptBrokers(a.metadata.replication.brokers.Brokers(), a.cfg.ExemptPeers)
+	if slices.Equal(now, a.metadata.replication.unexempt) {
 		return
 	}
-	a.replication.unexempt = now
+	a.metadata.replication.unexempt = now
 	if len(now) > 0 {
 		a.log.Warn("brokers of the cluster outside exempt_peers: their replication from this broker is governed like a client's; add them to exempt_peers", "brokers", now)
 	}
@@ -74,5 +74,5 @@ func (a *Agent) checkReplication() {
 func (a *Agent) UnexemptBrokers() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.replication.unexempt
+	return a.metadata.replication.unexempt
 }

@@ -36,7 +36,7 @@ func (a *Agent) assignSeries() {
 	}
 	held := 0
 	objective := func(id entity.ID) bool {
-		for _, o := range a.objectives {
+		for _, o := range a.objectives.list {
 			if oid, ok := a.registry.Lookup(o.Key); ok && oid == id {
 				return true
 			}

@@ -51,7 +51,7 @@ func TestUndecidedConnectionIsHeldToUnresolved(t *testing.T) {
 	if alice := idOf(t, a, entity.Key{Kind: entity.KindUser, Name: "alice"}); b.Produce != alice || b.Fetch != alice {
 		t.Fatalf("after the login: %+v, want alice's %d", b, alice)
 	}
-	if n := a.learner.Stats.Unresolved; n != 0 {
+	if n := a.identity.learner.Stats.Unresolved; n != 0 {
 		t.Errorf("the SASL exchange before a login counted %d unresolved requests, want 0", n)
 	}
 
@@ -71,11 +71,11 @@ func TestUndecidedConnectionIsHeldToUnresolved(t *testing.T) {
 	// A sample that ends inside its header (fragments lost): held, counted.
 	cut := conn(41002)
 	long := kt.Frame(apiVersions(), 1, kt.Str(strings.Repeat("c", 300)))
-	before := a.learner.Stats.Unresolved
+	before := a.identity.learner.Stats.Unresolved
 	if b, _ = learn(maps.Sample{Conn: cut, Born: 1, Data: long[:100]}); b.Produce != unresolvedID() || b.Fetch != unresolvedID() {
 		t.Errorf("a header the sample could not hold: %+v, want unresolved", b)
 	}
-	if a.learner.Stats.Unresolved == before {
+	if a.identity.learner.Stats.Unresolved == before {
 		t.Error("a request that decided nothing was not counted as unresolved")
 	}
 
@@ -88,7 +88,7 @@ func TestUndecidedConnectionIsHeldToUnresolved(t *testing.T) {
 	bound := conn(41003)
 	learn(dp.sample(bound, "app", apiVersions()))
 	app := dp.bindings[bound]
-	a.learner.Retain(func(maps.ConnKey) bool { return false })
+	a.identity.learner.Retain(func(maps.ConnKey) bool { return false })
 	dp.reenter(bound)
 	dp.bindings[bound] = maps.Binding{Conn: bound, Produce: app.Produce, Fetch: app.Fetch}
 	if b, _ = learn(dp.sample(bound, "app", kt.Fetch(12, 9, 3, nil, nil))); b.Produce != app.Produce || b.Fetch != app.Fetch {
@@ -140,7 +140,7 @@ func TestUnsampledConnectionIsHeldToUnresolved(t *testing.T) {
 	r.dp.bindings[exempt] = maps.Binding{Conn: exempt, Produce: maps.NotGoverned, Fetch: maps.NotGoverned, Born: 1}
 	r.dp.bindings[closing] = maps.Binding{Conn: closing, Closing: true, Born: 1}
 	start := r.clock.Now()
-	unresolvedBefore := r.a.learner.Stats.Unresolved
+	unresolvedBefore := r.a.identity.learner.Stats.Unresolved
 	var heldAfter time.Duration
 	for heldAfter == 0 && r.clock.Now().Sub(start) < time.Minute {
 		r.cycle()
@@ -165,7 +165,7 @@ func TestUnsampledConnectionIsHeldToUnresolved(t *testing.T) {
 	if b := r.dp.bindings[reused]; b.Produce != maps.EntityUnknown {
 		t.Errorf("a new connection on a 4-tuple inherited the grace of the one before: %+v", b)
 	}
-	if n := r.a.learner.Stats.Unresolved - unresolvedBefore; n != 1 {
+	if n := r.a.identity.learner.Stats.Unresolved - unresolvedBefore; n != 1 {
 		t.Errorf("%d unresolved counted, want 1 (the connection held)", n)
 	}
 	if b := r.dp.bindings[exempt]; b.Produce != maps.NotGoverned || b.Fetch != maps.NotGoverned {

@@ -32,7 +32,7 @@ func (a *Agent) publish(now time.Time) {
 		p.heldOf = append(p.heldOf[:0], dc.heldOf...)
 		p.bytes, p.heldBytes, p.dropped, p.ownSeries = p.bytes[:0], p.heldBytes[:0], p.dropped[:0], p.ownSeries[:0]
 		for _, in := range dc.inputs {
-			c := a.counters[dc.dir][in.Slot]
+			c := a.gather.counters[dc.dir][in.Slot]
 			p.bytes = append(p.bytes, c.Bytes)
 			p.heldBytes = append(p.heldBytes, c.HeldBytes)
 			p.dropped = append(p.dropped, dc.dropped[in.Slot])
@@ -43,7 +43,7 @@ func (a *Agent) publish(now time.Time) {
 			p.heldBy = stdmaps.Clone(dc.heldBy)
 		}
 		p.others = dc.others
-		p.unknown.bytes = a.counters[dc.dir][entity.UnknownID].Bytes
+		p.unknown.bytes = a.gather.counters[dc.dir][entity.UnknownID].Bytes
 		w, u := a.cfg.RateWindow, int(entity.UnknownID)
 		p.unknown.rate = a.windowRate(dc.window[u*w:(u+1)*w], int(dc.filled[u]))
 	}
@@ -68,7 +68,7 @@ func (a *Agent) view() *status.Snapshot {
 	now := a.deps.Clock.Now()
 	s := &status.Snapshot{
 		Time:         a.pubTime,
-		Cycle:        a.cycle,
+		Cycle:        a.loop.cycle,
 		Mode:         a.runningMode(),
 		Shaper:       string(a.rates.Shaper().Kind()),
 		ShaperReason: a.shaper.reason,
@@ -81,22 +81,22 @@ func (a *Agent) view() *status.Snapshot {
 		UnconfiguredMax: a.registry.UnconfiguredBudget(),
 		LastReload:      a.reloads.last,
 		// Brokers exempt_peers misses (their replication is governed).
-		UnexemptBrokers: a.replication.unexempt,
+		UnexemptBrokers: a.metadata.replication.unexempt,
 		// New unconfigured entities a peer asked for faster than new_entities_per_peer.
-		PeerRateRefused: a.newPerPeer.Refused,
+		PeerRateRefused: a.identity.newPerPeer.Refused,
 		Learner: status.LearnerView{
-			Parsed: a.learner.Stats.Parsed, Truncated: a.learner.Stats.Truncated, Failed: a.learner.Stats.Failed,
-			Connections: a.learner.Connections(), ReplicationClaims: a.learner.Stats.ReplicationClaims,
-			Unresolved:     a.learner.Stats.Unresolved,
-			NewConnections: a.learner.Stats.NewConnections,
+			Parsed: a.identity.learner.Stats.Parsed, Truncated: a.identity.learner.Stats.Truncated, Failed: a.identity.learner.Stats.Failed,
+			Connections: a.identity.learner.Connections(), ReplicationClaims: a.identity.learner.Stats.ReplicationClaims,
+			Unresolved:     a.identity.learner.Stats.Unresolved,
+			NewConnections: a.identity.learner.Stats.NewConnections,
 		},
-		Connections: status.ConnectionsView{Tracked: a.conns.Tracked, Reaped: a.conns.Reaped, Rebound: a.conns.Rebound,
-			Rebinds: copyCounts(a.conns.Rebinds), IdentityErrors: a.conns.IdentityErrors},
+		Connections: status.ConnectionsView{Tracked: a.identity.conns.Tracked, Reaped: a.identity.conns.Reaped, Rebound: a.identity.conns.Rebound,
+			Rebinds: copyCounts(a.identity.conns.Rebinds), IdentityErrors: a.identity.conns.IdentityErrors},
 		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
-		KafkaQuotas:          a.kafka.View(),
+		KafkaQuotas:          a.metadata.kafka.View(),
 		Cluster:              a.cluster.view(),
 		Objectives:           a.objectiveViews(),
-		ObjectiveTransitions: a.objectiveTransitions,
+		ObjectiveTransitions: a.objectives.transitions,
 	}
 	for _, dc := range a.dirs {
 		p := &dc.pub
@@ -158,7 +158,7 @@ func finiteOr(v, or float64) float64 {
 func (a *Agent) Snapshot() *status.Snapshot {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cycle == 0 {
+	if a.loop.cycle == 0 {
 		return nil
 	}
 	if a.snapshot == nil {
@@ -171,7 +171,7 @@ func (a *Agent) Snapshot() *status.Snapshot {
 func (a *Agent) KafkaQuotas() status.KafkaQuotasView {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if v := a.kafka.View(); v != nil {
+	if v := a.metadata.kafka.View(); v != nil {
 		return *v
 	}
 	return status.KafkaQuotasView{}
@@ -181,10 +181,10 @@ func (a *Agent) KafkaQuotas() status.KafkaQuotasView {
 func (a *Agent) RefreshAge() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.lastOK.IsZero() {
+	if a.loop.lastOK.IsZero() {
 		return 0
 	}
-	return a.deps.Clock.Now().Sub(a.lastOK)
+	return a.deps.Clock.Now().Sub(a.loop.lastOK)
 }
 
 // LastReloadSucceeded is false while the last reload was refused (the
@@ -206,7 +206,7 @@ func (a *Agent) LastReload() *status.ReloadResult {
 func (a *Agent) CycleFailures() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.cycleFailures
+	return a.loop.cycleFailures
 }
 
 // RateWriteFailures counts cycles whose rate writes failed.
@@ -221,7 +221,7 @@ func (a *Agent) RateWriteFailures() uint64 {
 func (a *Agent) StopMetadata() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.stopTopics()
+	a.metadata.stopTopics()
 	a.cluster.stop()
 }
 
