@@ -162,7 +162,11 @@ func newClusterBudgets(cfg config.Config, link ClusterLink, now time.Duration, a
 	}
 	cb.locals = make([]cluster.Local, len(cb.budgets))
 	cb.heldFor = make([]uint8, len(cb.budgets))
-	st := cluster.Start{Broker: cluster.BrokerID(cfg.Cluster.BrokerID), Instance: randomUint64(), Boot: cb.boot}
+	// The wall clock makes a later process of this broker id outrank an
+	// earlier one even when neither the state file nor the retained topic
+	// remembers it (a host replaced after retention, issue #49).
+	st := cluster.Start{Broker: cluster.BrokerID(cfg.Cluster.BrokerID), Instance: randomUint64(), Boot: cb.boot,
+		WallEpoch: uint64(max(0, time.Now().UnixMilli()))}
 	saved, err := readClusterState(cfg.Cluster.StateFile)
 	if err != nil {
 		return nil, err
@@ -409,7 +413,13 @@ func (cb *clusterBudgets) logIgnored(now time.Duration, verdict cluster.Verdict,
 	if verdict == cluster.Duplicate || verdict == cluster.Stale {
 		level = slog.LevelDebug
 	}
-	cb.log.Log(context.Background(), level, "cluster report ignored, counted in sluice_cluster_reports_received_total", "verdict", verdict.String(),
+	msg := "cluster report ignored, counted in sluice_cluster_reports_received_total"
+	if verdict == cluster.Outside {
+		// Another configuration's member (a roll of brokers: or of the
+		// timing parameters): not split, but its allowance is reserved.
+		msg = "cluster report from a broker outside this configuration, counted outside the budget in sluice_cluster_reports_received_total"
+	}
+	cb.log.Log(context.Background(), level, msg, "verdict", verdict.String(),
 		"cluster", r.Cluster, "broker", r.Broker, "epoch", r.Epoch, "instance", r.Instance, "seq", r.Seq, "round", r.Round, "since_last_log", since)
 }
 

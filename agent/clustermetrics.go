@@ -39,7 +39,7 @@ func newClusterCollector(a *Agent) *clusterCollector {
 		target:      d("budget_target_bytes_per_second", "This host's target in the round it acts on (the share rises to it once every live broker reports having lowered).", budget...),
 		reserve:     d("budget_reserved_bytes_per_second", "The reserved part of this host's target: the entity's local reservation.", budget...),
 
-		reports:       d("reports_received_total", "Reports read from the coordination topic, by verdict: accepted, or ignored (duplicate, stale, fenced, conflict, malformed, foreign, unknown_broker, round_jump).", "verdict"),
+		reports:       d("reports_received_total", "Reports read from the coordination topic, by verdict: accepted, outside (another configuration's broker: counted outside the budget, not split), or ignored (duplicate, stale, fenced, conflict, malformed, foreign, unknown_broker, round_jump).", "verdict"),
 		published:     d("reports_published_total", "Reports this agent handed to the producer."),
 		withheld:      d("reports_withheld_total", "Reports not sent: the cycle did not write its rates, or the state file could not be written."),
 		stateFailures: d("state_file_failures_total", "Writes of cluster.state_file that failed."),

@@ -97,7 +97,7 @@ var labelBounds = map[string]string{
 	"le":          "the histogram's bounds (fixed)",
 	"name":        "cluster.name (one value per process)",
 	"broker":      "cluster.broker_id (one value per process)",
-	"verdict":     "a fixed list: `accepted`, `duplicate`, `stale`, `fenced`, `conflict`, `malformed`, `foreign`, `unknown_broker`, `round_jump`",
+	"verdict":     "a fixed list: `accepted`, `duplicate`, `stale`, `fenced`, `conflict`, `malformed`, `foreign`, `unknown_broker`, `round_jump`, `outside`",
 }
 
 // metricsDoc renders docs/metrics.md from a scrape's sluice_ families.

@@ -69,6 +69,18 @@ type Start struct {
 	// agent process); nil on a fresh data path, which starts at the
 	// fallback share.
 	Applied []float64
+	// WallEpoch is the least epoch the process may take: the host's wall
+	// clock at start in milliseconds since the Unix epoch (0: none). A
+	// process that starts later than another of its broker id then
+	// outranks it whatever it finds on disk or in the retained log: a
+	// host replaced after retention dropped its broker's reports is taken
+	// up at once by every View, instead of being ignored as a previous
+	// life while the old one's reports are remembered. Wall clocks are
+	// only compared between lives of one broker id, seconds or more
+	// apart; where they are not (a clock set back), the epoch from disk or
+	// the topic still grows, and a View takes up a lower epoch once the
+	// counted life has been silent for K reports (View.Ingest).
+	WallEpoch uint64
 }
 
 // Agent is one broker host's side of the protocol: it reads the log, keeps
@@ -83,6 +95,7 @@ type Agent struct {
 	broker         BrokerID
 	instance, boot uint64
 	epoch          uint64 // 0 until known
+	wallEpoch      uint64
 	seq, round     uint64
 	mode           Mode
 	rebuildUntil   time.Duration
@@ -101,8 +114,16 @@ type Agent struct {
 	fallback       []float64 // the fallback share of the current episode
 	pending        Targets   // the latest round adopted while live in it
 	hasPending     bool
-	lastLiveCount  int
-	lastReserved   []float64
+	// lastSplitOver is what the even-split fallback divides by: the live
+	// brokers of the last round adopted, or with outsiders reporting, the
+	// members count that round's part was of.
+	lastSplitOver int
+	lastReserved  []float64
+	digest        uint64
+	// echo is the Seq of the newest report of this life seen land, and
+	// echoSent its SentAt: the next reports carry them (Report.Echo).
+	echo     uint64
+	echoSent time.Duration
 	// budgets[e] is entity e's budget as this host knows it (SetBudget);
 	// lastBudgets[e] the budget of the last round adopted.
 	budgets, lastBudgets []Budget
@@ -139,14 +160,16 @@ func NewAgent(cfg Config, st Start, now time.Duration) (*Agent, error) {
 		lastReserved: make([]float64, ne),
 		budgets:      make([]Budget, ne),
 		lastBudgets:  make([]Budget, ne),
+		digest:       cfg.Digest(),
 	}
 	for e, ent := range cfg.Entities {
 		a.budgets[e] = Budget{Limit: ent.Limit, Reservation: ent.Reservation}
 		a.lastBudgets[e] = a.budgets[e]
 	}
+	a.wallEpoch = st.WallEpoch
 	if d := st.Disk; d != nil {
 		if epochKnown {
-			a.epoch = d.Epoch + 1
+			a.epoch = max(d.Epoch+1, st.WallEpoch)
 		}
 		a.processedSent = d.ProcessedSent
 		if d.Anchored && d.Boot == st.Boot {
@@ -174,14 +197,24 @@ func (a *Agent) Observe(r *Report) Verdict {
 	before := a.view.Targets().Round
 	verdict := a.view.Ingest(r)
 	if verdict == Accepted && r.Broker == a.broker && r.Boot == a.boot {
+		if a.epoch != 0 && r.Epoch == a.epoch && r.Instance == a.instance && r.Seq > a.echo {
+			a.echo, a.echoSent = r.Seq, r.SentAt
+		}
 		// One of ours landed (or a previous life's on this boot, which a
-		// successor without disk learns its lease from): the lease runs
-		// from when it was sent.
-		if !a.anchored || r.SentAt > a.anchor {
-			a.anchor, a.anchored = r.SentAt, true
+		// successor without disk learns its lease from). The lease runs
+		// from the send of the report it echoes: others measure silence
+		// from that report's landing, so an agent that reads nothing (deaf)
+		// runs out of lease before they reclaim it. A format without an
+		// echo is measured from the report itself, as before.
+		at, ok := r.SentAt, true
+		if carriesEcho(r) {
+			at, ok = r.EchoSent, r.Echo > 0
+		}
+		if ok && (!a.anchored || at > a.anchor) {
+			a.anchor, a.anchored = at, true
 		}
 	}
-	if a.epoch != 0 && a.mode != ModeFenced {
+	if a.epoch != 0 && a.mode != ModeFenced && mutant != MutantNoFencing {
 		epoch, instance := a.view.Epoch(a.me)
 		if epoch > a.epoch || (epoch == a.epoch && instance != a.instance) {
 			a.mode = ModeFenced
@@ -196,6 +229,13 @@ func (a *Agent) Observe(r *Report) Verdict {
 	return verdict
 }
 
+// counted reports whether the View counts this process's life for its
+// broker: only then is the broker's target this process's to take.
+func (a *Agent) counted() bool {
+	epoch, instance := a.view.Epoch(a.me)
+	return a.epoch != 0 && epoch == a.epoch && instance == a.instance
+}
+
 // CaughtUp tells the agent that it has been given every report up to the
 // log's end as of local time now (a fetch returned the high watermark). A
 // restarted agent acts only after a catch-up that began late enough for
@@ -207,8 +247,11 @@ func (a *Agent) CaughtUp(now time.Duration) {
 // adopt takes a round's targets: lower at once, remember the round to raise
 // to, and acknowledge it so others may raise.
 func (a *Agent) adopt(t *Targets) {
-	if a.mode == ModeFenced || !t.Live[a.me] {
-		// Outside the round (not reported yet, or reclaimed): keep the
+	if a.mode == ModeFenced || !t.Live[a.me] || !a.counted() {
+		// Outside the round (not reported yet, reclaimed, or the View
+		// counts another process for this broker id — a previous life
+		// whose reports are still the newest, or a second process on
+		// another host, whose share the round's target is): keep the
 		// current share, which is bounded by the fallback share, and
 		// forget older rounds: the others raised in this one without
 		// waiting for us, so an older target is no longer ours to take.
@@ -221,7 +264,10 @@ func (a *Agent) adopt(t *Targets) {
 		a.lastReserved[e] = s.Reserved
 	}
 	copy(a.lastBudgets, t.Budgets)
-	a.lastLiveCount = t.LiveCount
+	a.lastSplitOver = t.LiveCount
+	if t.Outside > 0 {
+		a.lastSplitOver = t.Members
+	}
 	if a.streakFrom == 0 || a.processed != t.Previous {
 		a.streakFrom = t.Round
 	}
@@ -235,6 +281,9 @@ func (a *Agent) adopt(t *Targets) {
 // (one per entity) and returns the report to send, if any. The applied
 // share is decided before it returns and never waits for the log.
 func (a *Agent) Step(now time.Duration, local []Local) *Report {
+	if a.mode == ModeFenced && !a.rebuilding && a.view.Vacated(a.me) {
+		a.takeOver()
+	}
 	if a.mode == ModeFenced {
 		return nil
 	}
@@ -242,14 +291,18 @@ func (a *Agent) Step(now time.Duration, local []Local) *Report {
 		a.rebuilding = false
 		if a.epoch == 0 {
 			epoch, _ := a.view.Epoch(a.me)
-			a.epoch = epoch + 1
+			a.epoch = max(epoch+1, a.wallEpoch)
 		}
 		a.processedSent = max(a.processedSent, a.view.MaxProcessed(a.me))
 		if t := a.view.Targets(); t.Round > 0 {
 			a.adopt(t)
 		}
 	}
-	expired := !a.anchored || now-a.anchor >= a.cfg.Lease
+	lease := a.cfg.Lease
+	if mutant == MutantDoubleLease {
+		lease *= 2
+	}
+	expired := !a.anchored || now-a.anchor >= lease
 	switch {
 	case expired && a.mode == ModeNormal:
 		a.enterFallback()
@@ -269,12 +322,31 @@ func (a *Agent) Step(now time.Duration, local []Local) *Report {
 	return a.report(now, periodic, local)
 }
 
+// takeOver starts a new life of a fenced agent once nothing of the life
+// that fenced it has landed for K reports of another broker: by the reclaim
+// argument that process has taken its fallback share or gone (a second
+// host for the id that was retired), and without this the broker would
+// stay fenced, at its floor share, forever. The new life outranks every
+// epoch the View has seen, starts in fallback, and keeps every promise of
+// the old one (processedSent; the View's MaxProcessed of the broker).
+func (a *Agent) takeOver() {
+	epoch, _ := a.view.Epoch(a.me)
+	a.epoch = max(a.epoch, epoch) + 1
+	a.seq, a.echo, a.echoSent = 0, 0, 0
+	a.anchored = false
+	a.hasPending = false
+	a.enterFallback()
+}
+
 // raise moves each entity up to its pending target once every other live
 // broker of that round has reported processing it with a share at or below
 // its own target. Only the latest round computed qualifies, and never one
 // older than a round this broker already reported processing (in this life
 // or a previous one): that promise is what others' raises rely on.
 func (a *Agent) raise() {
+	if mutant == MutantNeverRaise {
+		return
+	}
 	t := &a.pending
 	if t.Round != a.view.Targets().Round || t.Round < a.processedSent || t.Round < a.view.MaxProcessed(a.me) {
 		return
@@ -324,6 +396,7 @@ func (a *Agent) report(now time.Duration, periodic bool, local []Local) *Report 
 	r := &Report{
 		Cluster: a.cfg.Cluster, Broker: a.broker, Epoch: a.epoch, Instance: a.instance, Boot: a.boot,
 		SentAt: now, Seq: a.seq, Round: a.round, Processed: a.processed, Ack: !periodic,
+		Digest: a.digest, Members: uint32(len(a.cfg.Brokers)), Echo: a.echo, EchoSent: a.echoSent,
 		Entities: make([]EntityReport, len(a.cfg.Entities)), Version: a.wireVersion(),
 	}
 	for e, ent := range a.cfg.Entities {
@@ -356,11 +429,14 @@ func (a *Agent) fallbackShare(e int) float64 {
 	case FallbackFullLimit:
 		return limit
 	}
-	live := a.lastLiveCount
-	if live == 0 {
-		live = len(a.cfg.Brokers)
+	if mutant == MutantEvenSplitFullLimit {
+		return limit
 	}
-	return math.Floor(limit / float64(live))
+	over := a.lastSplitOver
+	if over == 0 {
+		over = len(a.cfg.Brokers)
+	}
+	return math.Floor(limit / float64(over))
 }
 
 // wireProbeEvery: an agent writing an older format for a peer's sake

@@ -109,10 +109,19 @@ func TestLeaseRunsOutToFallback(t *testing.T) {
 	if a.Mode() != ModeFallback || a.Applied()[0] != 10*mb {
 		t.Fatalf("after the lease: %v in %v, want 10 MB/s (30 ÷ 3 brokers) in fallback", a.Applied(), a.Mode())
 	}
+	// One of its reports lands: not enough, since others measure its
+	// silence from the report its landed reports echo, and none did yet.
 	a.Observe(sent[len(sent)-1])
-	a.Step(cfg.Lease+tick, nil)
+	echo := a.Step(cfg.Lease+time.Second, nil)
+	if a.Mode() != ModeFallback || echo == nil || echo.Echo != sent[len(sent)-1].Seq {
+		t.Fatalf("one report landed: %v, next report %+v, want fallback and an echo of it", a.Mode(), echo)
+	}
+	// Its report echoing the landed one lands: the lease runs from the
+	// echoed report's send again.
+	a.Observe(echo)
+	a.Step(cfg.Lease+time.Second+tick, nil)
 	if a.Mode() != ModeNormal {
-		t.Fatalf("a report of its own landed but the agent is %v", a.Mode())
+		t.Fatalf("a report of its own echoing a landed one landed but the agent is %v", a.Mode())
 	}
 }
 
@@ -156,7 +165,7 @@ func TestAnotherAgentWithOurBrokerIDFencesUs(t *testing.T) {
 func TestRestartWithoutDiskLearnsEpochAndLeaseFromTopic(t *testing.T) {
 	cfg := testConfig()
 	old := report(1, 5, 9, 3, 0, 12*mb)
-	old.Boot, old.SentAt = 1, 40*time.Second
+	old.Boot, old.SentAt, old.EchoSent = 1, 40*time.Second, 39*time.Second+500*time.Millisecond
 	start := 41 * time.Second
 	a, err := NewAgent(cfg, Start{Broker: 1, Instance: 77, Boot: 1, Applied: []float64{12 * mb}}, start)
 	if err != nil {
@@ -179,7 +188,7 @@ func TestRestartWithoutDiskLearnsEpochAndLeaseFromTopic(t *testing.T) {
 		t.Fatalf("after the rebuild: report %+v, want epoch 6", r)
 	}
 	if a.Mode() != ModeNormal {
-		t.Fatalf("lease anchored at the old report's send (40 s) is valid at %v, got %v", end, a.Mode())
+		t.Fatalf("lease anchored at the send of the report the old one echoes (39.5 s) is valid at %v, got %v", end, a.Mode())
 	}
 }
 

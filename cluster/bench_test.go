@@ -36,7 +36,9 @@ func BenchmarkRound100Brokers100Entities(b *testing.B) {
 	// every timed round (even one, -benchtime 1x) sees all brokers live.
 	ingest := func(round uint64) {
 		for i := range reports {
-			reports[i].Seq, reports[i].Round = round, round
+			// Each echoes its previous report, as an agent that reads
+			// does: otherwise every broker is deaf after K rounds.
+			reports[i].Seq, reports[i].Round, reports[i].Echo = round, round, round-1
 			v.Ingest(&reports[i])
 		}
 	}

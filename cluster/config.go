@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"time"
 )
@@ -190,10 +192,50 @@ func (c Config) RebuildWait(epochFromDisk bool) time.Duration {
 func (c Config) ReclaimReports() uint64 {
 	p := c.Period.Seconds()
 	s := c.MaxClockSkew
-	holder := (c.Lease + c.Period + c.MaxDowntime).Seconds() / (1 - s)
+	down := c.MaxDowntime
+	if mutant == MutantNoDowntimeInK {
+		down = 0
+	}
+	holder := (c.Lease + c.Period + down).Seconds() / (1 - s)
 	k := 1 + math.Ceil((holder+c.MaxDelivery.Seconds())*(1+s)/p-1e-9)
 	return uint64(k)
 }
 
 // reservation is the entity's reservation clamped to its limit.
 func (e Entity) reservation() float64 { return min(e.Reservation, e.Limit) }
+
+// Digest is a hash of everything the shares depend on except the budgets
+// (which travel in reports and are split at their smallest): the cluster,
+// the brokers in order, the entity ids in order, and the timing, fallback
+// and weighting parameters. Agents whose digests differ would compute
+// different targets from the same log; each counts the other as outside
+// its budget. Never 0 (0 on the wire means "not carried").
+func (c Config) Digest() uint64 {
+	h := fnv.New64a()
+	var buf []byte
+	str := func(s string) {
+		buf = binary.AppendUvarint(buf[:0], uint64(len(s)))
+		h.Write(append(buf, s...))
+	}
+	num := func(v uint64) { h.Write(binary.LittleEndian.AppendUint64(buf[:0], v)) }
+	str(c.Cluster)
+	num(uint64(len(c.Brokers)))
+	for _, b := range c.Brokers {
+		num(uint64(uint32(b)))
+	}
+	num(uint64(len(c.Entities)))
+	for _, e := range c.Entities {
+		str(e.ID)
+	}
+	for _, d := range []time.Duration{c.Period, c.Lease, c.MaxDelivery, c.MaxDowntime} {
+		num(uint64(d))
+	}
+	num(math.Float64bits(c.MaxClockSkew))
+	num(math.Float64bits(c.MinLeadWeight))
+	num(uint64(c.Fallback))
+	num(c.MaxRoundJump)
+	if d := h.Sum64(); d != 0 {
+		return d
+	}
+	return 1
+}

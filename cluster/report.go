@@ -42,6 +42,24 @@ type Report struct {
 	// keep the round (they close none) and are not counted when others
 	// measure a broker's silence: only the periodic reports are paced.
 	Ack bool
+	// Digest is the sender's Config.Digest: membership and every parameter
+	// the shares depend on except the budgets, which travel per entity. A
+	// report whose digest differs from the reader's is from a broker
+	// outside the reader's budget: counted, with an allowance, never split.
+	// 0: not carried (versions 1 and 2): the reader assumes its own.
+	Digest uint64
+	// Members is the number of brokers in the sender's configuration: a
+	// reader with outsiders splits over at least this many.
+	Members uint32
+	// Echo is the Seq of the newest report of its own life the sender had
+	// seen land when it sent this one (0 for none yet), and EchoSent that
+	// report's SentAt. The sender's lease runs from EchoSent of its newest
+	// landed report; others measure its silence from the landing of its
+	// echoed report, so an agent whose reports land but who reads nothing
+	// (deaf) is reclaimed like a silent one. Versions 1 and 2 carry
+	// neither: the report counts as its own echo (the rule before).
+	Echo     uint64
+	EchoSent time.Duration
 	// Entities carries one entry per configured entity, in config order.
 	Entities []EntityReport
 	// Version is the wire format the report came in (UnmarshalReport) or
@@ -99,12 +117,18 @@ const (
 	Foreign
 	// UnknownBroker: a broker id not in the configuration.
 	UnknownBroker
-	// RoundJump: a round implausibly far above the log's highest.
+	// RoundJump: a round implausibly far above the log's highest, from a
+	// life of a broker this View already counts.
 	RoundJump
+	// Outside: a broker outside this View's budget: an id not in its
+	// brokers, or a configuration digest that differs from its own. Not
+	// split, but counted: while it reports, every round reserves it an
+	// allowance (docs/cluster-budgets.md §3a).
+	Outside
 	verdicts
 )
 
-var verdictNames = [verdicts]string{"accepted", "duplicate", "stale", "fenced", "conflict", "malformed", "foreign", "unknown_broker", "round_jump"}
+var verdictNames = [verdicts]string{"accepted", "duplicate", "stale", "fenced", "conflict", "malformed", "foreign", "unknown_broker", "round_jump", "outside"}
 
 func (v Verdict) String() string {
 	if v < verdicts {
@@ -132,8 +156,11 @@ func checkShape(cfg *Config, r *Report) Verdict {
 	if r.Cluster != cfg.Cluster || len(r.Entities) != len(cfg.Entities) {
 		return Foreign
 	}
-	if r.Epoch == 0 || r.Seq == 0 || r.Round == 0 || r.Processed > r.Round {
+	if r.Epoch == 0 || r.Seq == 0 || r.Round == 0 || r.Processed > r.Round || r.Round > MaxRound {
 		return Malformed
+	}
+	if carriesEcho(r) && r.Echo >= r.Seq {
+		return Malformed // an echo is of an earlier report
 	}
 	for i := range r.Entities {
 		e := &r.Entities[i]
@@ -148,6 +175,24 @@ func checkShape(cfg *Config, r *Report) Verdict {
 		}
 	}
 	return Accepted
+}
+
+// MaxRound is the highest round a report may carry: a View accepts any
+// round from a life it does not count yet (the log may have been emptied
+// or truncated), and the bound keeps a bad one from exhausting the counter.
+const MaxRound = 1 << 62
+
+// carriesEcho reports whether r carries Echo and Digest (version 3, or a
+// report that did not come off the wire).
+func carriesEcho(r *Report) bool { return r.Version == 0 || r.Version >= 3 }
+
+// echoOf is the seq from which r's sender's silence is measured: its echo,
+// or for a format without one the report itself.
+func echoOf(r *Report) uint64 {
+	if carriesEcho(r) {
+		return r.Echo
+	}
+	return r.Seq
 }
 
 func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }

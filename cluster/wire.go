@@ -9,7 +9,8 @@ import (
 )
 
 // The wire format of a Report, the value of one record of the coordination
-// topic (version 2; version 1 lacks limit and reservation):
+// topic (version 3; version 1 lacks limit and reservation, versions 1 and 2
+// lack digest, members, echo and echo_sent):
 //
 //	magic      4 bytes "SLCB"
 //	version    1 byte  (1 or 2)
@@ -23,6 +24,10 @@ import (
 //	round      uvarint
 //	processed  uvarint
 //	ack        1 byte, 0 or 1
+//	digest     8 bytes, little-endian (version 3)
+//	members    uvarint ≤ 2^32−1 (version 3)
+//	echo       uvarint (version 3)
+//	echo_sent  varint, nanoseconds (version 3)
 //	entities   uvarint count ≤ 4096, then per entity:
 //	  id        uvarint length ≤ 255, bytes
 //	  usage     8 bytes, IEEE 754 bits little-endian
@@ -45,7 +50,7 @@ const (
 	wireMagic = "SLCB"
 	// WireVersion is the newest format this build writes; it reads every
 	// version from 1 to it.
-	WireVersion = 2
+	WireVersion = 3
 
 	// MaxWireClusterName is the longest cluster name a report carries.
 	MaxWireClusterName = 255
@@ -87,7 +92,7 @@ func MarshalReport(r *Report) ([]byte, error) {
 	if version > WireVersion {
 		return nil, fmt.Errorf("cannot encode report: format version %d (this build writes 1 to %d)", version, WireVersion)
 	}
-	size := len(wireMagic) + 1 + binary.MaxVarintLen16 + len(r.Cluster) + 9*binary.MaxVarintLen64 + 1
+	size := len(wireMagic) + 1 + binary.MaxVarintLen16 + len(r.Cluster) + 12*binary.MaxVarintLen64 + 1 + 8
 	for i := range r.Entities {
 		if n := len(r.Entities[i].Entity); n > MaxWireEntityID {
 			return nil, fmt.Errorf("cannot encode report: entities[%d].id of %d bytes (at most %d)", i, n, MaxWireEntityID)
@@ -107,6 +112,12 @@ func MarshalReport(r *Report) ([]byte, error) {
 	b = binary.AppendUvarint(b, r.Round)
 	b = binary.AppendUvarint(b, r.Processed)
 	b = appendBool(b, r.Ack)
+	if version >= 3 {
+		b = binary.LittleEndian.AppendUint64(b, r.Digest)
+		b = binary.AppendUvarint(b, uint64(r.Members))
+		b = binary.AppendUvarint(b, r.Echo)
+		b = binary.AppendVarint(b, int64(r.EchoSent))
+	}
 	b = binary.AppendUvarint(b, uint64(len(r.Entities)))
 	for i := range r.Entities {
 		e := &r.Entities[i]
@@ -170,6 +181,16 @@ func UnmarshalReport(b []byte) (*Report, error) {
 	r.Round = d.uvarint("round")
 	r.Processed = d.uvarint("processed")
 	r.Ack = d.bool("ack")
+	if version >= 3 {
+		r.Digest = d.uint64("digest")
+		members := d.uvarint("members")
+		if d.err == nil && members > math.MaxUint32 {
+			d.fail("members", "%d is not a uint32", members)
+		}
+		r.Members = uint32(members)
+		r.Echo = d.uvarint("echo")
+		r.EchoSent = time.Duration(d.varint("echo_sent"))
+	}
 	n := d.uvarint("entities")
 	if d.err == nil {
 		perEntity := uint64(minWireEntity)
@@ -272,10 +293,14 @@ func (d *decoder) bool(name string) bool {
 }
 
 func (d *decoder) float64(name string) float64 {
+	return math.Float64frombits(d.uint64(name))
+}
+
+func (d *decoder) uint64(name string) uint64 {
 	if !d.need(name, 8) {
 		return 0
 	}
-	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b[d.off:]))
+	v := binary.LittleEndian.Uint64(d.b[d.off:])
 	d.off += 8
 	return v
 }

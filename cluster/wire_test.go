@@ -19,7 +19,8 @@ import (
 func sameReport(a, b *Report) error {
 	if a.Cluster != b.Cluster || a.Broker != b.Broker || a.Epoch != b.Epoch || a.Instance != b.Instance ||
 		a.Boot != b.Boot || a.SentAt != b.SentAt || a.Seq != b.Seq || a.Round != b.Round ||
-		a.Processed != b.Processed || a.Ack != b.Ack || len(a.Entities) != len(b.Entities) || version(a) != version(b) {
+		a.Processed != b.Processed || a.Ack != b.Ack || len(a.Entities) != len(b.Entities) || version(a) != version(b) ||
+		a.Digest != b.Digest || a.Members != b.Members || a.Echo != b.Echo || a.EchoSent != b.EchoSent {
 		ha, hb := *a, *b
 		ha.Entities, hb.Entities = nil, nil
 		return fmt.Errorf("header %+v (%d entities) != %+v (%d entities)", ha, len(a.Entities), hb, len(b.Entities))
@@ -80,6 +81,9 @@ func randomReport(rng *rand.Rand, maxEntities int) *Report {
 		Processed: randomInt(rng),
 		Ack:       rng.IntN(2) == 1,
 		Version:   uint8(rng.IntN(WireVersion + 1)), // 0: the newest
+	}
+	if r.Version == 0 || r.Version >= 3 {
+		r.Digest, r.Members, r.Echo, r.EchoSent = rng.Uint64(), uint32(randomInt(rng)), randomInt(rng), time.Duration(int64(randomInt(rng)))
 	}
 	if n := rng.IntN(maxEntities + 1); n > 0 {
 		r.Entities = make([]EntityReport, n)
@@ -279,7 +283,7 @@ func TestWireMalformed(t *testing.T) {
 		{"another format", []byte(`{"broker":1}`), "magic: not a sluice report"},
 		{"magic cut short", []byte("SLC"), "magic"},
 		{"no version", []byte(wireMagic), "version: truncated"},
-		{"unknown version", []byte(wireMagic + "\x03rest"), "version: format version 3 (this build reads versions 1 to 2)"},
+		{"unknown version", []byte(wireMagic + "\x04rest"), "version: format version 4 (this build reads versions 1 to 3)"},
 		{"version 0", []byte(wireMagic + "\x00"), "format version 0"},
 		{"cluster missing", header(), "cluster: truncated varint"},
 		{"cluster too long", header().str(strings.Repeat("c", 256)), "cluster: length 256 (at most 255)"},

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/sluice-dev/sluice/cluster"
 )
@@ -29,13 +30,19 @@ type Result struct {
 	// it they did.
 	Converged         bool
 	ConvergenceRounds int
-	Disturbed         bool // the seed had a disturbance after start-up
-	Hostile           bool // more than 5 % of reports lost
-	BudgetChanged     bool // a budget was altered and the seed ended quiet: the rounds must split the new one
-	Ticks, Reports    int
-	Fallbacks         int
-	Reclaims          int // rounds in which a running host was not live
-	Ignored           cluster.Counters
+	// ConvergenceTicks is the ticks from the end of the last disturbance
+	// to convergence; Liveness says the seed's quiet suffix was long and
+	// its network mild enough for the liveness gate to apply.
+	ConvergenceTicks int
+	Liveness         bool
+	LivenessFailures int
+	Disturbed        bool // the seed had a disturbance after start-up
+	Hostile          bool // more than 5 % of reports lost
+	BudgetChanged    bool // a budget was altered and the seed ended quiet: the rounds must split the new one
+	Ticks, Reports   int
+	Fallbacks        int
+	Reclaims         int // rounds in which a running host was not live
+	Ignored          cluster.Counters
 }
 
 // episode is a host's fallback episode as the checker sees it: from the
@@ -55,9 +62,16 @@ type checker struct {
 	res        Result
 	episodes   []episode
 	truthByRnd map[uint64]*cluster.Targets
-	// newest[i] is the (epoch, seq) of host i's newest genuine report to
-	// land, the one the reference View must count.
-	newest     []struct{ epoch, seq uint64 }
+	// current[b] is the agent process (instance) the reference View counts
+	// for broker b; maxSeq and epochOf what each process has landed.
+	current         []uint64
+	maxSeq, epochOf map[uint64]uint64
+	lastLand        map[uint64]int
+	k               uint64
+	// displaced[i] is what host i held when the View stopped counting
+	// its process (another process took the broker id up); nil if it
+	// is counted.
+	displaced  [][]float64
 	lastTruth  uint64
 	disturbRnd uint64 // the reference round when the last disturbance ended
 	sums       []float64
@@ -81,9 +95,9 @@ type checker struct {
 func (c *checker) beforeLand(w *world) {
 	ne := len(w.sc.cfg.Entities)
 	if c.reported == nil {
-		c.reported = make([]cluster.Budget, len(w.hosts)*ne)
+		c.reported = make([]cluster.Budget, len(w.sc.cfg.Brokers)*ne)
 	}
-	for i := range w.hosts {
+	for i := range w.sc.cfg.Brokers {
 		r, ok := w.truth.Latest(i)
 		for e := range ne {
 			c.reported[i*ne+e] = cluster.Budget{}
@@ -121,7 +135,10 @@ func (c *checker) init(w *world) {
 		c.episodes[i].allowance = make([]float64, ne)
 	}
 	c.truthByRnd = make(map[uint64]*cluster.Targets)
-	c.newest = make([]struct{ epoch, seq uint64 }, n)
+	c.current = make([]uint64, len(w.sc.cfg.Brokers))
+	c.maxSeq, c.epochOf, c.lastLand = map[uint64]uint64{}, map[uint64]uint64{}, map[uint64]int{}
+	c.k = w.sc.cfg.ReclaimReports()
+	c.displaced = make([][]float64, n)
 	c.sums = make([]float64, ne)
 	c.allow = make([]float64, ne)
 	for _, ent := range w.sc.cfg.Entities {
@@ -144,7 +161,11 @@ func (c *checker) fail(w *world, format string, args ...any) {
 }
 
 // afterLand cross-checks the reference View against the checker's own
-// bookkeeping of which report of each broker is the newest.
+// bookkeeping of which report of each broker must count: the newest landed
+// report of the newest agent process the View has taken up for the broker
+// (§3: a previous life's report never counts again, whatever its epoch).
+// It also checks the reclaim's timing obligation: a round in which a host
+// holding a share is not live comes after that host took its fallback.
 func (c *checker) afterLand(w *world, e entry) {
 	if t := w.truth.Targets(); t.Round > c.lastTruth {
 		c.lastTruth = t.Round
@@ -155,20 +176,81 @@ func (c *checker) afterLand(w *world, e entry) {
 		if t.LiveCount < w.runningHosts() {
 			c.res.Reclaims++
 		}
+		c.reclaimedAfterFallback(w, t)
 	}
-	if !e.genuine {
+	r := e.report
+	b, ok := w.truth.BrokerIndex(r.Broker)
+	if !ok {
 		return
 	}
-	c.res.Reports++
-	r := e.report
-	i, _ := w.truth.BrokerIndex(r.Broker)
-	nw := &c.newest[i]
-	if r.Epoch > nw.epoch || (r.Epoch == nw.epoch && r.Seq > nw.seq) {
-		nw.epoch, nw.seq = r.Epoch, r.Seq
+	if e.genuine {
+		c.res.Reports++
+		if r.Epoch > c.epochOf[r.Instance] {
+			c.maxSeq[r.Instance] = 0 // a fenced process's new life (Agent.takeOver)
+		}
+		if r.Epoch >= c.epochOf[r.Instance] {
+			c.epochOf[r.Instance] = r.Epoch
+			c.maxSeq[r.Instance] = max(c.maxSeq[r.Instance], r.Seq)
+		}
 	}
-	if got, ok := w.truth.Latest(i); !ok || got.Epoch != nw.epoch || got.Seq != nw.seq {
+	got, seen := w.truth.Latest(b)
+	if !seen {
+		return
+	}
+	cur := c.current[b]
+	if e.genuine {
+		c.lastLand[r.Instance] = w.now
+	}
+	if got.Instance != cur {
+		// The View may take up another process for the broker only when
+		// it has a higher epoch, or when nothing of the counted one has
+		// landed for as long as K reports of another broker take at the
+		// least ((K−1)·P/(1+s) − D, §4).
+		quiet := time.Duration(float64(time.Duration(c.k-1)*w.sc.cfg.Period)/(1+w.sc.cfg.MaxClockSkew)) - w.sc.cfg.MaxDelivery
+		_, genuine := w.starts[got.Instance]
+		if genuine && (cur == 0 || got.Epoch > c.epochOf[cur] || time.Duration(w.now-c.lastLand[cur])*tick >= quiet) && got.Epoch == c.epochOf[got.Instance] {
+			// The host of the process no longer counted holds what it
+			// held until it learns (§5, two processes on one id).
+			for i := range w.hosts {
+				if h := &w.hosts[i]; h.instance == cur && !h.gone && h.applied != nil {
+					c.displaced[i] = append(c.displaced[i][:0], h.applied...)
+				}
+			}
+			c.current[b], cur = got.Instance, got.Instance
+		} else {
+			c.res.DoubleCounts++
+			c.fail(w, "broker %d counted from process %x (epoch %d seq %d), not from the newest process taken up %x", r.Broker, got.Instance, got.Epoch, got.Seq, cur)
+			return
+		}
+	}
+	if got.Epoch != c.epochOf[cur] || got.Seq != c.maxSeq[cur] {
 		c.res.DoubleCounts++
-		c.fail(w, "broker %d counted as epoch %d seq %d, newest landed is epoch %d seq %d", r.Broker, got.Epoch, got.Seq, nw.epoch, nw.seq)
+		c.fail(w, "broker %d counted as epoch %d seq %d, newest landed of its process is epoch %d seq %d", r.Broker, got.Epoch, got.Seq, c.epochOf[cur], c.maxSeq[cur])
+	}
+}
+
+// reclaimedAfterFallback: the reclaim argument (§4) promises that a broker
+// is dead in a round only after every host holding a share for it has
+// taken its fallback share (or been fenced): K is chosen for it. A mutant
+// that holds a share past the lease, or a K too small, fails here even
+// when no other host raises into the share in time to break Σ.
+func (c *checker) reclaimedAfterFallback(w *world, t *cluster.Targets) {
+	for i := range w.hosts {
+		h := &w.hosts[i]
+		if h.gone || h.applied == nil || t.Live[h.b] || c.episodes[i].active {
+			continue
+		}
+		if h.instance != c.current[h.b] {
+			// Not the process the View counts (a new one not taken up
+			// yet): its share is bounded by the raise rule, and by Σ.
+			continue
+		}
+		if h.agent != nil && h.agent.Mode() == cluster.ModeFenced {
+			continue
+		}
+		c.res.Violations++
+		c.fail(w, "round %d reclaims broker %d while host %d holds %v and has not taken its fallback share", t.Round, w.sc.cfg.Brokers[h.b], i, h.applied)
+		return
 	}
 }
 
@@ -180,7 +262,7 @@ func (c *checker) learned(w *world, i int) {
 	c.limits[e] = max(c.limits[e], ch.to.Limit)
 	all := true
 	for j := range w.hosts {
-		all = all && w.hosts[j].learned
+		all = all && (w.hosts[j].learned || w.hosts[j].gone)
 	}
 	c.learnedAll = all
 }
@@ -210,7 +292,7 @@ func (c *checker) computed(w *world, i int, t *cluster.Targets) {
 	want, ok := c.truthByRnd[t.Round]
 	if !ok || !want.Equal(t) {
 		c.res.Divergences++
-		c.fail(w, "host %d computed round %d unlike the reference", i, t.Round)
+		c.fail(w, "host %d computed round %d unlike the reference: %+v, reference %+v", i, t.Round, *t, want)
 	}
 }
 
@@ -230,8 +312,8 @@ func (c *checker) stepped(w *world, i int) {
 		if !ep.active {
 			clear(ep.allowance)
 		}
-		for e, f := range h.agent.FallbackShares() {
-			ep.allowance[e] = max(ep.allowance[e], f)
+		for e := range ep.allowance {
+			ep.allowance[e] = max(ep.allowance[e], c.specFallback(w, i, e))
 		}
 		ep.active, ep.exitSeen, ep.round = true, false, 0
 		c.res.Fallbacks++
@@ -245,6 +327,53 @@ func (c *checker) stepped(w *world, i int) {
 	h.lastMode = mode
 }
 
+// specFallback is host i's fallback share for entity e as
+// docs/cluster-budgets.md §4 states it, computed from the scenario and the
+// reference rounds, never from the agent: even-split L ÷ the live brokers
+// of the last round the agent adopted (the members count when brokers
+// outside the budget reported in it; all brokers before any round),
+// floor the larger of its reserved part of that round and an even part
+// of the reservation (which a new process takes), full-limit L. L and R
+// are the larger of the old and the new while a budget change spreads.
+func (c *checker) specFallback(w *world, i, e int) float64 {
+	limit := c.limits[e]
+	res := w.sc.cfg.Entities[e].Reservation
+	if ch := w.sc.change; ch != nil && ch.entity == e && c.limits[e] >= ch.to.Limit {
+		res = max(res, ch.to.Reservation)
+	}
+	n := len(w.sc.cfg.Brokers)
+	t := c.truthByRnd[w.hosts[i].agent.Processed()]
+	switch w.sc.cfg.Fallback {
+	case cluster.FallbackFullLimit:
+		return limit
+	case cluster.FallbackFloor:
+		return c.specFloor(w, i, e)
+	}
+	if t != nil && t.LiveCount > 0 {
+		n = t.LiveCount
+		if t.Outside > 0 {
+			n = t.Members
+		}
+	}
+	return math.Floor(limit / float64(n))
+}
+
+// specFloor is host i's floor share for entity e (§4): the larger of its
+// reserved part of the last round its agent adopted and an even part of
+// the reservation (a new process's).
+func (c *checker) specFloor(w *world, i, e int) float64 {
+	limit := c.limits[e]
+	res := w.sc.cfg.Entities[e].Reservation
+	if ch := w.sc.change; ch != nil && ch.entity == e && c.limits[e] >= ch.to.Limit {
+		res = max(res, ch.to.Reservation)
+	}
+	f := math.Floor(min(res, limit) / float64(len(w.sc.cfg.Brokers)))
+	if t := c.truthByRnd[w.hosts[i].agent.Processed()]; t != nil {
+		f = max(f, t.Share(w.hosts[i].b, e).Reserved)
+	}
+	return f
+}
+
 // afterTick checks conservation, ends episodes and measures convergence.
 func (c *checker) afterTick(w *world) {
 	// An episode ends once every host has lowered to one common round at
@@ -253,6 +382,9 @@ func (c *checker) afterTick(w *world) {
 	common, latest := uint64(math.MaxUint64), uint64(0)
 	for j := range w.hosts {
 		h := &w.hosts[j]
+		if h.gone || h.agent != nil && h.agent.Mode() == cluster.ModeFenced {
+			continue // a fenced process adopts no more rounds: its floor share is allowed for
+		}
 		common = min(common, h.processed)
 		latest = max(latest, h.streak)
 	}
@@ -270,9 +402,20 @@ func (c *checker) afterTick(w *world) {
 			if w.hosts[i].applied != nil {
 				sum += w.hosts[i].applied[e]
 			}
+			a := 0.0
 			if c.episodes[i].active {
-				allow += c.episodes[i].allowance[e]
+				a = c.episodes[i].allowance[e]
 			}
+			if h := &w.hosts[i]; !h.gone && c.current[h.b] != 0 && h.instance != c.current[h.b] && c.displaced[i] != nil {
+				// Two processes on one broker id (§5): the one not
+				// counted holds at most what it held when the other was
+				// taken up, and once fenced its floor share.
+				a = max(a, c.displaced[i][e])
+				if h.agent != nil {
+					a = max(a, c.specFloor(w, i, e))
+				}
+			}
+			allow += a
 		}
 		over := sum - limit
 		c.res.MaxOvershoot = max(c.res.MaxOvershoot, over/limit)
@@ -302,11 +445,14 @@ func (c *checker) measureConvergence(w *world) {
 	t := w.truth.Targets()
 	for i := range w.hosts {
 		h := &w.hosts[i]
-		if h.agent == nil || !t.Live[i] {
+		if h.gone {
+			continue
+		}
+		if h.agent == nil || !t.Live[h.b] {
 			return
 		}
 		for e := range w.sc.cfg.Entities {
-			want := t.Share(i, e).Target
+			want := t.Share(h.b, e).Target
 			if math.Abs(h.applied[e]-want) > 0.1*want {
 				return
 			}
@@ -314,6 +460,7 @@ func (c *checker) measureConvergence(w *world) {
 	}
 	c.res.Converged = true
 	c.res.ConvergenceRounds = int(round - c.disturbRnd)
+	c.res.ConvergenceTicks = w.now - w.sc.quietFrom
 }
 
 // budgetSpread checks, at the end of a seed quiet for its last 5 s, that
@@ -331,6 +478,11 @@ func (c *checker) budgetSpread(w *world) {
 
 func (c *checker) result(w *world) Result {
 	c.budgetSpread(w)
+	c.res.Liveness = !c.res.Hostile && w.sc.ticks-w.sc.quietFrom >= livenessTicks
+	if c.res.Liveness && (!c.res.Converged || c.res.ConvergenceTicks > livenessTicks) {
+		c.res.LivenessFailures++
+		c.fail(w, "liveness: not converged within %v of the last disturbance (converged %v after %d ticks)", secs(livenessTicks), c.res.Converged, c.res.ConvergenceTicks)
+	}
 	c.res.Ignored = w.truth.Counters()
 	return c.res
 }
@@ -338,12 +490,20 @@ func (c *checker) result(w *world) Result {
 func (w *world) runningHosts() int {
 	n := 0
 	for i := range w.hosts {
-		if w.hosts[i].agent != nil && w.now >= w.hosts[i].cutTill {
+		if w.hosts[i].running() && w.now >= w.hosts[i].cutTill {
 			n++
 		}
 	}
 	return n
 }
+
+// livenessTicks is the liveness gate's bound: a seed losing at most 5 % of
+// reports converges (every running host within 10 % of its reference
+// target) within 25 s of its last disturbance; every seed ends with 30 s
+// undisturbed. The bound covers a rebuild (D + P), a reclaim of a host
+// retired or deaf (K periods, at most 15 in the simulation) and the
+// rounds a raise takes; the measured tail is in docs/cluster-budgets.md §6.
+const livenessTicks = 250
 
 // Run simulates one seed.
 func Run(seed uint64) Result { return newWorld(seed).run() }

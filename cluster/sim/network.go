@@ -7,13 +7,6 @@ import (
 	"github.com/sluice-dev/sluice/cluster"
 )
 
-// entry is a report in the log, and whether the simulation sent it (junk
-// that it injected is not genuine).
-type entry struct {
-	report  *cluster.Report
-	genuine bool
-}
-
 // flight is a report on its way to the log.
 type flight struct {
 	landAt int

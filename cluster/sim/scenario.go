@@ -1,9 +1,13 @@
 // Package sim is a deterministic simulation of cluster budgets: N agents of
 // package cluster, the log they share, a network that loses, delays,
 // reorders and duplicates reports, agents that crash and restart, partitions,
-// skewed clocks, demand shifts and leadership moves — all drawn from one
-// seeded PRNG, so a seed replays exactly. Each step it checks the bounds
-// stated in docs/cluster-budgets.md.
+// skewed clocks, demand shifts and leadership moves, and the routine
+// operations of issue #49 (a host replaced after retention, a log emptied by
+// a long outage, a deaf agent, reboots, two processes on one broker id, a
+// crash that uses the whole downtime bound) — all drawn from one seeded PRNG,
+// so a seed replays exactly. Each step it checks the bounds stated in
+// docs/cluster-budgets.md with allowances computed from the spec, and each
+// seed with a mild network must converge within a stated time (liveness).
 package sim
 
 import (
@@ -18,19 +22,21 @@ const tick = 100 * time.Millisecond
 
 // scenario is everything a seed decides before the run starts.
 type scenario struct {
-	cfg       cluster.Config
-	ticks     int
-	rate      []float64       // each agent's clock rate (1 ± skew)
-	phase     []time.Duration // each agent's clock at real time 0
-	startAt   []int           // tick each agent first starts
-	loss, dup float64
-	slowFrac  float64 // fraction of reports delayed up to MaxDelivery
-	readProb  float64 // chance per tick an agent reads the log
-	junkProb  float64 // chance per tick of a bad report in the log
-	offered   [][]float64
-	led       [][]uint32
-	events    []event
-	quietFrom int // tick after which nothing is disturbed
+	cfg   cluster.Config
+	ticks int
+	rate  []float64       // each agent's clock rate (1 ± skew)
+	phase []time.Duration // each agent's clock at real time 0
+	// wallOffset is each host's wall clock error in ms (NTP: ±100).
+	wallOffset []int64
+	startAt    []int // tick each agent first starts
+	loss, dup  float64
+	slowFrac   float64 // fraction of reports delayed up to MaxDelivery
+	readProb   float64 // chance per tick an agent reads the log
+	junkProb   float64 // chance per tick of a bad report in the log
+	offered    [][]float64
+	led        [][]uint32
+	events     []event
+	quietFrom  int // tick after which nothing is disturbed
 	// change, when set, alters one entity's budget once (Kafka's quota
 	// altered): each host learns it at its own tick, as each agent reads
 	// the quota store on its own schedule.
@@ -54,13 +60,33 @@ const (
 	outage // every agent partitioned at once
 	demandShift
 	leaderMove
+	// The routine operations of issue #49, and worse timing:
+	cutCrash   // partitioned, then crashed for MaxDowntime just before its lease runs out
+	deaf       // its reports land, it reads nothing
+	reboot     // a crash with a new boot and a fresh data path
+	replace    // the host dies; a new one (no state file, fresh data path) takes its id after retention dropped its reports
+	logEmptied // an outage longer than retention empties the log; one host reboots meanwhile
+	twin       // a second process takes the id from another host; the first host is retired at the end
 )
+
+var eventNames = [...]string{"crash", "partition", "outage", "demand-shift", "leader-move", "cut-crash", "deaf", "reboot", "replace", "log-emptied", "twin"}
+
+func (k eventKind) String() string { return eventNames[k] }
 
 type event struct {
 	kind     eventKind
 	at, dur  int // ticks
 	broker   int
 	wipeDisk bool
+	// host is the extra host a replace or twin event starts.
+	host int
+}
+
+// retentionTicks is how far back a reader that starts after a log
+// truncation reads: the topic keeps K periods of reports and a few more
+// (docs/cluster-budgets.md §7: retention of at least K periods).
+func (s *scenario) retentionTicks() int {
+	return int((time.Duration(s.cfg.ReclaimReports()+3) * s.cfg.Period) / tick)
 }
 
 // newScenario draws a scenario from rng. Time is scaled down from production
@@ -82,7 +108,11 @@ func newScenario(rng *rand.Rand) *scenario {
 	cfg := cluster.DefaultConfig("sim", brokers, ents)
 	cfg.Lease = 4 * time.Second
 	cfg.MaxDelivery = time.Second
-	cfg.MaxDowntime = 3 * time.Second // crashes last 0.5–3 s
+	// Seeds without a crash hold the bound with no downtime: K is then the
+	// tightest the lease allows, so an agent holding its share past it is
+	// caught. With crashes, the bound is 2–6 s and some crashes last it
+	// all (cutCrash).
+	cfg.MaxDowntime = 0
 	cfg.Fallback = cluster.FallbackMode(rng.IntN(3))
 
 	s := &scenario{cfg: cfg, ticks: 300 + rng.IntN(151)}
@@ -112,18 +142,66 @@ func newScenario(rng *rand.Rand) *scenario {
 
 	disturbUntil := s.ticks * 6 / 10
 	s.quietFrom = 20
-	for range rng.IntN(5) {
-		ev := event{kind: eventKind(rng.IntN(5)), at: rng.IntN(disturbUntil), broker: rng.IntN(n)}
+	kinds := make([]eventKind, rng.IntN(5))
+	for k := range kinds {
+		kinds[k] = eventKind(rng.IntN(5))
+	}
+	// A third of the seeds also have one of the routine operations or the
+	// timing corner.
+	if rng.IntN(3) == 0 {
+		kinds = append(kinds, cutCrash+eventKind(rng.IntN(int(twin-cutCrash)+1)))
+	}
+	for _, k := range kinds {
+		if k == crash || k == cutCrash || k == reboot || k == logEmptied {
+			s.cfg.MaxDowntime = time.Duration(2+rng.IntN(5)) * time.Second
+			break
+		}
+	}
+	down := int(s.cfg.MaxDowntime / tick)
+	k := int(s.cfg.ReclaimReports())
+	period := int(s.cfg.Period / tick)
+	extra := n
+	for _, kind := range kinds {
+		ev := event{kind: kind, at: rng.IntN(disturbUntil), broker: rng.IntN(n)}
+		end := 0
 		switch ev.kind {
-		case crash:
-			ev.dur = 5 + rng.IntN(26) // 0.5–3 s: restarts before its share is reclaimed
+		case crash, reboot:
+			ev.dur = 5 + rng.IntN(down-4) // 0.5 s up to the downtime bound
 			ev.wipeDisk = rng.IntN(2) == 0
 		case partition, outage:
 			ev.dur = 10 + rng.IntN(131) // 1–14 s: some outlast the lease and the reclaim
+		case cutCrash:
+			// Cut for longer than the reclaim; crashed for the whole
+			// downtime bound from just before its lease would run out, so
+			// it keeps its share the longest the bound allows.
+			ev.dur = (k+4)*period + rng.IntN(20)
+		case deaf:
+			ev.dur = (k+3)*period + rng.IntN(100) // past the reclaim, some long after
+		case replace:
+			// The new host comes after the old one's reports left the log.
+			ev.dur = s.retentionTicks() + period + rng.IntN(50)
+			ev.host, extra = extra, extra+1
+		case logEmptied:
+			ev.dur = s.retentionTicks() + period + rng.IntN(30)
+		case twin:
+			ev.dur = 20 + rng.IntN(100)
+			ev.host, extra = extra, extra+1
 		}
+		end = ev.at + ev.dur
 		s.events = append(s.events, ev)
-		s.quietFrom = max(s.quietFrom, ev.at+ev.dur)
+		s.quietFrom = max(s.quietFrom, end)
 	}
+	// Hosts started by events have clocks of their own.
+	for len(s.rate) < extra {
+		s.rate = append(s.rate, 1+(2*rng.Float64()-1)*cfg.MaxClockSkew)
+		s.phase = append(s.phase, time.Duration(rng.Int64N(int64(time.Hour))))
+	}
+	for range extra {
+		s.wallOffset = append(s.wallOffset, rng.Int64N(201)-100)
+	}
+	// Every seed ends with at least 30 s undisturbed, so the liveness
+	// gate applies to the seeds with a mild network.
+	s.ticks = max(s.ticks, s.quietFrom+300)
 	// A third of the seeds alter a budget: lowered or raised, each host
 	// learning it up to 3 s after the others (metadata_refresh).
 	if rng.IntN(3) == 0 {

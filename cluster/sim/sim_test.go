@@ -59,6 +59,7 @@ func BenchmarkSimulation(b *testing.B) {
 	})
 	b.ReportMetric(float64(s.violations), "violations")
 	b.ReportMetric(float64(s.doubleCounts), "double-counts")
+	b.ReportMetric(float64(s.liveFailed), "liveness-failures")
 	b.ReportMetric(float64(percentile(s.convergence, 0.99)), "p99-rounds")
 	b.Logf("%s in %v", s.String(), time.Since(start).Round(time.Second))
 }

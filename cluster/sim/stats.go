@@ -16,6 +16,8 @@ type stats struct {
 	convergence                          []int // rounds, seeds that converged
 	convergenceMild                      []int // the same, seeds losing ≤ 5 % of reports
 	unconverged                          int
+	liveTicks                            []int // convergence ticks of the seeds the liveness gate applies to
+	liveFailed                           int
 }
 
 func (s *stats) add(r Result) {
@@ -43,6 +45,12 @@ func (s *stats) add(r Result) {
 	} else {
 		s.unconverged++
 	}
+	if r.Liveness {
+		if r.Converged {
+			s.liveTicks = append(s.liveTicks, r.ConvergenceTicks)
+		}
+		s.liveFailed += r.LivenessFailures
+	}
 }
 
 func (s *stats) merge(o *stats) {
@@ -61,6 +69,8 @@ func (s *stats) merge(o *stats) {
 	s.convergence = append(s.convergence, o.convergence...)
 	s.convergenceMild = append(s.convergenceMild, o.convergenceMild...)
 	s.unconverged += o.unconverged
+	s.liveTicks = append(s.liveTicks, o.liveTicks...)
+	s.liveFailed += o.liveFailed
 }
 
 // percentile returns the p-th percentile (0..1) of rounds, -1 if empty.
@@ -73,9 +83,14 @@ func percentile(rounds []int, p float64) int {
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("seeds %d failed %d violations %d double-counts %d divergences %d | reports %d ignored %d fallbacks %d reclaim-rounds %d budget-changes %d | max overshoot %.3f×limit, max overshoot/allowance %.3f | convergence rounds p50 %d p90 %d p99 %d max %d (converged %d, not %d; loss ≤ 5 %%: p50 %d p90 %d p99 %d of %d)",
-		s.seeds, s.failed, s.violations, s.doubleCounts, s.divergence, s.reports, s.ignored, s.fallbacks, s.reclaims, s.budgetChanges,
-		s.maxOvershoot, s.maxAllowanceUse,
-		percentile(s.convergence, 0.5), percentile(s.convergence, 0.9), percentile(s.convergence, 0.99), percentile(s.convergence, 1), len(s.convergence), s.unconverged,
-		percentile(s.convergenceMild, 0.5), percentile(s.convergenceMild, 0.9), percentile(s.convergenceMild, 0.99), len(s.convergenceMild))
+	return fmt.Sprintf("liveness gate: %d seeds converged, in seconds p50 %.1f p90 %.1f p99 %.1f max %.1f, %d not within the bound | ",
+		len(s.liveTicks), secs(percentile(s.liveTicks, 0.5)), secs(percentile(s.liveTicks, 0.9)), secs(percentile(s.liveTicks, 0.99)), secs(percentile(s.liveTicks, 1)), s.liveFailed) +
+		fmt.Sprintf("seeds %d failed %d violations %d double-counts %d divergences %d | reports %d ignored %d fallbacks %d reclaim-rounds %d budget-changes %d | max overshoot %.3f×limit, max overshoot/allowance %.3f | convergence rounds p50 %d p90 %d p99 %d max %d (converged %d, not %d; loss ≤ 5 %%: p50 %d p90 %d p99 %d of %d)",
+			s.seeds, s.failed, s.violations, s.doubleCounts, s.divergence, s.reports, s.ignored, s.fallbacks, s.reclaims, s.budgetChanges,
+			s.maxOvershoot, s.maxAllowanceUse,
+			percentile(s.convergence, 0.5), percentile(s.convergence, 0.9), percentile(s.convergence, 0.99), percentile(s.convergence, 1), len(s.convergence), s.unconverged,
+			percentile(s.convergenceMild, 0.5), percentile(s.convergenceMild, 0.9), percentile(s.convergenceMild, 0.99), len(s.convergenceMild))
 }
+
+// secs converts ticks to seconds.
+func secs(ticks int) float64 { return float64(ticks) * tick.Seconds() }

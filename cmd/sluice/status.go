@@ -414,6 +414,9 @@ func writeCluster(w io.Writer, c *status.ClusterView) {
 	if len(ignored) > 0 {
 		fmt.Fprintf(w, "  reports ignored: %s\n", strings.Join(ignored, ", "))
 	}
+	if n := c.Reports["outside"]; n > 0 { // counted, not ignored: the budget holds an allowance for them
+		fmt.Fprintf(w, "  reports from brokers outside this configuration (counted outside the budget): %d\n", n)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  BUDGET\tLIMIT\tRESERVED\tΣ USAGE\tSHARE\tTARGET\tUSAGE HERE\tWHY")
 	for _, b := range c.Budgets {

@@ -273,7 +273,7 @@ func Dashboard() ([]byte, error) {
 			query(`sluice_cluster_round{`+sel+`} - sluice_cluster_processed_round{`+sel+`}`, "{{instance}} rounds behind"),
 			query(`sluice_cluster_topic_lag_records{`+sel+`}`, "{{instance}} records behind"))).
 		WithPanel(series("Cluster reports ignored and lost", recordsPerSecond,
-			"Reports per second read and ignored, by verdict (fenced, stale, duplicate, conflict, malformed, foreign, unknown_broker, round_jump), records that are not reports, reports withheld (a lowering not written, the state file failing) and reports the producer could not deliver.", 8, 8,
+			"Reports per second read and not accepted, by verdict (outside: another configuration's broker, counted outside the budget; ignored: fenced, stale, duplicate, conflict, malformed, foreign, unknown_broker, round_jump), records that are not reports, reports withheld (a lowering not written, the state file failing) and reports the producer could not deliver.", 8, 8,
 			query(`sum by (instance, verdict) (rate(sluice_cluster_reports_received_total{`+sel+`, verdict!="accepted"}[$__rate_interval]))`, "{{instance}} {{verdict}}"),
 			query(`rate(sluice_cluster_topic_undecodable_records_total{`+sel+`}[$__rate_interval])`, "{{instance}} undecodable"),
 			query(`rate(sluice_cluster_reports_withheld_total{`+sel+`}[$__rate_interval])`, "{{instance}} withheld"),
