@@ -56,6 +56,10 @@ type Deps struct {
 	// Version is the running build's ("<version> revision <revision>"),
 	// shown by status so that an upgrade not followed by a restart shows.
 	Version string
+	// Hooks, when set, reads what runs ahead of sluice's programs on each
+	// hook (AttachedHooks): at start and every cycle, for status, the
+	// sluice_blind_hooks metric and the log (blindhooks.go).
+	Hooks HookInspector
 	// FailReloadStep, in tests, is asked before each step of a reload
 	// (ReloadStepNames) and fails the step with the error it returns: the
 	// fault injection that proves every step is undone.
@@ -90,6 +94,8 @@ type Agent struct {
 	// shaper says why the backend in use was chosen and which IFB devices
 	// it redirects to (the backend itself is rates.Shaper()).
 	shaper shaperInUse
+	// blind: the last reading of what runs ahead of sluice (deps.Hooks).
+	blind blindHooks
 	// metadata: what the metadata client feeds (quotas, brokers).
 	metadata metadataState
 	// reloads: verdicts, failures and the socket's reloader.

@@ -67,7 +67,7 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 	counter := func(name, help string, f func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
-	reg.MustRegister(m.cycle, m.collector, newClusterCollector(a), newObjectiveCollector(a), versioncollector.NewCollector(ns),
+	reg.MustRegister(m.cycle, m.collector, newClusterCollector(a), newObjectiveCollector(a), newBlindHooksCollector(a), versioncollector.NewCollector(ns),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		counter("config_reload_failures_total", "Configuration reloads refused (the running configuration stayed).", a.ReloadFailures),
 		counter("control_loop_failures_total", "Control-loop cycles that failed (no heartbeat is written after one: the data path fails open after stale_after).", a.CycleFailures),

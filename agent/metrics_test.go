@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
+	"github.com/sluice-dev/sluice/agent/status"
 
 	sluicemaps "github.com/sluice-dev/sluice/maps"
 )
@@ -74,6 +75,8 @@ const metricsDocPath = "../docs/metrics.md"
 // the clients' choice, so every label a client could grow is bounded.
 var labelBounds = map[string]string{
 	"direction":   "`produce`, `fetch`",
+	"interface":   "the configured interfaces (a handful per host)",
+	"hook":        "`ingress`, `egress`",
 	"entity":      "at most `metrics.max_entity_series` entities per direction have series of their own (configured ones first; `metrics.entities: all` lets learned ones in); every other entity is summed into one aggregate (`entity=\"<others>\"`, `entity_type=\"unconfigured\"`), plus `unknown` and `overflow`",
 	"entity_type": "an entity kind: `client`, `client-pattern`, `topic-partition`, `user`, `user-client`, `peer`, `listener`, `unresolved`, `unknown`, `overflow`, or `unconfigured` for the aggregate",
 	"state":       "a fixed set of states (entities: `active`, `standby`, `throttled`, ...; kafka_quotas: `imported`, `left_out`, `skipped`; cluster lease: `normal`, `fallback`, `fenced`)",
@@ -162,6 +165,8 @@ func TestMetricsMatchTheCommittedList(t *testing.T) {
 		d.NewCluster = func(config.Config) (ClusterLink, error) {
 			return ClusterLink{Log: &fakeLog{topic: &fakeTopic{}, clock: &topicClock}}, nil
 		}
+		// Hooks read, so that sluice_blind_hooks and its kin are listed.
+		d.Hooks = &fakeHooks{v: status.HooksView{Position: "last", Hooks: []status.HookView{{Interface: "eth0", Hook: "ingress"}, {Interface: "eth0", Hook: "egress"}}}}
 	})
 	r.sh.kind = "police" // a BPF shaper: held bytes are counted
 	id := r.learn(46000, "core", apiVersions()).Fetch

@@ -548,7 +548,7 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 		}
 	}
 	for name, changed := range map[string]bool{
-		"pin_path": old.PinPath != next.PinPath, "attach": old.Attach != next.Attach,
+		"pin_path": old.PinPath != next.PinPath, "attach": old.Attach != next.Attach, "attach_position": old.AttachPosition != next.AttachPosition,
 		"replace_root_qdisc": old.ReplaceRootQdisc != next.ReplaceRootQdisc,
 		"max_entities":       old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,

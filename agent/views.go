@@ -95,6 +95,7 @@ func (a *Agent) view() *status.Snapshot {
 		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
 		KafkaQuotas:          a.metadata.kafka.View(),
 		Cluster:              a.cluster.view(),
+		Hooks:                a.blind.view(),
 		Objectives:           a.objectiveViews(),
 		ObjectiveTransitions: a.objectives.transitions,
 	}

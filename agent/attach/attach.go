@@ -45,37 +45,96 @@ func (m Mode) String() string {
 	}
 }
 
+// Position is where sluice's programs go among those already on a hook.
+type Position int
+
+const (
+	// Last, the default: after every program and filter already attached,
+	// so each of them sees every segment before sluice counts, delays or
+	// redirects it (docs/design.md §3). A program ahead that ends the
+	// chain (a CNI passing with TC_ACT_OK) leaves sluice blind; Ahead
+	// names it.
+	Last Position = iota
+	// First: before every program and filter already attached (TCX
+	// BPF_F_BEFORE with no anchor; a legacy pref lower than every other
+	// filter's), for hosts that choose to have sluice see traffic a CNI
+	// would end. Programs attached later may still go ahead of it.
+	First
+)
+
+func (p Position) String() string {
+	if p == First {
+		return "first"
+	}
+	return "last"
+}
+
+// Options say how Attach puts the programs on an interface.
+type Options struct {
+	Mode     Mode
+	Position Position
+}
+
 // Filter names identify sluice's legacy filters, so detaching removes
 // exactly those.
 const (
 	ingressFilterName = "sluice_ingress"
 	egressFilterName  = "sluice_egress"
-	// filterPriority is high enough to run before most other filters; other
-	// filters at other priorities keep running after ours (we return
-	// TC_ACT_UNSPEC).
-	filterPriority = 1
+	// lastFloor is the least pref sluice's legacy filters take at the Last
+	// position: one after tc's default (49152, what `tc filter add` without
+	// a pref gets on an empty hook), so an operator's later filter with the
+	// default pref still lands ahead of sluice's, as it would without it.
+	lastFloor = 0xc001
+	// firstPref is the pref sluice's filters take at the First position
+	// on a hook with no filter.
+	firstPref = 1
 )
+
+// ErrNoSlot: the position asked for has no free pref on a legacy hook
+// (another tool's filter holds pref 1, or 65535); sluice moves no other
+// tool's filter.
+var ErrNoSlot = errors.New("no free filter pref at the position asked for")
+
+// ErrOtherAgent: sluice programs of another data path (another agent,
+// with another pin_path) are already attached to the interface; two would
+// count, shape and redirect the same segments twice.
+var ErrOtherAgent = errors.New("another sluice agent's programs are attached to this interface")
 
 // Attachment is the programs on one interface.
 type Attachment struct {
 	Interface string
 	Index     int
 	Mode      Mode
-	links     []link.Link // TCX
+	// Position is where the programs were put among the hook's others.
+	Position Position
+	links    []link.Link // TCX
 	// legacy state
 	filters         []*netlink.BpfFilter
 	createdClsact   bool
 	ingress, egress *ebpf.Program
 }
 
-// Attach puts ingress and egress on the interface with the given index.
-// On failure nothing is left attached.
+// Attach puts ingress and egress on the interface with the given index,
+// at the Last position. On failure nothing is left attached.
 func Attach(ifindex int, ingress, egress *ebpf.Program, mode Mode) (*Attachment, error) {
+	return AttachWith(ifindex, ingress, egress, Options{Mode: mode})
+}
+
+// AttachWith puts ingress and egress on the interface with the given index
+// as opts say. It refuses (ErrOtherAgent) an interface where another
+// data path's sluice programs are attached, and, at the First position on
+// a legacy hook whose pref 1 another filter holds, returns ErrNoSlot. On
+// failure nothing is left attached.
+func AttachWith(ifindex int, ingress, egress *ebpf.Program, opts Options) (*Attachment, error) {
 	iface, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("find interface %d: %w", ifindex, err)
 	}
-	a := &Attachment{Interface: iface.Attrs().Name, Index: ifindex, ingress: ingress, egress: egress}
+	a := &Attachment{Interface: iface.Attrs().Name, Index: ifindex, ingress: ingress, egress: egress, Position: opts.Position}
+	if err := a.refuseOtherAgent(nil); err != nil {
+		return nil, err
+	}
+	mode := opts.Mode
 	if mode == Auto || mode == TCX {
 		err := a.attachTCX()
 		if err == nil {
@@ -99,10 +158,7 @@ func (a *Attachment) attachTCX() error {
 		typ  ebpf.AttachType
 		name string
 	}{{a.ingress, ebpf.AttachTCXIngress, "ingress"}, {a.egress, ebpf.AttachTCXEgress, "egress"}} {
-		// At the tail of the hook's chain: programs already attached (a
-		// CNI's, an operator's policer) run first and see every segment
-		// before sluice counts, delays or redirects it (docs/design.md §3).
-		l, err := link.AttachTCX(link.TCXOptions{Interface: a.Index, Program: p.prog, Attach: p.typ, Anchor: link.Tail()})
+		l, err := link.AttachTCX(link.TCXOptions{Interface: a.Index, Program: p.prog, Attach: p.typ, Anchor: tcxAnchor(a.Position)})
 		if err != nil {
 			a.closeLinks()
 			return fmt.Errorf("attach tcx %s on %s: %w", p.name, a.Interface, err)
@@ -112,9 +168,23 @@ func (a *Attachment) attachTCX() error {
 	return nil
 }
 
+// tcxAnchor: at the tail of the hook's chain by default, so programs
+// already attached (a CNI's, an operator's policer) run first and see
+// every segment before sluice counts, delays or redirects it
+// (docs/design.md §3); at its head (BPF_F_BEFORE, no anchor) when the
+// host chose First.
+func tcxAnchor(p Position) link.Anchor {
+	if p == First {
+		return link.Head()
+	}
+	return link.Tail()
+}
+
 func (a *Attachment) closeLinks() {
 	for _, l := range a.links {
-		l.Close()
+		if l != nil {
+			l.Close()
+		}
 	}
 	a.links = nil
 }
@@ -134,7 +204,7 @@ func (a *Attachment) attachLegacy(iface netlink.Link) error {
 		parent uint32
 		name   string
 	}{{a.ingress, netlink.HANDLE_MIN_INGRESS, ingressFilterName}, {a.egress, netlink.HANDLE_MIN_EGRESS, egressFilterName}} {
-		pref, own, err := legacySlot(iface, f.parent, f.name)
+		slot, err := legacySlot(iface, f.parent, f.name, a.Position)
 		if err != nil {
 			a.detachLegacy()
 			return err
@@ -145,54 +215,162 @@ func (a *Attachment) attachLegacy(iface netlink.Link) error {
 				Parent:    f.parent,
 				Handle:    netlink.MakeHandle(0, 1),
 				Protocol:  unix.ETH_P_ALL,
-				Priority:  pref,
+				Priority:  slot.pref,
 			},
 			Fd:           f.prog.FD(),
 			Name:         f.name,
 			DirectAction: true,
 		}
-		// An earlier agent's filter is replaced in place; anywhere else
+		// An earlier agent's filter at the right position is replaced in
+		// place (no segment passes uncounted meanwhile); anywhere else
 		// sluice creates exclusively, so it never takes another's slot.
 		add := netlink.FilterAdd
-		if own {
+		if slot.own {
 			add = netlink.FilterReplace
 		}
 		if err := add(filter); err != nil {
 			a.detachLegacy()
 			if errors.Is(err, unix.EEXIST) {
-				return fmt.Errorf("add %s filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", f.name, a.Interface, pref, err)
+				return fmt.Errorf("add %s filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", f.name, a.Interface, slot.pref, err)
 			}
 			return fmt.Errorf("add %s filter on %s: %w", f.name, a.Interface, err)
 		}
 		a.filters = append(a.filters, filter)
+		// An earlier agent's filter at the wrong position (a release that
+		// took the first free pref, or the other attach_position) goes once
+		// the new one runs: make before break.
+		if slot.stale != nil && stillSluices(iface, slot.stale) {
+			if err := netlink.FilterDel(slot.stale); err != nil && !errors.Is(err, unix.ENOENT) {
+				a.detachLegacy()
+				return fmt.Errorf("move %s filter on %s from pref %d to %d: delete the old one: %w", f.name, a.Interface, slot.stale.Priority, slot.pref, err)
+			}
+		}
 	}
 	return nil
 }
 
-// legacySlot is the pref sluice's filter named name takes under parent:
-// where an earlier agent's filter of that name is (own: replace it), else
-// filterPriority if no filter uses it, else the lowest pref no filter
-// uses. Filters another tool put there are never moved; those at lower
-// prefs run first, and what they end (accept, redirect, drop) sluice does
-// not see, which the log says.
-func legacySlot(iface netlink.Link, parent uint32, name string) (pref uint16, own bool, err error) {
+// slot is where a legacy filter of sluice's goes: its pref; own when an
+// earlier agent's filter of that name is there already (replaced in
+// place); stale, an earlier agent's filter of that name elsewhere, deleted
+// once the new one is in.
+type slot struct {
+	pref  uint16
+	own   bool
+	stale *netlink.BpfFilter
+}
+
+// legacySlot is the slot of sluice's filter named name under parent, at
+// position pos among the other tools' filters (sluice's own other filters,
+// the egress steering filter, do not count):
+//
+//   - Last: a pref after every other filter's, and at least lastFloor;
+//     ErrNoSlot when another holds 65535.
+//   - First: the pref just below the lowest other filter's (firstEmptyPref
+//     on a hook without any); ErrNoSlot when another holds pref 1.
+//
+// An earlier agent's filter of that name already at the position is kept
+// (own). Filters another tool put there are never moved.
+func legacySlot(iface netlink.Link, parent uint32, name string, pos Position) (slot, error) {
 	filters, err := netlink.FilterList(iface, parent)
 	if err != nil {
-		return 0, false, fmt.Errorf("list filters of %s: %w", iface.Attrs().Name, err)
+		return slot{}, fmt.Errorf("list filters of %s: %w", iface.Attrs().Name, err)
 	}
-	used := map[uint16]string{}
+	used := map[uint16]bool{}
+	var mine *netlink.BpfFilter
+	var lo, hi uint16
+	var lowest, highest string
+	others := 0
 	for _, f := range filters {
 		a := f.Attrs()
-		if b, ok := f.(*netlink.BpfFilter); ok && isSluiceFilter(b, name) {
-			return a.Priority, true, nil
+		used[a.Priority] = true
+		if b, ok := f.(*netlink.BpfFilter); ok {
+			if isSluiceFilter(b, name) {
+				if mine == nil {
+					mine = b
+				}
+				continue
+			}
+			if isSluiceFilter(b, steerFilterName) || isSluiceFilter(b, ingressFilterName) || isSluiceFilter(b, egressFilterName) {
+				continue
+			}
 		}
-		used[a.Priority] = describeFilter(f)
+		if others == 0 || a.Priority < lo {
+			lo, lowest = a.Priority, describeFilter(f)
+		}
+		if others == 0 || a.Priority > hi {
+			hi, highest = a.Priority, describeFilter(f)
+		}
+		others++
 	}
-	pref = filterPriority
-	for used[pref] != "" {
-		pref++
+	hook := "ingress"
+	if parent == netlink.HANDLE_MIN_EGRESS {
+		hook = "egress"
 	}
-	return pref, false, nil
+	var s slot
+	switch pos {
+	case First:
+		if mine != nil && (others == 0 || mine.Priority < lo) {
+			return slot{pref: mine.Priority, own: true}, nil
+		}
+		switch {
+		case others == 0:
+			s.pref = firstEmptyPref
+		case lo <= 1:
+			return slot{}, fmt.Errorf("%w: attach_position: first on %s %s: %s holds pref 1, so no filter can run before it; remove or move it, or use attach_position: last",
+				ErrNoSlot, iface.Attrs().Name, hook, lowest)
+		default:
+			s.pref = lo - 1
+		}
+		for used[s.pref] && s.pref > 1 {
+			s.pref-- // only sluice's own filters sit below the lowest other
+		}
+	default:
+		if mine != nil && mine.Priority >= lastFloor && (others == 0 || mine.Priority > hi) {
+			return slot{pref: mine.Priority, own: true}, nil
+		}
+		if others > 0 && hi == 0xffff {
+			return slot{}, fmt.Errorf("%w: on %s %s, %s holds the last pref (65535): no filter can run after it; move it, or use attach_position: first",
+				ErrNoSlot, iface.Attrs().Name, hook, highest)
+		}
+		next := uint32(lastFloor)
+		if others > 0 {
+			next = max(next, uint32(hi)+1)
+		}
+		for next <= 0xffff && used[uint16(next)] {
+			next++
+		}
+		if next > 0xffff {
+			return slot{}, fmt.Errorf("%w: on %s %s no pref after %s is free", ErrNoSlot, iface.Attrs().Name, hook, highest)
+		}
+		s.pref = uint16(next)
+	}
+	if used[s.pref] {
+		return slot{}, fmt.Errorf("%w: on %s %s no free pref before %s", ErrNoSlot, iface.Attrs().Name, hook, lowest)
+	}
+	s.stale = mine
+	return s, nil
+}
+
+// firstEmptyPref is where sluice's filter goes at the First position on a
+// hook with no other filter: not pref 1, which tools such as Cilium's
+// legacy mode hard-code and replace in place (that would swap sluice's
+// program out from under it); one of them arriving later runs ahead, and
+// Ahead names it.
+const firstEmptyPref = 2
+
+// stillSluices: the filter at f's parent, pref and handle is still
+// sluice's filter of f's name (another tool may have replaced it since).
+func stillSluices(iface netlink.Link, f *netlink.BpfFilter) bool {
+	filters, err := netlink.FilterList(iface, f.Parent)
+	if err != nil {
+		return false
+	}
+	for _, g := range filters {
+		if b, ok := g.(*netlink.BpfFilter); ok && b.Priority == f.Priority && b.Handle == f.Handle {
+			return isSluiceFilter(b, f.Name)
+		}
+	}
+	return false
 }
 
 // isSluiceFilter says whether a bpf filter is sluice's filter of that name:
@@ -269,10 +447,8 @@ func (a *Attachment) detachLegacy() error {
 	for _, f := range a.filters {
 		// Delete the filter at sluice's slot only if it is still sluice's:
 		// one another tool put there since is left.
-		if iface, err := netlink.LinkByIndex(a.Index); err == nil {
-			if pref, own, err := legacySlot(iface, f.Parent, f.Name); err != nil || !own || pref != f.Priority {
-				continue
-			}
+		if iface, err := netlink.LinkByIndex(a.Index); err == nil && !stillSluices(iface, f) {
+			continue
 		}
 		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("delete %s filter on %s: %w", f.Name, a.Interface, err))
@@ -400,26 +576,108 @@ func (a *Attachment) Release() {
 }
 
 // Adopt re-opens pinned TCX links left on an interface by an earlier agent
-// and updates them to run the given programs.
+// and updates them to run the given programs, at the Last position.
 func Adopt(dir string, ifindex int, ingress, egress *ebpf.Program) (*Attachment, error) {
+	return AdoptAt(dir, ifindex, ingress, egress, Last)
+}
+
+// AdoptAt is Adopt at position pos: a link found elsewhere in its chain
+// (the other attach_position, or another tool's program attached since at
+// the end sluice should hold) is replaced by a new link at pos, made
+// before the old one is closed and pinned under the old one's name. It
+// refuses (ErrOtherAgent) an interface where another data path's sluice
+// programs are attached too, leaving the pinned links as they were.
+func AdoptAt(dir string, ifindex int, ingress, egress *ebpf.Program, pos Position) (*Attachment, error) {
 	iface, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("find interface %d: %w", ifindex, err)
 	}
-	a := &Attachment{Interface: iface.Attrs().Name, Index: ifindex, Mode: TCX, ingress: ingress, egress: egress}
-	for i, prog := range []*ebpf.Program{ingress, egress} {
+	a := &Attachment{Interface: iface.Attrs().Name, Index: ifindex, Mode: TCX, Position: pos, ingress: ingress, egress: egress}
+	var ids []link.ID
+	for i := range 2 {
 		l, err := link.LoadPinnedLink(filepath.Join(dir, linkPinName(ifindex, i)), nil)
 		if err != nil {
 			a.closeLinks()
 			return nil, fmt.Errorf("adopt pinned link on %s: %w", a.Interface, err)
 		}
 		a.links = append(a.links, l)
-		if err := l.Update(prog); err != nil {
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	if err := a.refuseOtherAgent(ids); err != nil {
+		a.closeLinks() // pinned: they stay as they were
+		return nil, err
+	}
+	for i, prog := range []*ebpf.Program{ingress, egress} {
+		l := a.links[i]
+		if placed(l, hooks[i].tcx, ifindex, pos) {
+			if err := l.Update(prog); err != nil {
+				a.closeLinks()
+				return nil, fmt.Errorf("update adopted link on %s: %w", a.Interface, err)
+			}
+			continue
+		}
+		path := filepath.Join(dir, linkPinName(ifindex, i))
+		opts := link.TCXOptions{Interface: ifindex, Program: prog, Attach: hooks[i].tcx, Anchor: tcxAnchor(pos)}
+		moved, err := link.AttachTCX(opts)
+		sameProgram := errors.Is(err, unix.EEXIST) // a hook holds a program once: the old link runs this one
+		if err != nil && !sameProgram {
 			a.closeLinks()
-			return nil, fmt.Errorf("update adopted link on %s: %w", a.Interface, err)
+			return nil, fmt.Errorf("move the %s link on %s to the %s position: %w", hooks[i].name, a.Interface, pos, err)
+		}
+		if err := l.Unpin(); err != nil {
+			if moved != nil {
+				moved.Close()
+			}
+			a.closeLinks()
+			return nil, fmt.Errorf("move the %s link on %s: unpin the old one: %w", hooks[i].name, a.Interface, err)
+		}
+		l.Close() // the old position: detached
+		a.links[i] = nil
+		if sameProgram {
+			// Break before make: the program could not run twice.
+			if moved, err = link.AttachTCX(opts); err != nil {
+				a.closeLinks()
+				return nil, fmt.Errorf("move the %s link on %s to the %s position: %w", hooks[i].name, a.Interface, pos, err)
+			}
+		}
+		a.links[i] = moved
+		if err := moved.Pin(path); err != nil {
+			a.closeLinks()
+			return nil, fmt.Errorf("move the %s link on %s: pin the new one: %w", hooks[i].name, a.Interface, err)
 		}
 	}
 	return a, nil
+}
+
+// placed says whether the link stands at pos in its hook's chain: no other
+// tool's program after it (Last) or before it (First). sluice's own
+// programs do not count; a chain that cannot be read counts as placed
+// (the link is kept, not moved on a guess).
+func placed(l link.Link, typ ebpf.AttachType, ifindex int, pos Position) bool {
+	info, err := l.Info()
+	if err != nil {
+		return true
+	}
+	chain, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: typ})
+	if err != nil {
+		return true
+	}
+	seen := false
+	for _, p := range chain.Programs {
+		if id, _ := p.LinkID(); id == info.ID {
+			seen = true
+			continue
+		}
+		if name, err := programName(p.ID); err == nil && isSluiceName(name) {
+			continue
+		}
+		if (pos == First) != seen {
+			return false // another's before sluice's (First), or after it (Last)
+		}
+	}
+	return true
 }
 
 // PinnedInterfaces lists the interfaces (by index) whose TCX links an

@@ -151,7 +151,7 @@ func TestDetachKeepsForeignQdiscsAndFilters(t *testing.T) {
 }
 
 // A Cilium-style filter at pref 1 handle 1 on both hooks keeps its slot and
-// program: sluice's legacy filters take the next free pref (created
+// program: sluice's legacy filters take the last position (created
 // exclusively), say who runs before them, are found again by name when a
 // restarted agent attaches (replaced in place, not doubled), and detaching
 // leaves the device as it was with the foreign filters in place.
@@ -197,8 +197,10 @@ func TestLegacyAttachNeverTakesAnotherFiltersSlot(t *testing.T) {
 		if !strings.Contains(section, "pref 1 bpf chain 0 handle 0x1 cil_from_netdev") || !strings.Contains(section, foreignID) {
 			t.Errorf("%s: the foreign filter left pref 1 handle 1 or changed program:\n%s", hook, section)
 		}
-		if !strings.Contains(section, "pref 2 bpf chain 0 handle 0x1 sluice_"+hook) {
-			t.Errorf("%s: sluice's filter is not at the next free pref:\n%s", hook, section)
+		// The last position (after every filter, and after tc's default
+		// pref 49152), not the first free pref.
+		if !strings.Contains(section, "pref 49153 bpf chain 0 handle 0x1 sluice_"+hook) {
+			t.Errorf("%s: sluice's filter is not at the last position (pref 49153):\n%s", hook, section)
 		}
 	}
 	var first string

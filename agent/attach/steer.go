@@ -47,40 +47,65 @@ func Steer(ifindex int, selectProg *ebpf.Program, target int) (addedClsact bool,
 			RemoveAddedClsact(ifindex, link.Attrs().Name)
 		}
 	}
-	pref, own, err := steerSlot(link)
+	s, err := steerSlot(link)
 	if err != nil {
 		undo()
 		return false, err
 	}
-	if err := addSteerFilter(ifindex, selectProg.FD(), target, pref, own); err != nil {
+	if err := addSteerFilter(ifindex, selectProg.FD(), target, s.pref, s.own); err != nil {
 		undo()
 		if errors.Is(err, unix.EEXIST) {
-			return false, fmt.Errorf("add the egress steering filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", link.Attrs().Name, pref, err)
+			return false, fmt.Errorf("add the egress steering filter on %s: pref %d handle 1 was taken meanwhile by another filter; sluice does not replace it: %w", link.Attrs().Name, s.pref, err)
 		}
 		return false, fmt.Errorf("add the egress steering filter on %s: %w", link.Attrs().Name, err)
+	}
+	// An earlier agent's steering filter ahead of sluice_egress's goes once
+	// the new one runs after it.
+	if s.stale != nil && stillSluices(link, s.stale) {
+		if err := netlink.FilterDel(s.stale); err != nil && !errors.Is(err, unix.ENOENT) {
+			undo()
+			return false, fmt.Errorf("move the egress steering filter on %s from pref %d: %w", link.Attrs().Name, s.stale.Priority, err)
+		}
 	}
 	return addedClsact, nil
 }
 
-// steerSlot is the pref of the steering filter: where an earlier agent's
-// is (own: replaced in place), else steerFilterPriority if no filter uses
-// it (what a plain `tc filter add … egress` gets, so an operator's filter
-// may well be there), else the next pref no filter uses.
-func steerSlot(link netlink.Link) (pref uint16, own bool, err error) {
+// steerSlot is the pref of the steering filter, which must run after
+// sluice_egress (it reads the class sluice_egress sets): where an earlier
+// agent's is, if that is after sluice_egress's filter (own: replaced in
+// place); else steerFilterPriority, or one after sluice_egress's legacy
+// filter when that is later, if no filter uses it (what a plain `tc filter
+// add … egress` gets, so an operator's filter may well be there), else the
+// next pref no filter uses. stale is an earlier agent's steering filter
+// elsewhere, deleted once the new one is in.
+func steerSlot(link netlink.Link) (s slot, err error) {
 	filters, err := netlink.FilterList(link, netlink.HANDLE_MIN_EGRESS)
 	if err != nil {
-		return 0, false, fmt.Errorf("list egress filters of %s: %w", link.Attrs().Name, err)
+		return slot{}, fmt.Errorf("list egress filters of %s: %w", link.Attrs().Name, err)
 	}
 	used := map[uint16]bool{}
+	base := uint32(steerFilterPriority)
+	var mine *netlink.BpfFilter
 	for _, f := range filters {
-		if bf, ok := f.(*netlink.BpfFilter); ok && isSluiceFilter(bf, steerFilterName) {
-			return f.Attrs().Priority, true, nil
-		}
 		used[f.Attrs().Priority] = true
+		bf, ok := f.(*netlink.BpfFilter)
+		switch {
+		case ok && isSluiceFilter(bf, steerFilterName) && mine == nil:
+			mine = bf
+		case ok && isSluiceFilter(bf, egressFilterName):
+			base = max(base, uint32(bf.Priority)+1)
+		}
 	}
-	for pref = steerFilterPriority; used[pref]; pref++ {
+	if mine != nil && uint32(mine.Priority) >= base {
+		return slot{pref: mine.Priority, own: true}, nil
 	}
-	return pref, false, nil
+	for base <= 0xffff && used[uint16(base)] {
+		base++
+	}
+	if base > 0xffff {
+		return slot{}, fmt.Errorf("%w: on %s egress no pref after sluice_egress's filter is free for the steering filter", ErrNoSlot, link.Attrs().Name)
+	}
+	return slot{pref: uint16(base), stale: mine}, nil
 }
 
 // addSteerFilter sends what `tc filter add (or, for its own, replace) dev X

@@ -79,6 +79,13 @@ const (
 	AttachClsact = "clsact"
 )
 
+// Attach positions (Config.AttachPosition): where sluice's programs go
+// among those already on each hook.
+const (
+	AttachLast  = "last"
+	AttachFirst = "first"
+)
+
 // Config is the whole agent configuration. Rates are bytes per second of
 // TCP payload (what Kafka's BytesIn/BytesOut count).
 type Config struct {
@@ -105,6 +112,16 @@ type Config struct {
 	// cls_bpf filters, for hosts whose other tools order themselves by
 	// filter priority).
 	Attach string
+	// AttachPosition is where the programs go among those already on each
+	// hook: last (the default: after every TCX program and clsact filter
+	// already there, so each of them sees every segment before sluice
+	// counts, delays or redirects it; a program ahead that ends the chain,
+	// such as a CNI passing with TC_ACT_OK, leaves sluice blind, which
+	// status and sluice_blind_hooks report) or first (TCX BPF_F_BEFORE with
+	// no anchor; under clsact a pref below every other filter's, refused
+	// where another filter holds pref 1), for hosts that choose to have
+	// sluice see traffic such a program would end. Needs a restart.
+	AttachPosition string
 	// ReplaceRootQdisc lets the htb and edt backends replace a root qdisc
 	// sluice did not create (an operator's mq, fq, tbf…) instead of
 	// refusing it; the kernel's default, not the operator's, comes back
@@ -376,6 +393,7 @@ func Default() Config {
 		Shaper:                  "auto",
 		ProduceShaper:           ProduceShaperAuto,
 		Attach:                  AttachAuto,
+		AttachPosition:          AttachLast,
 		RefreshInterval:         time.Second,
 		UpdateThreshold:         0.05,
 		StaleAfter:              10 * time.Second,

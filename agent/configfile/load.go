@@ -44,7 +44,7 @@ func Load(path string) (config.Config, error) {
 // schema lists every key a section may hold; "*" marks a section whose keys
 // are names (client-ids, topic-partitions) with entity quotas below them.
 var schema = map[string][]string{
-	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "produce_shaper", "attach", "replace_root_qdisc", "refresh_interval", "update_threshold",
+	"": {"interfaces", "listeners", "exempt_peers", "mode", "shaper", "produce_shaper", "attach", "attach_position", "replace_root_qdisc", "refresh_interval", "update_threshold",
 		"stale_after", "rate_window", "max_queue_delay", "produce", "fetch", "bootstrap", "sasl", "tls",
 		"metadata_refresh", "kafka_quotas", "max_entities", "max_unconfigured_entities", "new_entities_per_peer", "entity_idle_timeout", "max_connections", "sample_bytes",
 		"samples_per_second", "metrics_address", "metrics", "socket", "pin_path", "keep_attached_on_exit", "log_level", "log_format", "entities", "cluster"},
@@ -224,7 +224,7 @@ func (l *loader) exemptPeers() {
 	}
 }
 
-// modes reads mode, shaper and attach.
+// modes reads mode, shaper, attach and attach_position.
 func (l *loader) modes() {
 	c := &l.cfg
 	if s, ok := l.str("mode"); ok {
@@ -258,6 +258,14 @@ func (l *loader) modes() {
 			c.Attach = s
 		} else {
 			l.fail("attach", "%q is not an attach mechanism (%s)%s", s, strings.Join(kinds, ", "), suggest(s, kinds))
+		}
+	}
+	if s, ok := l.str("attach_position"); ok {
+		positions := []string{config.AttachLast, config.AttachFirst}
+		if contains(positions, s) {
+			c.AttachPosition = s
+		} else {
+			l.fail("attach_position", "%q is not a position (%s)%s", s, strings.Join(positions, ", "), suggest(s, positions))
 		}
 	}
 }

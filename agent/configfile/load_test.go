@@ -117,6 +117,8 @@ entities:
   clients:
     a: {quota_wieght: 2}`,
 			[]string{"refresh_intervall: unknown key (did you mean refresh_interval?)", "entities.clients.a.quota_wieght: unknown key (did you mean quota_weight?)", "produce_: unknown key (did you mean produce?)"}},
+		{"bad attach_position", minimal + `
+attach_position: front`, []string{`attach_position: "front" is not a position (last, first)`}},
 		{"nested unknown key", minimal + `
 tls: {enabeld: true}`, []string{"tls.enabeld: unknown key (did you mean enabled?)"}},
 		{"bad weight", minimal + `
@@ -601,5 +603,17 @@ entities:
 	q := cfg.Entities.Clients["core"]
 	if q.ProduceLatencyObjective == nil || *q.ProduceLatencyObjective != 50*time.Millisecond || q.FetchLatencyObjective != nil {
 		t.Errorf("core's objectives: %v %v", q.ProduceLatencyObjective, q.FetchLatencyObjective)
+	}
+}
+
+// attach_position: last unless the file says first (#48 item 5).
+func TestAttachPosition(t *testing.T) {
+	cfg, err := Parse([]byte(minimal))
+	if err != nil || cfg.AttachPosition != config.AttachLast {
+		t.Errorf("default attach_position %q, %v; want last", cfg.AttachPosition, err)
+	}
+	cfg, err = Parse([]byte(minimal + "attach_position: first\n"))
+	if err != nil || cfg.AttachPosition != config.AttachFirst {
+		t.Errorf("attach_position: first read as %q, %v", cfg.AttachPosition, err)
 	}
 }

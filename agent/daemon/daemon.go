@@ -221,7 +221,11 @@ func (r *daemon) setup() error {
 		idx := link.Attrs().Index
 		r.host.attaching(idx, name)
 		mode := attachMode(r.cfg.Attach)
-		a, err := attach.Adopt(r.cfg.PinPath, idx, d.IngressProgram(), d.EgressProgram())
+		position := attachPosition(r.cfg.AttachPosition)
+		a, err := attach.AdoptAt(r.cfg.PinPath, idx, d.IngressProgram(), d.EgressProgram(), position)
+		if errors.Is(err, attach.ErrOtherAgent) {
+			return fmt.Errorf("%w: interfaces: %s: %w", ErrRefused, name, err)
+		}
 		adopted := err == nil
 		if adopted && mode == attach.Legacy {
 			// The previous agent used TCX; this one is told to use clsact.
@@ -230,9 +234,12 @@ func (r *daemon) setup() error {
 		}
 		if adopted {
 			r.log.Info("re-adopted programs left attached by the previous agent", "interface", name)
-		} else if a, err = attach.Attach(idx, d.IngressProgram(), d.EgressProgram(), mode); err != nil {
+		} else if a, err = attach.AttachWith(idx, d.IngressProgram(), d.EgressProgram(), attach.Options{Mode: mode, Position: position}); err != nil {
 			if mode == attach.TCX && errors.Is(err, ebpf.ErrNotSupported) {
 				return fmt.Errorf("%w: attach: tcx: this kernel has no TCX links (Linux 6.6 and later): use auto or clsact: %w", ErrRefused, err)
+			}
+			if errors.Is(err, attach.ErrOtherAgent) || errors.Is(err, attach.ErrNoSlot) {
+				return fmt.Errorf("%w: interfaces: %s: %w", ErrRefused, name, err)
 			}
 			return err
 		} else if err := a.Pin(r.cfg.PinPath); err != nil {
@@ -261,8 +268,15 @@ func (r *daemon) setup() error {
 		r.atts = append(r.atts, a)
 		r.adopted = append(r.adopted, adopted)
 		r.log.Info("attached", "interface", name, "mode", a.Mode.String())
-		if first := a.FirstForeign(); first != "" {
-			r.log.Warn("another filter runs before sluice's on this interface: segments it accepts, redirects or drops are not counted or shaped", "interface", name, "filter", first)
+		if ahead, err := a.Ahead(); err != nil {
+			r.log.Warn("could not read what runs ahead of sluice on this interface", "interface", name, "err", err)
+		} else {
+			for _, x := range ahead {
+				if x.EndsChain {
+					r.log.Warn("blind: a program ahead of sluice can end the chain; segments it passes, redirects or drops are not counted, learned or shaped (attach_position: first puts sluice ahead of it)",
+						"interface", name, "hook", x.Hook, "kind", x.Kind, "program", x.Name, "verdict", x.Verdict)
+				}
+			}
 		}
 	}
 	if r.samples, err = d.NewSampleReader(); err != nil {
@@ -391,7 +405,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		return metrics.Open(addr, webConfigFile)
 	})
 	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), LogLevel: r.level, Log: r.log,
-		Metrics: r.metrics, FailReloadStep: reloadFaultHook(), Version: r.build.Version + " revision " + r.build.Revision})
+		Metrics: r.metrics, FailReloadStep: reloadFaultHook(), Hooks: agent.AttachedHooks(r.atts, r.cfg.AttachPosition, nil), Version: r.build.Version + " revision " + r.build.Revision})
 	if err != nil {
 		return err
 	}
@@ -568,6 +582,14 @@ func (r *daemon) cleanup(failed bool) {
 	} else {
 		r.log.Info("detached; devices restored")
 	}
+}
+
+// attachPosition maps attach_position to the attach package's position.
+func attachPosition(key string) attach.Position {
+	if key == config.AttachFirst {
+		return attach.First
+	}
+	return attach.Last
 }
 
 // attachMode maps the attach key to the attach package's mechanism.

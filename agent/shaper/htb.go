@@ -259,8 +259,91 @@ func RemoveLeftoverTrees(ifindex int, in func(func() error) error) error {
 	})
 }
 
-// ownTree: the link's root qdisc is the htb sluice puts there.
-func ownTree(link netlink.Link) bool { return ownRoot(link, "htb") }
+// treeMarker is the r2q sluice sets on every htb root it creates, its
+// mark on the tree. A root is known as sluice's by this mark together with
+// sluice's handle (1:), default class 0 and direct queue (directQueue),
+// never by the handle alone: `tc qdisc add … root handle 1: htb` is what
+// an operator types too. r2q is the mark because it is kept and dumped by
+// the kernel verbatim, survives the agent (a kept tree carries it for the
+// next one), and changes nothing sluice does: it only derives the quantum
+// of classes created without one, and every class sluice makes sets its
+// quantum (classQuantum). An operator's htb has r2q 10 (tc's default) or a
+// value chosen for its own classes; 0x51ce ("slce") is none of tc's.
+const treeMarker = 0x51ce
+
+// earlierR2Q is the r2q of trees from releases before treeMarker (tc's and
+// the netlink package's default): such a tree is sluice's only beside
+// sluice's IFB for the device carrying one as well (earlierTree).
+const earlierR2Q = 10
+
+type treeIdentity int
+
+const (
+	notOurs treeIdentity = iota
+	// marked: an htb root with sluice's mark (treeMarker).
+	marked
+	// earlier: sluice's signature (handle, default class, direct queue)
+	// without the mark, as releases before it made it; sluice's only with
+	// sluice's IFB beside it (earlierTree).
+	earlier
+)
+
+// treeOf reads the link's root qdisc as sluice's htb tree or not.
+func treeOf(link netlink.Link) treeIdentity {
+	qdiscs, err := netlink.QdiscList(link)
+	if err != nil {
+		return notOurs
+	}
+	for _, q := range qdiscs {
+		a := q.Attrs()
+		if a.Parent != netlink.HANDLE_ROOT {
+			continue
+		}
+		h, ok := q.(*netlink.Htb)
+		if !ok || a.Handle != netlink.MakeHandle(rootMajor, 0) || h.Defcls != 0 || h.DirectQlen == nil || *h.DirectQlen != directQueue {
+			return notOurs
+		}
+		switch h.Rate2Quantum {
+		case treeMarker:
+			return marked
+		case earlierR2Q:
+			return earlier
+		}
+		return notOurs
+	}
+	return notOurs
+}
+
+// ownTree: the link's root qdisc is the htb tree sluice puts there (its
+// mark), or an earlier release's beside that release's IFB.
+func ownTree(link netlink.Link) bool {
+	switch treeOf(link) {
+	case marked:
+		return true
+	case earlier:
+		return earlierTree(link)
+	}
+	return false
+}
+
+// earlierTree: an unmarked tree with sluice's signature on link is an
+// earlier release's when it is on one of sluice's IFB devices (alias
+// "sluice: …", or sluice's IFB name), or on an interface whose IFB (IFBName, or the shared
+// trees' slifbi) is sluice's and carries such a tree too.
+func earlierTree(link netlink.Link) bool {
+	if link.Type() == "ifb" {
+		// Releases before the alias left their IFB without it: the name
+		// and the whole signature on it say sluice made it.
+		return strings.HasPrefix(link.Attrs().Alias, "sluice:") || ifbNames.MatchString(link.Attrs().Name)
+	}
+	for _, name := range []string{IFBName(link.Attrs().Index), sharedIngressIFBName(link.Attrs().Index)} {
+		ifb, err := netlink.LinkByName(name)
+		if err == nil && ifb.Type() == "ifb" && strings.HasPrefix(ifb.Attrs().Alias, "sluice:") && treeOf(ifb) != notOurs {
+			return true
+		}
+	}
+	return false
+}
 
 // ownRoot: the link's root qdisc is one sluice puts there, of that kind
 // (htb, or the edt backend's fq), at sluice's handle.
@@ -372,8 +455,8 @@ func checkRootQdisc(dev netlink.Link, ifindex int) error {
 		if a.Parent != netlink.HANDLE_ROOT || a.Handle == 0 {
 			continue
 		}
-		if _, err := netlink.LinkByName(IFBName(ifindex)); err == nil && q.Type() == "htb" && a.Handle == netlink.MakeHandle(rootMajor, 0) {
-			return nil // ours, from an earlier agent
+		if ownTree(dev) {
+			return nil // ours, from an earlier agent: known by its mark, not its handle
 		}
 		return fmt.Errorf("%w: %s root is %s %x:; remove it, run with shaper: police or shadow, or let sluice replace it with replace_root_qdisc: true",
 			ErrForeignRootQdisc, dev.Attrs().Name, q.Type(), a.Handle>>16)
@@ -421,6 +504,7 @@ func newTree(link netlink.Link) (*htbTree, error) {
 	root := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(rootMajor, 0), Parent: netlink.HANDLE_ROOT})
 	root.Defcls = 0 // unclassified traffic: HTB's direct queue, never shaped
 	root.DirectQlen = &qlen
+	root.Rate2Quantum = treeMarker // sluice's mark (every class sets its quantum)
 	if err := netlink.QdiscReplace(root); err != nil {
 		return nil, fmt.Errorf("add root htb: %w", err)
 	}
@@ -462,9 +546,10 @@ const ifbAlias = "sluice: ifb"
 // IsSluiceIFB says whether an IFB device under one of sluice's names is
 // sluice's: it carries an alias sluice wrote ("sluice: …"), or, made by a
 // release before the alias (or left between its creation and the alias),
-// sluice's own root qdisc (htb or fq, handle 1:) on it.
+// sluice's own root qdisc on it: an htb with sluice's signature (treeOf,
+// marked or not: the device's name is sluice's too), or fq at handle 1:.
 func IsSluiceIFB(link netlink.Link) bool {
-	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || ownTree(link) || ownRoot(link, "fq"))
+	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || treeOf(link) != notOurs || ownRoot(link, "fq"))
 }
 
 // AddedClsact lists the interfaces whose clsact qdisc this shaper added for

@@ -544,3 +544,64 @@ func TestHTBOnMultiQueueDevices(t *testing.T) {
 		t.Errorf("after replace_root_qdisc and close, want the kernel's default mq.\nwant:\n%s\ngot:\n%s", before, after)
 	}
 }
+
+// #48 item 7: the htb root is sluice's by its mark, not its handle. With
+// sluice's IFB left by an earlier agent (keep_attached_on_exit), an
+// operator's own `htb 1:` at the interface's root is not taken for
+// sluice's tree: the shaper refuses it, naming it, and it stays as it was,
+// where before it was adopted or deleted for rebuilding. Sluice's own tree
+// carries the mark and is adopted.
+func TestHTBKnowsItsRootByItsMark(t *testing.T) {
+	netns.RequireRoot(t, "builds namespaces, qdiscs and IFB devices")
+	pair := netns.NewPair(t)
+	idx, _ := pair.Broker.Index(pair.BrokerDev)
+	cw := &classes{}
+	first := htbWithThreeClasses(t, pair, idx, cw)
+	t.Cleanup(func() { first.Close() })
+	var r2q uint32
+	pair.Broker.Do(func() error {
+		qs, err := netlink.QdiscList(mustLinkByIndex(t, idx))
+		for _, q := range qs {
+			if h, ok := q.(*netlink.Htb); ok && h.Parent == netlink.HANDLE_ROOT {
+				r2q = h.Rate2Quantum
+			}
+		}
+		return err
+	})
+	if r2q != treeMarker {
+		t.Fatalf("sluice's root carries r2q %d, want its mark %d", r2q, treeMarker)
+	}
+	// The first agent exits leaving everything; an operator then puts an
+	// htb of their own, with handle 1:, at the interface's root.
+	for _, args := range [][]string{{"qdisc", "del", "dev", pair.BrokerDev, "root"}, {"qdisc", "add", "dev", pair.BrokerDev, "root", "handle", "1:", "htb", "default", "10"}} {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", pair.Broker.Name, "tc"}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("operator's htb: tc %v: %v %s", args, err, out)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "exec", pair.Broker.Name, "tc", "class", "add", "dev", pair.BrokerDev, "parent", "1:", "classid", "1:10", "htb", "rate", "1gbit").CombinedOutput(); err != nil {
+		t.Fatalf("operator's class: %v %s", err, out)
+	}
+	before := tcState(t, pair.Broker, pair.BrokerDev)
+	_, err := NewHTB(idx, cw, 200*time.Millisecond, pair.Broker.Do)
+	if !errors.Is(err, ErrForeignRootQdisc) || !strings.Contains(err.Error(), "htb 1:") {
+		t.Errorf("NewHTB over an operator's htb 1: beside sluice's IFB: %v; want ErrForeignRootQdisc naming it", err)
+	}
+	if err := pair.Broker.Do(func() error { return CheckRoot(pair.BrokerDev) }); !errors.Is(err, ErrForeignRootQdisc) {
+		t.Errorf("check-config's prediction: %v, want ErrForeignRootQdisc", err)
+	}
+	if err := RemoveLeftoverTrees(idx, pair.Broker.Do); err != nil {
+		t.Fatal(err)
+	}
+	if after := tcState(t, pair.Broker, pair.BrokerDev); !strings.Contains(after, "qdisc htb 1: root") || !strings.Contains(after, "default 0x10") {
+		t.Errorf("the operator's htb did not survive sluice's start and leftover removal.\nbefore: %s\nafter:  %s", before, after)
+	}
+}
+
+func mustLinkByIndex(t *testing.T, idx int) netlink.Link {
+	t.Helper()
+	l, err := netlink.LinkByIndex(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}

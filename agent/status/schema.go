@@ -209,6 +209,52 @@ type Snapshot struct {
 	ObjectiveTransitions uint64          `json:"objective_transitions"`
 	// Cluster is nil unless the configuration has a cluster section.
 	Cluster *ClusterView `json:"cluster,omitempty"`
+	// Hooks is what runs ahead of sluice's programs on each hook it is
+	// attached to, read at start and every cycle (nil: not read, e.g. an
+	// agent without attachments in tests).
+	Hooks *HooksView `json:"hooks,omitempty"`
+}
+
+// HooksView is sluice's place among the other packet users on its hooks:
+// a hook is blind when a program or filter of another tool runs ahead of
+// sluice's and its verdict can end the chain (TC_ACT_OK, a redirect, a
+// drop: a CNI passing traffic with TC_ACT_OK, as Cilium does), so what it
+// ends sluice never counts, learns or shapes; or when sluice's own program
+// is no longer on the hook.
+type HooksView struct {
+	// Position is attach_position: last or first.
+	Position string `json:"position"`
+	// Blind counts the blind hooks (sluice_blind_hooks sums to it).
+	Blind int        `json:"blind"`
+	Hooks []HookView `json:"hooks"`
+	// CheckFailures counts readings that failed (sluice_blind_hook_check_failures_total);
+	// LastError is the last one's error ("" once one succeeds).
+	CheckFailures uint64 `json:"check_failures"`
+	LastError     string `json:"last_error,omitempty"`
+}
+
+// HookView is one hook (an interface's ingress or egress) and what runs
+// ahead of sluice's program there, in the order it runs.
+type HookView struct {
+	Interface string      `json:"interface"`
+	Hook      string      `json:"hook"`
+	Blind     bool        `json:"blind"`
+	Ahead     []AheadView `json:"ahead,omitempty"`
+}
+
+// AheadView is a program or filter that runs before sluice's.
+type AheadView struct {
+	// Kind: tcx (a TCX program; all of them run before clsact filters),
+	// filter (a tc filter under clsact at a lower pref), or detached
+	// (sluice's own program is gone from the hook).
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	ProgramID uint32 `json:"program_id,omitempty"`
+	Pref      uint16 `json:"pref,omitempty"`
+	// EndsChain: its verdict can end the chain before sluice (or its
+	// instructions could not be read, which counts the same).
+	EndsChain bool   `json:"ends_chain"`
+	Verdict   string `json:"verdict"`
 }
 
 // ClusterView is this host's side of the cluster budgets: its standing

@@ -25,14 +25,15 @@ import (
 )
 
 // A busy broker host: before sluice starts, the broker's (4-queue)
-// interface carries what other tools put there: a CNI's TCX programs on
-// both hooks, a Cilium-style legacy filter at pref 1 handle 1 on ingress
-// and egress, an operator's egress filter at tc's default pref (49152), an
-// nftables netdev ingress counter on the Kafka port and, in the clsact
-// run, an operator's tuned mq root (pfifo children, limit 4242: this
-// kernel has no fq). Sluice then starts, shapes a producer and a consumer,
-// reloads, restarts (SIGTERM, keep_attached), is killed and started, stops
-// and is unloaded, in three runs:
+// interface carries what other tools put there: a chained tool's TCX
+// programs on both hooks, a Cilium-style legacy filter at pref 1 handle 1
+// on ingress and egress, an operator's filters at tc's default pref
+// (49152) on ingress and egress, an nftables netdev ingress counter on the
+// Kafka port and, in the clsact-police run, an operator's tuned mq root
+// (pfifo children, limit 4242: this kernel has no fq). Sluice then starts,
+// shapes a producer and a consumer, reloads, restarts (SIGTERM,
+// keep_attached), is killed and started, stops and is unloaded, in four
+// runs:
 //
 //   - tcx-htb: TCX links (the default here) and htb, whose ingress
 //     redirect to an IFB is terminal;
@@ -41,7 +42,19 @@ import (
 //     nftables counter must see every produce byte;
 //   - clsact-police: clsact filters (attach: clsact, the path of kernels
 //     without TCX) and police, which needs no qdisc, beside the tuned mq;
-//     first htb is asked for and refuses that mq, changing nothing.
+//     first htb is asked for and refuses that mq, changing nothing;
+//   - clsact-htb: clsact filters and htb, whose ingress redirect is
+//     terminal: sluice's filters take the last position (a pref after
+//     every other filter's), so the pref 1 filter and the operator's at
+//     49152 still see every produce byte (#48 item 6).
+//
+// Every foreign program here passes with TC_ACT_UNSPEC: status must say
+// no hook is blind. Two more runs put a CNI stand-in that passes with
+// TC_ACT_OK (as real Cilium does, ending the chain) on the TCX hooks
+// instead (busyHostBehindCNI): at the default position sluice must say it
+// is blind (status, sluice_blind_hooks) and, judged by the broker's
+// sockets, holds nobody back; with attach_position: first it shapes both
+// clients to their limits.
 //
 // Judged by dumps (tc -j, ip -j, nft -j, bpftool -j) and by counters
 // sluice does not control (the foreign programs' own maps, nft's counter,
@@ -61,9 +74,11 @@ func TestScenarioBusyHost(t *testing.T) {
 		{"tcx-htb", "auto", "htb", "auto"},
 		{"tcx-htb-police-produce", "auto", "htb", "police"},
 		{"clsact-police", "clsact", "police", "auto"},
+		{"clsact-htb", "clsact", "htb", "auto"},
 	} {
 		t.Run(run.name, func(t *testing.T) { busyHost(t, run.name, run.attach, run.shaper, run.produceShaper) })
 	}
+	t.Run("tcx-behind-cni-ok", busyHostBehindCNI)
 }
 
 func busyHost(t *testing.T, name, attachKey, shaper, produceShaper string) {
@@ -141,6 +156,13 @@ func busyHost(t *testing.T, name, attachKey, shaper, produceShaper string) {
 		if order := host.tcxOrder(w); !order.foreignFirst {
 			fail("%s: on %s the TCX chains are %v; the foreign programs must run before sluice's", step, dev, order.chains)
 		}
+		// Programs ahead that all pass on (TC_ACT_UNSPEC): not blind, and
+		// status says so (read while an agent runs).
+		if step != "stop" {
+			if s, err := w.Status(); err != nil || s.Hooks == nil || s.Hooks.Blind != 0 || len(s.Hooks.Hooks) != 2 {
+				fail("%s: status reads the hooks as %+v (%v); want both read, none blind", step, hooksOf(s), err)
+			}
+		}
 		c := host.countersGrown(last)
 		for k, v := range c {
 			if v <= last[k] {
@@ -200,13 +222,19 @@ func busyHost(t *testing.T, name, attachKey, shaper, produceShaper string) {
 		fail("consumer at %.0f B/s under its %.0f limit", fetchRates[0], fetchLimit)
 	}
 	// Who must have seen every governed byte: hooks that run before sluice
-	// (the TCX programs attached first; on the clsact path, the filter at
-	// pref 1 too), every egress hook (sluice passes with TC_ACT_UNSPEC) and,
-	// where produce is policed in place rather than redirected to the IFB,
-	// every ingress hook after sluice (the pref 1 filter after TCX, nft).
+	// (the TCX programs attached first; on the clsact path, the filters at
+	// pref 1 and 49152 too: sluice's is last), every egress hook (sluice
+	// passes with TC_ACT_UNSPEC) and, where produce is policed in place
+	// rather than redirected to the IFB, every ingress hook after sluice
+	// (the clsact filters after TCX, nft; the IFB's re-injection skips tc
+	// and netfilter ingress alike).
 	mustSeeAll := map[string]float64{"tcx-ingress": produced, "tcx-egress": fetched, "cilium-egress": fetched, "operator-egress": fetched}
 	if attachKey == "clsact" || producePoliced {
+		// Under clsact sluice's filter is last, after pref 1 and 49152.
 		mustSeeAll["cilium-ingress"] = produced
+		mustSeeAll["operator-ingress"] = produced
+	}
+	if producePoliced {
 		mustSeeAll["nft-ingress"] = produced // police passes what it keeps
 	}
 	// Each hook counts whole packets (headers too) over a window a little
@@ -318,7 +346,7 @@ type busyHostState struct {
 }
 
 // Foreign program names, as `tc filter show` and bpftool report them.
-var foreignNames = []string{"tcx_ingress", "tcx_egress", "cil_from_netdev", "cil_to_netdev", "op_egress"}
+var foreignNames = []string{"tcx_ingress", "tcx_egress", "cil_from_netdev", "cil_to_netdev", "op_ingress", "op_egress", "cni_from_dev", "cni_to_dev"}
 
 // furnish installs the foreign objects: each program counts the packets
 // and bytes it sees in its own map and passes them on (TC_ACT_UNSPEC),
@@ -338,8 +366,8 @@ func (h *busyHostState) furnish(w *harness.World, tunedMQ bool) {
 		}
 	})
 	for key, progName := range map[string]string{"tcx-ingress": "tcx_ingress", "tcx-egress": "tcx_egress",
-		"cilium-ingress": "cil_from_netdev", "cilium-egress": "cil_to_netdev", "operator-egress": "op_egress"} {
-		p, m, err := countingProgram(progName)
+		"cilium-ingress": "cil_from_netdev", "cilium-egress": "cil_to_netdev", "operator-ingress": "op_ingress", "operator-egress": "op_egress"} {
+		p, m, err := countingProgram(progName, tcActUnspec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -377,7 +405,7 @@ func (h *busyHostState) furnish(w *harness.World, tunedMQ bool) {
 			pref   uint16
 			name   string
 		}{{"cilium-ingress", netlink.HANDLE_MIN_INGRESS, 1, "cil_from_netdev"}, {"cilium-egress", netlink.HANDLE_MIN_EGRESS, 1, "cil_to_netdev"},
-			{"operator-egress", netlink.HANDLE_MIN_EGRESS, 49152, "op_egress"}} {
+			{"operator-ingress", netlink.HANDLE_MIN_INGRESS, 49152, "op_ingress"}, {"operator-egress", netlink.HANDLE_MIN_EGRESS, 49152, "op_egress"}} {
 			filter := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: f.parent, Handle: 1, Priority: f.pref,
 				Protocol: unix.ETH_P_ALL}, Fd: h.progs[f.key].FD(), Name: f.name, DirectAction: true}
 			if err := netlink.FilterAdd(filter); err != nil {
@@ -690,9 +718,17 @@ func diffDumps(a, b map[string]string) string {
 	return out.String()
 }
 
+// TC verdicts the foreign programs return: TC_ACT_UNSPEC lets the chain go
+// on (a chained tool); TC_ACT_OK passes the packet and ends the chain (a
+// CNI such as Cilium: with TCX it skips the clsact filters too).
+const (
+	tcActUnspec = -1
+	tcActOK     = 0
+)
+
 // countingProgram is a tc program that adds each packet and its length to
-// its map's one entry and passes the packet on (TC_ACT_UNSPEC).
-func countingProgram(name string) (*ebpf.Program, *ebpf.Map, error) {
+// its map's one entry and returns verdict.
+func countingProgram(name string, verdict int32) (*ebpf.Program, *ebpf.Map, error) {
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "cnt_" + name[:min(len(name), 10)], Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1})
 	if err != nil {
 		return nil, nil, err
@@ -710,7 +746,7 @@ func countingProgram(name string) (*ebpf.Program, *ebpf.Map, error) {
 		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
 		asm.Add.Imm(asm.R0, 8),
 		asm.StoreXAdd(asm.R0, asm.R7, asm.DWord),
-		asm.Mov.Imm(asm.R0, -1).WithSymbol("out"), // TC_ACT_UNSPEC
+		asm.Mov.Imm(asm.R0, verdict).WithSymbol("out"),
 		asm.Return(),
 	}})
 	if err != nil {
@@ -727,4 +763,220 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// hooksOf is what status says of the hooks, for messages.
+func hooksOf(s *status.Snapshot) any {
+	if s == nil || s.Hooks == nil {
+		return nil
+	}
+	return *s.Hooks
+}
+
+// busyHostBehindCNI (#48 item 5): a CNI stand-in on both TCX hooks that
+// counts and passes every packet with TC_ACT_OK, attached before sluice
+// starts, as a CNI is on a Kubernetes node. At the default position
+// (last) sluice is behind it and sees nothing: status must name the CNI
+// on both hooks as able to end the chain, sluice_blind_hooks must be 1 on
+// both, and the broker's sockets must show both clients far above their
+// limits (nobody is held back) while the CNI saw every byte. Restarted
+// with attach_position: first (the pinned links move to the head of each
+// chain), status and the metric must say no hook is blind and the clients
+// must run at their limits, judged by the broker's sockets as in the other
+// runs; the CNI still sees every fetch byte (sluice passes egress on).
+// Stopped and unloaded, the host is as before.
+func busyHostBehindCNI(t *testing.T) {
+	const produceLimit, fetchLimit = 5e6, 5e6
+	w := world(t, harness.Options{Topics: []string{"orders", "events"}, Queues: 4})
+	dev := w.Pair.BrokerDev
+	host := &busyHostState{t: t, ns: w.Pair.Broker.Name, dev: dev}
+	host.furnishCNI(w)
+	before := host.dump(w)
+	cfg := func(position string) harness.Config {
+		return harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB", KeepAttached: true,
+			Extra: fmt.Sprintf("attach: auto\nattach_position: %s\nshaper: htb\nentities:\n  clients:\n    producer: {producer_byte_rate: %d}\n    consumer: {consumer_byte_rate: %d}\n",
+				position, int(produceLimit), int(fetchLimit))}
+	}
+	measured := map[string]any{}
+	pass := true
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf(format, args...)
+		pass = false
+	}
+	blindMetric := func(hook string) string {
+		out, err := w.ScrapeMetrics()
+		if err != nil {
+			t.Fatalf("scrape: %v", err)
+		}
+		m := regexp.MustCompile(`(?m)^sluice_blind_hooks\{hook="` + hook + `",interface="` + regexp.QuoteMeta(dev) + `"\} (\S+)$`).FindSubmatch(out)
+		if m == nil {
+			return "absent"
+		}
+		return string(m[1])
+	}
+	meter := func(producer, consumer *harness.Client) (produce, fetch float64) {
+		t.Helper()
+		var fetchRates []float64
+		var fetchErr error
+		metered := make(chan struct{})
+		go func() {
+			defer close(metered)
+			fetchRates, fetchErr = w.MeterClients(1, 5*time.Second, consumer)
+		}()
+		rates, err := w.MeterClients(0, 5*time.Second, producer)
+		<-metered
+		if err != nil || fetchErr != nil {
+			t.Fatal(err, fetchErr)
+		}
+		return rates[0], fetchRates[0]
+	}
+
+	// Default position: behind the CNI.
+	a, err := w.StartAgent(w.WriteConfig("behind-cni", cfg("last")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { a.Stop() }()
+	producer := client(t, w, harness.ClientSpec{Name: "producer", Lib: "franz", Mode: "produce", ClientID: "producer", Topic: "orders"})
+	consumer := client(t, w, harness.ClientSpec{Name: "consumer", Lib: "franz", Mode: "consume", ClientID: "consumer", Topic: "events"})
+	s, err := w.WaitFor(30*time.Second, func(s *status.Snapshot) bool { return s.Hooks != nil && s.Hooks.Blind == 2 })
+	if err != nil {
+		t.Fatalf("behind a TC_ACT_OK CNI, status never said both hooks are blind: %v (last: %+v)", err, hooksOf(s))
+	}
+	for _, h := range s.Hooks.Hooks {
+		if len(h.Ahead) != 1 || h.Ahead[0].Kind != "tcx" || !strings.HasPrefix(h.Ahead[0].Name, "cni_") || !h.Ahead[0].EndsChain {
+			fail("status on %s %s: ahead %+v; want the CNI's TCX program, able to end the chain", h.Interface, h.Hook, h.Ahead)
+		}
+	}
+	measured["status_blind"] = hooksOf(s)
+	for _, hook := range []string{"ingress", "egress"} {
+		if v := blindMetric(hook); v != "1" {
+			fail("behind the CNI: sluice_blind_hooks{hook=%q} is %s, want 1", hook, v)
+		}
+	}
+	seenBefore := host.counters()
+	produced, fetched := meter(producer, consumer)
+	seen := host.counters()
+	measured["blind_producer_bps"], measured["blind_consumer_bps"] = produced, fetched
+	// Nobody held back: well above the limits (unshaped, each runs at
+	// what kfake and the veth give, tens of MB/s).
+	if produced < 2*produceLimit || fetched < 2*fetchLimit {
+		fail("behind the CNI the clients ran at %.0f / %.0f B/s under %.0f limits: sluice, blind, should hold nobody back", produced, fetched, produceLimit)
+	}
+	if d := seen["cni-ingress"] - seenBefore["cni-ingress"]; float64(d) < produced*5 {
+		fail("the CNI saw %d ingress bytes while the producer moved %.0f", d, produced*5)
+	}
+	if s, err := w.Status(); err == nil {
+		if p := entityOf(s, maps.Produce, "client", "producer"); p != nil && p.Bytes > 0 {
+			fail("behind the CNI sluice counted the producer (%d bytes): it should see nothing", p.Bytes)
+		}
+	}
+
+	// attach_position: first, a restart keeping the data path: the pinned
+	// links move ahead of the CNI.
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	config := w.WriteConfig("ahead-of-cni", cfg("first"))
+	if a, err = w.StartAgent(config); err != nil {
+		t.Fatal(err)
+	}
+	// The producer's connection is picked up mid-stream; the consumer's
+	// incremental fetch session, begun while sluice saw nothing, names no
+	// partitions in its requests (its bytes would stay unresolved): the
+	// consumer reconnects, as it does after any broker-side change.
+	consumer.Stop()
+	consumer = client(t, w, harness.ClientSpec{Name: "consumer-2", Lib: "franz", Mode: "consume", ClientID: "consumer", Topic: "events"})
+	if s, err = w.WaitFor(30*time.Second, func(s *status.Snapshot) bool {
+		p, c := entityOf(s, maps.Produce, "client", "producer"), entityOf(s, maps.Fetch, "client", "consumer")
+		return s.Hooks != nil && s.Hooks.Blind == 0 && p != nil && p.Bytes > 0 && c != nil && c.Bytes > 0
+	}); err != nil {
+		t.Fatalf("with attach_position: first, the clients were never counted or a hook stayed blind: %v (hooks %+v)", err, hooksOf(s))
+	}
+	if s.Hooks.Position != "first" {
+		fail("status position %q, want first", s.Hooks.Position)
+	}
+	for _, hook := range []string{"ingress", "egress"} {
+		if v := blindMetric(hook); v != "0" {
+			fail("ahead of the CNI: sluice_blind_hooks{hook=%q} is %s, want 0", hook, v)
+		}
+	}
+	chains := host.tcxChains(w)
+	measured["tcx_chains_first"] = chains
+	for hook, chain := range chains {
+		if len(chain) != 2 || !strings.HasPrefix(chain[0], "sluice_") || !strings.HasPrefix(chain[1], "cni_") {
+			fail("with attach_position: first the %s chain is %v; want sluice's program, then the CNI's", hook, chain)
+		}
+	}
+	time.Sleep(3 * time.Second) // settle into the limits
+	seenBefore = host.counters()
+	produced, fetched = meter(producer, consumer)
+	seen = host.counters()
+	measured["first_producer_bps"], measured["first_consumer_bps"] = produced, fetched
+	if produced > 1.05*produceLimit || produced < 0.9*produceLimit {
+		fail("ahead of the CNI the producer ran at %.0f B/s under its %.0f limit", produced, produceLimit)
+	}
+	if fetched > 1.05*fetchLimit || fetched < 0.9*fetchLimit {
+		fail("ahead of the CNI the consumer ran at %.0f B/s under its %.0f limit", fetched, fetchLimit)
+	}
+	if d := seen["cni-egress"] - seenBefore["cni-egress"]; float64(d) < fetched*5 {
+		fail("the CNI saw %d egress bytes while the consumer moved %.0f: sluice must pass egress on", d, fetched*5)
+	}
+
+	// Stop (keep_attached) and unload: the host as before.
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", host.ns, w.Sluice, "unload", "--config", config).CombinedOutput(); err != nil {
+		t.Fatalf("sluice unload: %v\n%s", err, out)
+	}
+	if diff := diffDumps(before, host.dump(w)); diff != "" {
+		fail("after unload the host differs from before sluice started:\n%s", diff)
+	}
+	record(t, Result{Name: "busy-host-tcx-behind-cni-ok", Pass: pass, Measured: measured,
+		Expected: map[string]any{"last": "status and sluice_blind_hooks say both hooks are blind; clients above 2 x limit; the CNI saw every produce byte",
+			"first": "no hook blind; clients in [0.9, 1.05] x limit; the CNI saw every fetch byte", "after_unload": "every dump equal to before"}})
+}
+
+// furnishCNI attaches the CNI stand-in: on each TCX hook a program that
+// counts every packet and passes it with TC_ACT_OK, ending the chain.
+func (h *busyHostState) furnishCNI(w *harness.World) {
+	t := h.t
+	h.progs, h.counts = map[string]*ebpf.Program{}, map[string]*ebpf.Map{}
+	t.Cleanup(func() {
+		for _, l := range h.links {
+			l.Close()
+		}
+		for _, p := range h.progs {
+			p.Close()
+		}
+		for _, m := range h.counts {
+			m.Close()
+		}
+	})
+	for key, name := range map[string]string{"cni-ingress": "cni_from_dev", "cni-egress": "cni_to_dev"} {
+		p, m, err := countingProgram(name, tcActOK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.progs[key], h.counts[key] = p, m
+	}
+	err := w.Pair.Broker.Do(func() error {
+		l, err := netlink.LinkByName(h.dev)
+		if err != nil {
+			return err
+		}
+		for key, typ := range map[string]ebpf.AttachType{"cni-ingress": ebpf.AttachTCXIngress, "cni-egress": ebpf.AttachTCXEgress} {
+			tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: h.progs[key], Attach: typ})
+			if err != nil {
+				return fmt.Errorf("the CNI's tcx %s: %w", key, err)
+			}
+			h.links = append(h.links, tl)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
