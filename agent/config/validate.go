@@ -1,6 +1,11 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
 
 // Validate checks the rules that join keys of several sections (each key's
 // own range and form are checked where it is read): something to govern,
@@ -46,6 +51,54 @@ func (c Config) Validate() Problems {
 		fail("entities", "%d configured entities, but max_entities %d less max_unconfigured_entities %d leaves room for %d",
 			n, c.MaxEntities, c.MaxUnconfiguredEntities, room)
 	}
+	c.validateObjectives(fail)
 	c.validateCluster(fail)
 	return out
+}
+
+// validateObjectives requires a reservation in the objective's direction
+// on every entity with a latency objective (its own, or its type's
+// <default> template's): the breaker defends the tenant's latency by
+// holding best-effort traffic back, which does nothing for a tenant whose
+// own bandwidth is not guaranteed (best-effort itself, it would compete
+// for the spare it frees, and two such tenants once trimmed each other).
+func (c Config) validateObjectives(fail func(key, format string, args ...any)) {
+	check := func(kind, name string, q, template Quota) {
+		for _, o := range []struct {
+			objective   *time.Duration
+			key, resKey string
+			res, tmpl   *float64
+		}{
+			{q.ProduceLatencyObjective, "produce_latency_objective", "producer_byte_reservation", q.ProducerByteReservation, template.ProducerByteReservation},
+			{q.FetchLatencyObjective, "fetch_latency_objective", "consumer_byte_reservation", q.ConsumerByteReservation, template.ConsumerByteReservation},
+		} {
+			if o.objective == nil {
+				continue
+			}
+			res := o.res
+			if res == nil {
+				res = o.tmpl
+			}
+			if res == nil || *res <= 0 {
+				fail(fmt.Sprintf("entities.%s.%s.%s", kind, name, o.key),
+					"needs %s on the same entity: an objective holds best-effort traffic back, which guarantees nothing to a tenant without a reservation of its own", o.resKey)
+			}
+		}
+	}
+	each := func(kind string, m map[string]Quota) {
+		template := m[DefaultKey]
+		for _, name := range slices.Sorted(maps.Keys(m)) {
+			if name != DefaultKey {
+				check(kind, name, m[name], template)
+			}
+		}
+	}
+	each("clients", c.Entities.Clients)
+	each("topic_partitions", c.Entities.TopicPartitions)
+	each("peers", c.Entities.Peers)
+	users := map[string]Quota{}
+	for name, u := range c.Entities.Users {
+		users[name] = u.Quota
+	}
+	each("users", users)
 }

@@ -31,6 +31,14 @@ func TestValidateNamesEachCrossKeyRule(t *testing.T) {
 			c.MaxEntities, c.MaxUnconfiguredEntities = 10, 9
 			c.Entities.Clients = map[string]Quota{"a": {}, "b": {}}
 		}},
+		{"entities.clients.core.produce_latency_objective", func(c *Config) {
+			p99 := 50 * time.Millisecond
+			c.Entities.Clients = map[string]Quota{"core": {ProduceLatencyObjective: &p99, ConsumerByteReservation: ptr(10e6)}}
+		}},
+		{"entities.users.alice.fetch_latency_objective", func(c *Config) {
+			p99 := 100 * time.Millisecond
+			c.Entities.Users = map[string]UserQuota{"alice": {Quota: Quota{FetchLatencyObjective: &p99, ConsumerByteReservation: ptr(0)}}}
+		}},
 	} {
 		cfg := good
 		cfg.Entities.Clients = nil
@@ -41,5 +49,24 @@ func TestValidateNamesEachCrossKeyRule(t *testing.T) {
 		} else if strings.TrimSpace(p[0].Message) == "" {
 			t.Errorf("%s: an empty message", c.key)
 		}
+	}
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// An objective entity with a reservation in its objective's direction, its
+// own or its type's template's, passes.
+func TestValidateObjectiveWithReservation(t *testing.T) {
+	cfg := Default()
+	cfg.Interfaces, cfg.Listeners = []string{"eth0"}, []uint16{9092}
+	cfg.Produce.Capacity, cfg.Fetch.Capacity = 100e6, 100e6
+	p99 := 50 * time.Millisecond
+	cfg.Entities.Clients = map[string]Quota{
+		"core":       {ProduceLatencyObjective: &p99, ProducerByteReservation: ptr(10e6)},
+		DefaultKey:   {ConsumerByteReservation: ptr(1e6)},
+		"dashboards": {FetchLatencyObjective: &p99},
+	}
+	if p := cfg.Validate(); len(p) != 0 {
+		t.Errorf("objectives with reservations refused: %v", p)
 	}
 }

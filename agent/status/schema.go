@@ -409,7 +409,7 @@ type ConnectionView struct {
 	// a peer address, or an agent that adopted it after a restart).
 	BoundBy string `json:"bound_by,omitempty"`
 	// Reason is why it was last bound (first, request, login,
-	// rule_change, binding_lost, adopted, peer); Since is when.
+	// rule_change, binding_lost, adopted, peer, unsampled); Since is when.
 	Reason  string     `json:"reason,omitempty"`
 	Since   *time.Time `json:"since,omitempty"`
 	Closing bool       `json:"closing,omitempty"`
