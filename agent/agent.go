@@ -85,17 +85,13 @@ type Agent struct {
 	limits *limits.Resolver
 	dirs   [2]*direction
 	rates  *apply.Writer
-	// snapshot is built from the last published cycle on demand (nil until
-	// asked); pubTime is when that cycle ran.
-	snapshot *status.Snapshot
-	pubTime  time.Time
+	// published: the snapshot of the last published cycle.
+	published publishedView
 	// loop is the cycle's own bookkeeping: counts, failures, timings.
 	loop loopState
-	// shaper says why the backend in use was chosen and which IFB devices
-	// it redirects to (the backend itself is rates.Shaper()).
-	shaper shaperInUse
-	// blind: the last reading of what runs ahead of sluice (deps.Hooks).
-	blind blindHooks
+	// host: where sluice's objects sit on the host (the shaper backend in
+	// use, what runs ahead of its programs).
+	host hostView
 	// metadata: what the metadata client feeds (quotas, brokers).
 	metadata metadataState
 	// reloads: verdicts, failures and the socket's reloader.
@@ -114,6 +110,23 @@ type Agent struct {
 	objectives objectiveSet
 	// cluster: the cluster budgets (nil without a cluster section).
 	cluster *clusterBudgets
+}
+
+// publishedView is the publish stage's: the snapshot status and metrics
+// read, built from the last published cycle on demand (nil until asked),
+// and when that cycle ran.
+type publishedView struct {
+	snapshot *status.Snapshot
+	at       time.Time
+}
+
+// hostView is what the agent knows of its place on the host.
+type hostView struct {
+	// shaper says why the backend in use was chosen and which IFB devices
+	// it redirects to (the backend itself is rates.Shaper()).
+	shaper shaperInUse
+	// blind: the last reading of what runs ahead of sluice (deps.Hooks).
+	blind blindHooks
 }
 
 // identityState is what learning keeps: the learner, the connections'
@@ -317,7 +330,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	})
 	ids := a.registry.Limit()
 	a.rates = apply.New(choice.Shaper, ids, cfg.UpdateThreshold)
-	a.shaper = shaperInUse{reason: choice.Reason, ifb: choice.IFBIndex, egressIFB: choice.EgressIFBIndex}
+	a.host.shaper = shaperInUse{reason: choice.Reason, ifb: choice.IFBIndex, egressIFB: choice.EgressIFBIndex}
 	a.ownSeries, a.seriesStale = make([]bool, ids), true
 	a.syncObjectives()
 	for _, d := range entity.Directions {

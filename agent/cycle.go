@@ -33,7 +33,7 @@ func (a *Agent) runCycle() error {
 	a.retryPending()
 	a.pullKafkaQuotas()
 	a.checkReplication()
-	a.blind.check(a.deps.Hooks, a.log)
+	a.host.blind.check(a.deps.Hooks, a.log)
 	if err := a.deps.DataPath.ReadCounters(&a.gather.counters); err != nil {
 		return fmt.Errorf("read counters: %w", err)
 	}

@@ -29,7 +29,7 @@ func (a *Agent) applyDataPathSettings() error {
 	if err := dp.ForgetConns(forget); err != nil {
 		return fmt.Errorf("peer entities: %w", err)
 	}
-	if err := a.writeSettings(a.cfg, a.dataPathMode(a.cfg), a.shaper.ifb, a.shaper.egressIFB); err != nil {
+	if err := a.writeSettings(a.cfg, a.dataPathMode(a.cfg), a.host.shaper.ifb, a.host.shaper.egressIFB); err != nil {
 		return err
 	}
 	return a.rates.SetCapacities(a.capacities(a.dirConfigs()))

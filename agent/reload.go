@@ -84,7 +84,7 @@ func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err
 			r.Error = err.Error()
 		}
 		a.reloads.last = r
-		a.snapshot = nil // status shows the verdict at once
+		a.published.snapshot = nil // status shows the verdict at once
 	}()
 	refuse := func(err error) error {
 		a.reloads.failures++
@@ -328,7 +328,7 @@ func (tx *reloadTx) steps() []reloadStep {
 				return err
 			}
 			settingsBefore = &s
-			return a.writeSettings(next, a.dataPathMode(next), a.shaper.ifb, a.shaper.egressIFB)
+			return a.writeSettings(next, a.dataPathMode(next), a.host.shaper.ifb, a.host.shaper.egressIFB)
 		},
 		undo: func() error {
 			if settingsBefore == nil { // never read, never written
@@ -422,7 +422,7 @@ func (tx *reloadTx) shaperStep() reloadStep {
 	// rebuild it: nothing was held back) is put back as it was, not rebuilt
 	// from the old file: a refused reload leaves the running state exactly
 	// as it found it, and says so.
-	degraded, reasonBefore := a.specInForce() != specOf(old), a.shaper.reason
+	degraded, reasonBefore := a.specInForce() != specOf(old), a.host.shaper.reason
 	return reloadStep{name: stepShaper,
 		do: func() error {
 			off := tx.settingsBefore

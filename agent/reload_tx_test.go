@@ -160,9 +160,9 @@ func (tr *txRig) state(t *testing.T) map[string]string {
 	put("data path: entity names", fmt.Sprint(tr.store.names))
 	if sh, ok := a.rates.Shaper().(*fakeShaper); ok {
 		put("shaper", map[string]any{"kind": sh.Kind(), "rates": fmt.Sprint(sh.rates), "guaranteed": fmt.Sprint(sh.guaranteed),
-			"capacity": fmt.Sprint(sh.capacity), "closed": sh.closed, "ifb": []int{a.shaper.ifb, a.shaper.egressIFB}})
+			"capacity": fmt.Sprint(sh.capacity), "closed": sh.closed, "ifb": []int{a.host.shaper.ifb, a.host.shaper.egressIFB}})
 	} else { // the fallback after an undo could not build one
-		put("shaper", map[string]any{"kind": a.rates.Shaper().Kind(), "reason": a.shaper.reason, "ifb": []int{a.shaper.ifb, a.shaper.egressIFB}})
+		put("shaper", map[string]any{"kind": a.rates.Shaper().Kind(), "reason": a.host.shaper.reason, "ifb": []int{a.host.shaper.ifb, a.host.shaper.egressIFB}})
 	}
 	var reg []string
 	a.registry.Each(func(id entity.ID, k entity.Key) {
@@ -186,7 +186,7 @@ func (tr *txRig) state(t *testing.T) map[string]string {
 	put("log level", tr.level.Level().String())
 	put("interval change pending", len(a.reloads.intervalChanged))
 	a.mu.Lock()
-	a.snapshot = nil
+	a.published.snapshot = nil
 	a.mu.Unlock()
 	snap := *a.Snapshot()
 	snap.LastReload = nil

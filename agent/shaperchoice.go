@@ -59,7 +59,7 @@ type shaperInUse struct {
 // useShaper installs a backend and gives it the capacities and every rate
 // in force (what it refuses is written again next cycle).
 func (a *Agent) useShaper(c ShaperChoice) {
-	a.shaper = shaperInUse{reason: c.Reason, ifb: c.IFBIndex, egressIFB: c.EgressIFBIndex}
+	a.host.shaper = shaperInUse{reason: c.Reason, ifb: c.IFBIndex, egressIFB: c.EgressIFBIndex}
 	if err := a.rates.Use(c.Shaper, a.capacities(a.dirConfigs())); err != nil {
 		a.log.Warn("the new shaper refused rates or capacities; written again next cycle or by the reload", "err", err)
 	}

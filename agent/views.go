@@ -19,8 +19,8 @@ import (
 // publish copies this cycle's state out (into reused buffers) for status,
 // explain and metrics; views are built only when asked for.
 func (a *Agent) publish(now time.Time) {
-	a.pubTime = now
-	a.snapshot = nil
+	a.published.at = now
+	a.published.snapshot = nil
 	for _, dc := range a.dirs {
 		p := &dc.pub
 		p.summary, p.cfg = dc.summary, dc.cfg
@@ -67,11 +67,11 @@ func (a *Agent) runningMode() string {
 func (a *Agent) view() *status.Snapshot {
 	now := a.deps.Clock.Now()
 	s := &status.Snapshot{
-		Time:         a.pubTime,
+		Time:         a.published.at,
 		Cycle:        a.loop.cycle,
 		Mode:         a.runningMode(),
 		Shaper:       string(a.rates.Shaper().Kind()),
-		ShaperReason: a.shaper.reason,
+		ShaperReason: a.host.shaper.reason,
 		AgentVersion: a.deps.Version,
 		Entities:     a.registry.Len(),
 		MaxEntities:  a.cfg.MaxEntities,
@@ -95,7 +95,7 @@ func (a *Agent) view() *status.Snapshot {
 		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
 		KafkaQuotas:          a.metadata.kafka.View(),
 		Cluster:              a.cluster.view(),
-		Hooks:                a.blind.view(),
+		Hooks:                a.host.blind.view(),
 		Objectives:           a.objectiveViews(),
 		ObjectiveTransitions: a.objectives.transitions,
 	}
@@ -162,10 +162,10 @@ func (a *Agent) Snapshot() *status.Snapshot {
 	if a.loop.cycle == 0 {
 		return nil
 	}
-	if a.snapshot == nil {
-		a.snapshot = a.view()
+	if a.published.snapshot == nil {
+		a.published.snapshot = a.view()
 	}
-	return a.snapshot
+	return a.published.snapshot
 }
 
 // KafkaQuotas is kafka_quotas: import's state (zero when import is off).
@@ -244,7 +244,7 @@ func (a *Agent) ShaperKind() shaping.Kind {
 func (a *Agent) ShaperReason() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.shaper.reason
+	return a.host.shaper.reason
 }
 
 // Config is the configuration in force (the last one applied).
