@@ -174,12 +174,24 @@ func (m *Topics) Run(ctx context.Context) {
 	}
 }
 
+// ClientID is the client-id the agent's Kafka clients send. With a
+// cluster section each agent has its own, sluice-agent-<name>-<broker id>:
+// Kafka's quotas hold a client-id to one bucket per broker, so a default
+// client quota shared by every agent's coordination traffic would throttle
+// them as one (and one agent's burst would hold the others' reports back).
+func ClientID(cfg config.Config) string {
+	if !cfg.Cluster.Enabled {
+		return "sluice-agent"
+	}
+	return fmt.Sprintf("sluice-agent-%s-%d", cfg.Cluster.Name, cfg.Cluster.BrokerID)
+}
+
 // ClientOptions builds the metadata client's options from the bootstrap,
 // SASL and TLS settings.
 func ClientOptions(cfg config.Config) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Bootstrap...),
-		kgo.ClientID("sluice-agent"),
+		kgo.ClientID(ClientID(cfg)),
 		// kgo answers Metadata requests from a cache kept for MetadataMinAge
 		// (default 5 s), which would hide a new topic's ID that long after a
 		// miss; Topics rate-limits its refreshes itself.
