@@ -5,21 +5,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
 	"github.com/sluice-dev/sluice/test/harness"
@@ -443,23 +441,14 @@ func startKcat(t *testing.T, start func(name string, argv ...string) (*harness.C
 // namespace, written with franz-go's kmsg, for client-ids kgo refuses: it
 // logs in with PLAIN, then keeps up to four Produce requests (v7, acks=1,
 // 256 KiB of records each) in flight to one partition.
-type kmsgProducer struct {
-	conn     net.Conn
-	port     uint16
-	errs     atomic.Int64
-	stopping atomic.Bool
-	mu       sync.Mutex
-	err      error // why it stopped early
-	wg       sync.WaitGroup
-	once     sync.Once
-}
+type kmsgProducer struct{ rawProducer }
 
 func startKmsgProducer(w *harness.World, clientID, topic string, partition int32, user, password string) (*kmsgProducer, error) {
 	conn, err := w.Pair.Client.Dial(w.Bootstrap())
 	if err != nil {
 		return nil, err
 	}
-	p := &kmsgProducer{conn: conn, port: uint16(conn.LocalAddr().(*net.TCPAddr).Port)}
+	p := &kmsgProducer{newRawProducer(conn)}
 	format := kmsg.NewRequestFormatter(kmsg.FormatterClientID(clientID))
 	corr := int32(0)
 	roundTrip := func(req kmsg.Request, resp kmsg.Response) error {
@@ -517,79 +506,12 @@ func startKmsgProducer(w *harness.World, clientID, topic string, partition int32
 	rt.Topic = topic
 	rp := kmsg.NewProduceRequestTopicPartition()
 	rp.Partition = partition
-	rp.Records = recordBatchOf(values, time.Now().UnixMilli())
+	rp.Records = kafkatest.RecordBatch(values, time.Now().UnixMilli())
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 
-	inflight := make(chan struct{}, 4)
-	p.wg.Add(2)
-	go func() { // writer
-		defer p.wg.Done()
-		for c := corr + 1; ; c++ {
-			inflight <- struct{}{}
-			if _, err := conn.Write(format.AppendRequest(nil, req, c)); err != nil {
-				p.fail(err)
-				return
-			}
-		}
-	}()
-	go func() { // reader: one response per request, each frees a slot
-		defer p.wg.Done()
-		for {
-			body, err := readFrame(conn)
-			if err != nil {
-				p.fail(err)
-				// Let a writer waiting for a slot see the closed connection.
-				select {
-				case <-inflight:
-				default:
-				}
-				return
-			}
-			resp := kmsg.NewPtrProduceResponse()
-			resp.SetVersion(7)
-			if err := resp.ReadFrom(body[4:]); err != nil {
-				p.errs.Add(1)
-			} else {
-				for _, t := range resp.Topics {
-					for _, pr := range t.Partitions {
-						if pr.ErrorCode != 0 {
-							p.errs.Add(1)
-						}
-					}
-				}
-			}
-			<-inflight
-		}
-	}()
+	p.produce(format, corr+1, func(int) kmsg.Request { return req })
 	return p, nil
-}
-
-func (p *kmsgProducer) fail(err error) {
-	if p.stopping.Load() {
-		return
-	}
-	p.mu.Lock()
-	if p.err == nil {
-		p.err = err
-	}
-	p.mu.Unlock()
-	p.conn.Close()
-}
-
-// failure is why the producer stopped before stop, if it did.
-func (p *kmsgProducer) failure() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-func (p *kmsgProducer) stop() {
-	p.once.Do(func() {
-		p.stopping.Store(true)
-		p.conn.Close()
-		p.wg.Wait()
-	})
 }
 
 func readFrame(r io.Reader) ([]byte, error) {
@@ -604,44 +526,6 @@ func readFrame(r io.Reader) ([]byte, error) {
 	body := make([]byte, n)
 	_, err := io.ReadFull(r, body)
 	return body, err
-}
-
-// recordBatchOf encodes a v2 record batch (magic 2, uncompressed, null
-// keys) of values.
-func recordBatchOf(values [][]byte, timestamp int64) []byte {
-	var recs []byte
-	for i, v := range values {
-		var body []byte
-		body = append(body, 0)                          // attributes
-		body = binary.AppendVarint(body, 0)             // timestamp delta
-		body = binary.AppendVarint(body, int64(i))      // offset delta
-		body = binary.AppendVarint(body, -1)            // null key
-		body = binary.AppendVarint(body, int64(len(v))) // value
-		body = append(body, v...)
-		body = binary.AppendVarint(body, 0) // no headers
-		recs = binary.AppendVarint(recs, int64(len(body)))
-		recs = append(recs, body...)
-	}
-	be := binary.BigEndian
-	var b []byte
-	b = be.AppendUint64(b, 0)          // base offset
-	b = be.AppendUint32(b, 0)          // batch length, below
-	b = be.AppendUint32(b, 0xffffffff) // partition leader epoch -1
-	b = append(b, 2)                   // magic
-	b = be.AppendUint32(b, 0)          // crc, below
-	crcFrom := len(b)
-	b = be.AppendUint16(b, 0)                     // attributes
-	b = be.AppendUint32(b, uint32(len(values)-1)) // last offset delta
-	b = be.AppendUint64(b, uint64(timestamp))     // first timestamp
-	b = be.AppendUint64(b, uint64(timestamp))     // max timestamp
-	b = be.AppendUint64(b, 0xffffffffffffffff)    // producer id -1
-	b = be.AppendUint16(b, 0xffff)                // producer epoch -1
-	b = be.AppendUint32(b, 0xffffffff)            // base sequence -1
-	b = be.AppendUint32(b, uint32(len(values)))
-	b = append(b, recs...)
-	be.PutUint32(b[8:], uint32(len(b)-12))
-	be.PutUint32(b[17:], crc32.Checksum(b[crcFrom:], crc32.MakeTable(crc32.Castagnoli)))
-	return b
 }
 
 // meterPorts is the rate the broker received from each of this process's

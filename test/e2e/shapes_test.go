@@ -7,8 +7,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,16 +214,9 @@ type loginWrites struct {
 // namespace (this process, franz-go's kmsg): it logs in with PLAIN as its
 // spec says, then keeps four Produce requests in flight.
 type shapedProducer struct {
-	conn     net.Conn
-	port     uint16
-	login    loginWrites
-	shapes   []string // each request's topic-partitions, for the record
-	errs     atomic.Int64
-	stopping atomic.Bool
-	mu       sync.Mutex
-	err      error // why it stopped early
-	wg       sync.WaitGroup
-	once     sync.Once
+	rawProducer
+	login  loginWrites
+	shapes []string // each request's topic-partitions, for the record
 }
 
 func startShapedProducer(w *harness.World, spec shapedSpec) (*shapedProducer, error) {
@@ -233,7 +224,7 @@ func startShapedProducer(w *harness.World, spec shapedSpec) (*shapedProducer, er
 	if err != nil {
 		return nil, err
 	}
-	p := &shapedProducer{conn: conn, port: uint16(conn.LocalAddr().(*net.TCPAddr).Port)}
+	p := &shapedProducer{rawProducer: newRawProducer(conn)}
 	if err := p.logIn(spec); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("login: %w", err)
@@ -248,46 +239,7 @@ func startShapedProducer(w *harness.World, spec shapedSpec) (*shapedProducer, er
 		}
 		p.shapes = append(p.shapes, strings.Join(tps, ","))
 	}
-	inflight := make(chan struct{}, 4)
-	p.wg.Add(2)
-	go func() { // writer
-		defer p.wg.Done()
-		for i := 0; ; i++ {
-			inflight <- struct{}{}
-			if _, err := conn.Write(format.AppendRequest(nil, spec.requests[i%len(spec.requests)], int32(100+i))); err != nil {
-				p.fail(err)
-				return
-			}
-		}
-	}()
-	go func() { // reader: one response per request, each frees a slot
-		defer p.wg.Done()
-		for {
-			body, err := readFrame(conn)
-			if err != nil {
-				p.fail(err)
-				select { // a writer waiting for a slot sees the closed connection
-				case <-inflight:
-				default:
-				}
-				return
-			}
-			resp := kmsg.NewPtrProduceResponse()
-			resp.SetVersion(7)
-			if err := resp.ReadFrom(body[4:]); err != nil {
-				p.errs.Add(1)
-			} else {
-				for _, t := range resp.Topics {
-					for _, pr := range t.Partitions {
-						if pr.ErrorCode != 0 {
-							p.errs.Add(1)
-						}
-					}
-				}
-			}
-			<-inflight
-		}
-	}()
+	p.produce(format, 100, func(i int) kmsg.Request { return spec.requests[i%len(spec.requests)] })
 	return p, nil
 }
 
@@ -407,33 +359,6 @@ func (p *shapedProducer) writeSegment(b []byte) (uint32, error) {
 		}
 		time.Sleep(time.Millisecond) // polling the socket's own counter, not a guess at readiness
 	}
-}
-
-func (p *shapedProducer) fail(err error) {
-	if p.stopping.Load() {
-		return
-	}
-	p.mu.Lock()
-	if p.err == nil {
-		p.err = err
-	}
-	p.mu.Unlock()
-	p.conn.Close()
-}
-
-// failure is why the producer stopped before stop, if it did.
-func (p *shapedProducer) failure() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-func (p *shapedProducer) stop() {
-	p.once.Do(func() {
-		p.stopping.Store(true)
-		p.conn.Close()
-		p.wg.Wait()
-	})
 }
 
 // settlePorts waits (at most timeout) until each of this process's
