@@ -148,6 +148,9 @@ type identityState struct {
 	// bindLog: each connection's last binding by Learn (explain).
 	bindLog map[maps.ConnKey]bindRecord
 	conns   connStats
+	// unseen: connections with a saved identity and no entry in the
+	// connection table, since when (reclaimIdentities).
+	unseen map[maps.ConnKey]time.Time
 }
 
 // gatherState is the gather stage's: the counters as last read and the
@@ -260,6 +263,9 @@ type connStats struct {
 	IdentityErrors uint64
 	// Tracked: entries in the connection table at the last scan.
 	Tracked int
+	// IdentitiesReclaimed: saved identities dropped because their
+	// connection had no entry for identityGrace (its end was missed).
+	IdentitiesReclaimed uint64
 }
 
 // bindingsScanEvery: how often the connection table is scanned: closed

@@ -187,3 +187,63 @@ func (a *Agent) rule(id uint32) string {
 	}
 	return k.String()
 }
+
+// identityGrace: how long a saved identity outlives its connection's last
+// entry in the table. A live connection that sends or receives anything is
+// entered again at once (and adopts its identity), and Kafka closes a
+// connection idle for connections.max.idle.ms (10 minutes by default), so
+// an identity unseen this long belongs to a connection whose end (FIN or
+// RST) the data path missed: an evicted entry, or one lost over a restart.
+// Without this the identity table fills with the dead and then refuses
+// the living.
+const identityGrace = 15 * time.Minute
+
+// reclaimIdentities drops the saved identities of connections absent from
+// the table (live) for identityGrace.
+func (a *Agent) reclaimIdentities(live map[maps.ConnKey]struct{}, now time.Time) {
+	st := &a.identity
+	if st.idents == nil {
+		return
+	}
+	var stale []maps.ConnKey
+	seen := make(map[maps.ConnKey]struct{}, len(st.unseen))
+	err := st.idents.EachIdentity(func(c maps.ConnKey) {
+		if _, ok := live[c]; ok {
+			return
+		}
+		seen[c] = struct{}{}
+		since, ok := st.unseen[c]
+		switch {
+		case !ok:
+			if st.unseen == nil {
+				st.unseen = map[maps.ConnKey]time.Time{}
+			}
+			st.unseen[c] = now
+		case now.Sub(since) >= identityGrace:
+			stale = append(stale, c)
+		}
+	})
+	if err != nil {
+		st.conns.IdentityErrors++
+		a.log.Warn("list saved identities", "err", err)
+		return
+	}
+	for c := range st.unseen { // back in the table, or gone from the store
+		if _, ok := seen[c]; !ok {
+			delete(st.unseen, c)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	if err := st.idents.ForgetIdentities(stale); err != nil {
+		st.conns.IdentityErrors++
+		a.log.Warn("reclaim identities of connections whose end was missed", "connections", len(stale), "err", err)
+		return
+	}
+	for _, c := range stale {
+		delete(st.unseen, c)
+	}
+	st.conns.IdentitiesReclaimed += uint64(len(stale))
+	a.log.Info("identities reclaimed: their connections had no entry for the grace", "connections", len(stale), "grace", identityGrace)
+}

@@ -292,6 +292,7 @@ func (a *Agent) scanConnections(now time.Time) error {
 		}
 	}
 	a.holdUnsampled(unbound, now)
+	a.reclaimIdentities(live, now)
 	a.identity.newPerPeer.Prune(now)
 	return nil
 }

@@ -61,6 +61,8 @@ type IdentityStore interface {
 	// Identity returns the connection's identity, if one was saved.
 	Identity(c maps.ConnKey) (maps.Identity, bool, error)
 	ForgetIdentities(conns []maps.ConnKey) error
+	// EachIdentity lists the connections with a saved identity.
+	EachIdentity(fn func(maps.ConnKey)) error
 }
 
 var _ IdentityStore = (*maps.Datapath)(nil)

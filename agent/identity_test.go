@@ -43,6 +43,12 @@ func (f *identityDataPath) ForgetIdentities(conns []maps.ConnKey) error {
 	}
 	return nil
 }
+func (f *identityDataPath) EachIdentity(fn func(maps.ConnKey)) error {
+	for c := range f.idents {
+		fn(c)
+	}
+	return nil
+}
 
 // sample is what the data path would deliver for req on c: the entry's
 // born and its current binding.
@@ -358,5 +364,60 @@ func TestLoginUnderWayOutlivesTheAgent(t *testing.T) {
 	}
 	if n := second.identity.conns.Rebinds["to_unknown"]; n != 0 {
 		t.Errorf("%d rebinds to unknown, want 0", n)
+	}
+}
+
+// A saved identity whose connection's end the data path missed (its entry
+// evicted, or closed while no agent ran) is reclaimed once the connection
+// has had no entry for identityGrace: the table of identities cannot fill
+// with the dead. One whose connection is in the table, or comes back
+// before the grace ends, is kept. Before, such identities stayed until
+// their 4-tuple was reused.
+func TestIdentitiesOfMissedEndsAreReclaimed(t *testing.T) {
+	cfg, err := configfile.Parse([]byte(identityConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := newIdentityDataPath()
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	a := agentOn(t, cfg, dp, clock)
+	conn := func(port uint16) maps.ConnKey {
+		return maps.ConnKey{Peer: netip.AddrPortFrom(netip.MustParseAddr("198.18.0.2"), port), Local: netip.MustParseAddrPort("198.18.0.1:9094")}
+	}
+	dead, live, back := conn(41001), conn(41002), conn(41003)
+	for _, c := range []maps.ConnKey{dead, live, back} {
+		for _, req := range []kmsg.Request{apiVersions(), saslHandshake(), saslPlain("alice")} {
+			if err := a.Learn(dp.sample(c, "app", req)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, ok := dp.idents[c]; !ok {
+			t.Fatalf("%v: no identity saved", c)
+		}
+	}
+	backBinding := dp.bindings[back]
+	delete(dp.bindings, dead) // its end missed: no entry, no FIN seen
+	delete(dp.bindings, back) // evicted; the connection goes on
+	step := func(d time.Duration) {
+		t.Helper()
+		clock.advance(d)
+		if err := a.Cycle(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(bindingsScanEvery)
+	step(identityGrace / 2)
+	dp.bindings[back] = backBinding // entered again by its next segment
+	step(identityGrace/2 + bindingsScanEvery)
+	if _, ok := dp.idents[dead]; ok {
+		t.Errorf("the identity of a connection with no entry for %v was kept", identityGrace)
+	}
+	for name, c := range map[string]maps.ConnKey{"live": live, "back before the grace": back} {
+		if _, ok := dp.idents[c]; !ok {
+			t.Errorf("%s: identity reclaimed", name)
+		}
+	}
+	if n := a.identity.conns.IdentitiesReclaimed; n != 1 {
+		t.Errorf("reclaimed %d, want 1", n)
 	}
 }

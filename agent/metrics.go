@@ -181,7 +181,7 @@ type collector struct {
 	// registry, learner, connections
 	registered, maxEntities, unconfigured, unconfiguredMax, overflowed, peerRefused *prometheus.Desc
 	samples, replicationClaims, unresolved, learnerConns                            *prometheus.Desc
-	connsTracked, connsReaped, connsRebound, rebinds, identityErrors                *prometheus.Desc
+	connsTracked, connsReaped, connsRebound, rebinds, identityErrors, reclaimedIds  *prometheus.Desc
 	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn       *prometheus.Desc
 	dpFailOpen, dpUnproven                                                          *prometheus.Desc
 	// request latency at the NIC (latencybook.go)
@@ -242,6 +242,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 		connsReaped:    d("connections_reaped_total", "Closed connections (FIN or RST seen) removed from the table."),
 		connsRebound:   d("connections_rebound_total", "Samples whose connection entry had lost its binding (evicted or re-entered), bound again."),
 		rebinds:        d("rebinds_total", "Bound connections moved to another entity, by reason: request (its client-id or partitions), login, rule_change (a reload), binding_lost (its entry was entered again), to_unknown (an identity was lost: should never happen).", "reason"),
+		reclaimedIds:   d("identities_reclaimed_total", "Saved connection identities dropped because their connection had no entry in the connection table for 15 minutes: its end (FIN or RST) was missed. Kafka closes connections idle for connections.max.idle.ms, and a live one is entered again by its next segment."),
 		identityErrors: d("identity_errors_total", "Connection identities (SASL principals) that could not be saved, read or dropped in pinned state."),
 
 		dpSamples:     d("datapath_samples_total", "Request samples the data path sent to the learner (first fragments)."),
@@ -275,7 +276,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.capacity, c.distributable, c.headroom, c.promised, c.green, c.overcommit, c.scale, c.entities, c.withoutSeries, c.exemptBytes,
 		c.entityBytes, c.entityRate, c.reservation, c.limit, c.weight, c.effRes, c.dynLimit, c.active, c.throttled, c.delay, c.held, c.dropped,
 		c.registered, c.maxEntities, c.unconfigured, c.unconfiguredMax, c.overflowed, c.peerRefused,
-		c.samples, c.replicationClaims, c.unresolved, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors,
+		c.samples, c.replicationClaims, c.unresolved, c.learnerConns, c.connsTracked, c.connsReaped, c.connsRebound, c.rebinds, c.identityErrors, c.reclaimedIds,
 		c.dpSamples, c.dpSampleDrops, c.dpFragments, c.dpDesyncs, c.dpResyncs, c.dpExemptConn, c.dpFailOpen, c.dpUnproven,
 		c.latency, c.latencyFirst, c.dpLatency, c.dpResponses, c.objectiveLevel, c.objectiveOpen, c.objectiveTransitions, c.objectiveReleases} {
 		ch <- d
@@ -376,6 +377,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.rebinds, s.Connections.Rebinds[reason], reason)
 		}
 		counter(c.identityErrors, s.Connections.IdentityErrors)
+		counter(c.reclaimedIds, s.Connections.IdentitiesReclaimed)
 	}
 	st, err := c.dp.Stats()
 	if err != nil {

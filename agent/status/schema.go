@@ -378,6 +378,9 @@ type ConnectionsView struct {
 	Rebinds map[string]uint64 `json:"rebinds"`
 	// IdentityErrors: identities not saved, read or dropped (pinned state).
 	IdentityErrors uint64 `json:"identity_errors"`
+	// IdentitiesReclaimed: saved identities dropped because their
+	// connection had no entry for 15 minutes (its end was missed).
+	IdentitiesReclaimed uint64 `json:"identities_reclaimed"`
 }
 
 // Find returns the views of an entity by name (or kind:name) in both directions.
