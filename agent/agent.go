@@ -207,7 +207,9 @@ type direction struct {
 	dropped []uint64
 	// others sums the entities without series of their own (assignSeries).
 	others aggregate
-	held   map[uint32]shaping.Held
+	// held[id] is what the shaper said of the entity this cycle (zero:
+	// nothing): a slice by dense id, not a map rebuilt every cycle.
+	held []shaping.Held
 	// scratch, reused every cycle
 	inputs  []allocator.Entity
 	outputs []allocator.Allocation
@@ -359,7 +361,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			lastBytes: make([]uint64, ids),
 			lastHeld:  make([]uint64, ids),
 			dropped:   make([]uint64, ids),
-			held:      map[uint32]shaping.Held{},
+			held:      make([]shaping.Held, ids),
 		}
 	}
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)

@@ -225,6 +225,13 @@ func (cb *clusterBudgets) Share(key entity.Key, dir entity.Direction) (limits.Sh
 	return cb.share(key, dir)
 }
 
+// Governs says whether a budget governs an entity in a direction
+// (limits.Shares; the budgets are fixed for the agent's life).
+func (cb *clusterBudgets) Governs(key entity.Key, dir entity.Direction) bool {
+	_, ok := cb.budgetOf(key, dir)
+	return ok
+}
+
 // budgetOf returns the budget governing an entity in a direction.
 func (cb *clusterBudgets) budgetOf(key entity.Key, dir entity.Direction) (int, bool) {
 	if cb == nil {

@@ -102,7 +102,9 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	}
 	clear(dc.held)
 	for _, h := range held {
-		dc.held[h.Entity] = h
+		if int(h.Entity) < len(dc.held) { // a class of an id past the registry: not ours to read
+			dc.held[h.Entity] = h
+		}
 	}
 	counters := a.gather.counters[dc.dir]
 	w := a.cfg.RateWindow

@@ -27,6 +27,11 @@ type Shares interface {
 	// Share returns the share governing key in dir, if one does and is
 	// enforced.
 	Share(key entity.Key, dir entity.Direction) (Share, bool)
+	// Governs says whether a budget governs key in dir at all: fixed for
+	// the agent's life (the cluster section changes only with a restart),
+	// so it is cached per id and the shares of the many entities no
+	// budget names are never looked up.
+	Governs(key entity.Key, dir entity.Direction) bool
 }
 
 // Resolver resolves entities' parameters. The policy's part is cached per
@@ -40,16 +45,18 @@ type Resolver struct {
 }
 
 type cache struct {
-	params  []entity.Params
-	sources []entity.Sources
-	gen     []uint64 // the policy generation params[id] was resolved under (0: none)
+	params   []entity.Params
+	sources  []entity.Sources
+	governed []bool   // a cluster budget governs the entity (Shares.Governs)
+	gen      []uint64 // the policy generation params[id] was resolved under (0: none)
 }
 
 // New returns a resolver for entity ids below entities.
 func New(policy *entity.Policy, shares Shares, entities int) *Resolver {
 	r := &Resolver{policy: policy, gen: 1, shares: shares}
 	for d := range r.cache {
-		r.cache[d] = cache{params: make([]entity.Params, entities), sources: make([]entity.Sources, entities), gen: make([]uint64, entities)}
+		r.cache[d] = cache{params: make([]entity.Params, entities), sources: make([]entity.Sources, entities),
+			governed: make([]bool, entities), gen: make([]uint64, entities)}
 	}
 	return r
 }
@@ -77,7 +84,11 @@ func (r *Resolver) Resolve(id entity.ID, key entity.Key, dir entity.Direction) (
 	c := &r.cache[dir]
 	if c.gen[id] != r.gen {
 		c.params[id], c.sources[id] = r.policy.Explain(key, dir)
+		c.governed[id] = r.shares != nil && r.shares.Governs(key, dir)
 		c.gen[id] = r.gen
+	}
+	if !c.governed[id] {
+		return c.params[id], c.sources[id], false
 	}
 	return r.withShare(key, dir, c.params[id], c.sources[id])
 }

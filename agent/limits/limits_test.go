@@ -16,6 +16,11 @@ func (f fixedShares) Share(k entity.Key, _ entity.Direction) (Share, bool) {
 	return s, ok
 }
 
+func (f fixedShares) Governs(k entity.Key, _ entity.Direction) bool {
+	_, ok := f[k]
+	return ok
+}
+
 func policy(rate float64) *entity.Policy {
 	return entity.NewPolicy(config.Entities{Clients: map[string]config.Quota{
 		"orders": {ConsumerByteRate: ptr(rate), ConsumerByteReservation: ptr(rate / 10), QuotaWeight: ptr(3)},
