@@ -155,9 +155,12 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		}
 		inForce, _ := a.rates.InForce(dir, uint32(id))
 		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, inForce)
-		if b, ok := a.cluster.budgetOf(key, dc.dir); ok {
-			a.cluster.measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterUsageIntervals)), float64(delta)/interval, h.Throttled)
+		if a.limits.Governed(id, dc.dir) { // few entities: the budget's usage
+			if b, ok := a.cluster.budgetOf(key, dc.dir); ok {
+				a.cluster.measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterUsageIntervals)), float64(delta)/interval, h.Throttled)
+			}
 		}
+
 		dc.inputs = append(dc.inputs, allocator.Entity{
 			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
 			Usage: usage, Throttled: h.Throttled,

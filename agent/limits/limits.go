@@ -93,6 +93,13 @@ func (r *Resolver) Resolve(id entity.ID, key entity.Key, dir entity.Direction) (
 	return r.withShare(key, dir, c.params[id], c.sources[id])
 }
 
+// Governed says whether a cluster budget governs entity id in dir, as
+// the last Resolve of it found (false before any).
+func (r *Resolver) Governed(id entity.ID, dir entity.Direction) bool {
+	c := &r.cache[dir]
+	return c.gen[id] == r.gen && c.governed[id]
+}
+
 // withShare lets a cluster share override the policy's limit and
 // reservation.
 func (r *Resolver) withShare(key entity.Key, dir entity.Direction, p entity.Params, src entity.Sources) (entity.Params, entity.Sources, bool) {

@@ -83,3 +83,23 @@ func TestResolveFollowsPolicy(t *testing.T) {
 		t.Errorf("reused id answered with the old entity's weight %v", p.Weight)
 	}
 }
+
+// Governed follows the shares' membership per id, as the last Resolve
+// found it, and forgets a reclaimed id.
+func TestGoverned(t *testing.T) {
+	orders := entity.Key{Kind: entity.KindClient, Name: "orders"}
+	shared := entity.Key{Kind: entity.KindClient, Name: "shared"}
+	r := New(policy(100), fixedShares{orders: {Limit: 10}}, 8)
+	if r.Governed(2, entity.Fetch) {
+		t.Error("governed before any resolve")
+	}
+	r.Resolve(2, orders, entity.Fetch)
+	r.Resolve(3, shared, entity.Fetch)
+	if !r.Governed(2, entity.Fetch) || r.Governed(3, entity.Fetch) {
+		t.Errorf("governed: orders %v, shared %v; want true, false", r.Governed(2, entity.Fetch), r.Governed(3, entity.Fetch))
+	}
+	r.Forget(2)
+	if r.Governed(2, entity.Fetch) {
+		t.Error("a reclaimed id is still governed")
+	}
+}
