@@ -113,10 +113,11 @@ const (
 )
 
 // returnedData says whether a measured fetch returned data. Without sizes
-// (a data path that does not send them) every fetch counts, long polls
-// included, as before.
+// every fetch counts, long polls included: no Kafka message is 0 bytes, so
+// 0 is a size the data path did not know (a request an earlier data path
+// made pending, before an upgrade).
 func (m messageSizes) returnedData() bool {
-	if m.response == 0 {
+	if m.request == 0 || m.response == 0 {
 		return true
 	}
 	return float64(m.response) > emptyFetchGrowth*float64(m.request)+emptyFetchSlack
@@ -201,10 +202,7 @@ func (b *latencyBook) quantiles(now time.Time, dir entity.Direction, id entity.I
 // ObserveLatency takes one request latency the data path measured, charged
 // to the entity of its request's direction under its API.
 func (a *Agent) ObserveLatency(ev maps.LatencyEvent) {
-	// The data path reads the response's size to follow the stream but
-	// does not send it yet: without it every fetch is judged, long polls
-	// included (docs/latency.md, blind spots).
-	a.observeLatency(ev, messageSizes{})
+	a.observeLatency(ev, messageSizes{request: ev.RequestSize, response: ev.ResponseSize})
 }
 
 func (a *Agent) observeLatency(ev maps.LatencyEvent, sizes messageSizes) {

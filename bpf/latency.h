@@ -107,6 +107,7 @@ static __always_inline void latency_on_request(struct __sk_buff *skb, struct con
 	l->api_key = (__u16)h[4] << 8 | h[5];
 	l->corr_id = (__s32)be32_at(h + 8);
 	l->end_seq = req_seq + 4 + size;
+	l->req_size = size;
 	l->last_ns = seq_before(end, l->end_seq) ? 0 : now;
 	l->first_ns = now;
 }
@@ -129,10 +130,11 @@ static __always_inline void latency_quiet_until(const struct conn_state *st, __u
 		*until = l->end_seq - 1;
 }
 
-// emit_latency sends the pending request's measurement, answered now,
-// through this CPU's latency ring (maps.h), as kafka.h's emit sends a
-// sample fragment: the slot written in place, then the head published.
-static __always_inline void emit_latency(const struct parsed *seg, struct conn_state *st, __u64 now)
+// emit_latency sends the pending request's measurement, answered now by a
+// response of Kafka size resp_size, through this CPU's latency ring
+// (maps.h), as kafka.h's emit sends a sample fragment: the slot written in
+// place, then the head published.
+static __always_inline void emit_latency(const struct parsed *seg, struct conn_state *st, __u64 now, __u32 resp_size)
 {
 	struct latency_track *l = &st->lat;
 	__u32 cpu = bpf_get_smp_processor_id();
@@ -159,20 +161,23 @@ static __always_inline void emit_latency(const struct parsed *seg, struct conn_s
 	ev->corr_id = l->corr_id;
 	ev->api_key = l->api_key;
 	ev->pad = 0;
+	ev->req_size = l->req_size;
+	ev->resp_size = resp_size;
 	publish_head(ring, head + 1);
 	stat_inc(STAT_LATENCY_EVENTS);
 }
 
 // response_start takes the response whose header (size, correlation id)
-// starts at resp_seq: *answered is set when it answers the pending request,
-// and resp_seq moves past it. 0: an implausible size (sync lost).
-static __always_inline int response_start(struct latency_track *l, const __u8 *h, int *answered)
+// starts at resp_seq: *answered is set to its size (never 0: at least
+// MIN_RESPONSE_SIZE) when it answers the pending request, and resp_seq
+// moves past it. 0: an implausible size (sync lost).
+static __always_inline int response_start(struct latency_track *l, const __u8 *h, __u32 *answered)
 {
 	__u32 size = be32_at(h);
 	if (size < MIN_RESPONSE_SIZE || size > MAX_RESPONSE_SIZE)
 		return 0;
 	if (l->first_ns && (__s32)be32_at(h + 4) == l->corr_id)
-		*answered = 1;
+		*answered = size;
 	l->resp_seq += 4 + size;
 	return 1;
 }
@@ -186,11 +191,11 @@ static __always_inline void response_desync(struct latency_track *l)
 
 // follow_responses moves resp_seq through the response starts in one
 // egress segment [seq, seq+plen) at packet offset poff, setting *answered
-// when one answers the pending request. The loop does the least it can
-// (one helper read per start, no measurement): the verifier walks its body
-// once per iteration.
+// to the size of one that answers the pending request. The loop does the
+// least it can (one helper read per start, no measurement): the verifier
+// walks its body once per iteration.
 static __always_inline void follow_responses(struct __sk_buff *skb, struct latency_track *l, __u32 seq, __u32 poff,
-					     __u32 plen, int *answered)
+					     __u32 plen, __u32 *answered)
 {
 	__u32 end = seq + plen;
 	__u8 h[8];
@@ -277,13 +282,13 @@ static __always_inline void track_response_starts(struct __sk_buff *skb, const s
 						  struct conn_state *st)
 {
 	struct latency_track *l = &st->lat;
-	int answered = 0;
+	__u32 answered = 0; // the answering response's size
 	follow_responses(skb, l, seg->seq, seg->payload_off, seg->payload_len, &answered);
 	if (!answered)
 		return;
 	__u64 now = bpf_ktime_get_ns();
 	if (latency_pending(l, now))
-		emit_latency(seg, st, now);
+		emit_latency(seg, st, now, answered);
 	else
 		stat_inc(STAT_LATENCY_EXPIRED);
 	l->first_ns = 0;

@@ -136,6 +136,15 @@ struct latency_track {
 	// stack so that the request loop's verifier states stay alike.
 	__u32 cand_seq;
 	__u32 cand_size;
+	// The pending request's Kafka size field, for its measurement (the
+	// agent tells a fetch that returned data from a long poll by its
+	// response's size against its request's). No word above is free for
+	// it: cand_* are rewritten by every sampled request start while one is
+	// pending, and the request's start is not kept to derive it from
+	// end_seq. So it is appended (conn_state grows; an earlier agent's
+	// entries are carried over with it zero: maps/migrate.go).
+	__u32 req_size;
+	__u32 pad; // named, so the struct's 8-byte alignment hides no hole
 };
 
 // The connection table's value. Attribution and request tracking share one
@@ -178,6 +187,11 @@ struct latency_event {
 	__s32 corr_id;
 	__u16 api_key;
 	__u16 pad;
+	// Kafka size fields (the bytes after each message's 4-byte size) of
+	// the request and of the response that answered it. req_size is 0 for
+	// a request an earlier agent's data path made pending.
+	__u32 req_size;
+	__u32 resp_size;
 };
 
 // What a bind_request asks of sluice_bind.

@@ -24,6 +24,12 @@ type LatencyEvent struct {
 	// arrived, Response when its response's first byte left, on
 	// CLOCK_MONOTONIC. LastByte is 0 when the data path did not see it.
 	FirstByte, LastByte, Response time.Duration
+	// RequestSize and ResponseSize are the request's and its response's
+	// Kafka size fields (the bytes after each one's 4-byte size): what
+	// tells a fetch that returned records from an empty long poll.
+	// RequestSize is 0 for a request made pending before the agent's
+	// upgrade (an earlier data path did not keep it).
+	RequestSize, ResponseSize uint32
 }
 
 // FromFirstByte is the time from the request's first byte to its response.
@@ -104,5 +110,6 @@ func decodeLatencyEvent(raw []byte) (LatencyEvent, error) {
 		Conn: fromRaw(ev.Key), Bound: [2]uint32{ev.Bound.Entity[0], ev.Bound.Entity[1]}, Born: ev.ConnBorn,
 		APIKey: ev.ApiKey, CorrelationID: ev.CorrId,
 		FirstByte: time.Duration(ev.FirstNs), LastByte: time.Duration(ev.LastNs), Response: time.Duration(ev.RespNs),
+		RequestSize: ev.ReqSize, ResponseSize: ev.RespSize,
 	}, nil
 }

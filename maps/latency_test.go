@@ -142,6 +142,59 @@ func TestLatencyMatchesResponses(t *testing.T) {
 	}
 }
 
+// Each measurement carries its request's and its response's Kafka size
+// fields, what the agent tells a fetch that returned data from an empty
+// long poll by: (a) an incremental session's fetch answered by an empty
+// response, the first on the connection (its sync); (b) a full fetch
+// spanning two segments, answered by a response carrying a record batch,
+// behind another request's larger response in the same segment and with
+// its header cut by the segment end. The size is the answering
+// response's, never the one before it.
+func TestLatencyCarriesKafkaSizes(t *testing.T) {
+	sizeField := func(m []byte) uint32 { return binary.BigEndian.Uint32(m) }
+	for fam, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			h := newHarness(t, testOptions())
+			r := latencyReader(t, h)
+			c := newLatencyConn(h, fam, 40520)
+
+			// (a) 60 bytes asked, 18 back: no partition in the response.
+			poll := kafkaReq(1, 31, 49)
+			empty := kafkaResp(31, 14)
+			c.send(poll)
+			c.answer(empty)
+			evs := drainLatency(t, r)
+			if len(evs) != 1 || evs[0].CorrelationID != 31 {
+				t.Fatalf("long poll: %+v, want one measurement of fetch 31", evs)
+			}
+			if got := evs[0]; got.RequestSize != sizeField(poll) || got.ResponseSize != sizeField(empty) {
+				t.Errorf("long poll: sizes %d/%d, want %d/%d", got.RequestSize, got.ResponseSize, sizeField(poll), sizeField(empty))
+			}
+
+			// (b) A 3,360-byte fetch in two segments; a 600-byte response to
+			// an unmeasured request, then the fetch's, with one 61-byte
+			// batch header and 70 bytes of records, its header cut after 6
+			// bytes.
+			full := kafkaReq(1, 32, 3349)
+			c.send(full[:1000])
+			c.send(full[1000:])
+			records := kafkaResp(32, 14+61+70)
+			c.answer(append(kafkaResp(98, 596), records[:6]...))
+			c.answer(records[6:])
+			evs = drainLatency(t, r)
+			if len(evs) != 1 || evs[0].CorrelationID != 32 {
+				t.Fatalf("fetch with records: %+v, want one measurement of fetch 32", evs)
+			}
+			if got := evs[0]; got.RequestSize != sizeField(full) || got.ResponseSize != sizeField(records) {
+				t.Errorf("fetch with records: sizes %d/%d, want %d/%d", got.RequestSize, got.ResponseSize, sizeField(full), sizeField(records))
+			}
+			if _, ok := evs[0].FromLastByte(); !ok {
+				t.Errorf("fetch with records: its last byte was not seen: %+v", evs[0])
+			}
+		})
+	}
+}
+
 // A request never answered (acks=0 produce) is given up after the expiry
 // and the next sampled request is measured; a response to the given-up
 // one, or an implausible response size, reports nothing; a stream whose

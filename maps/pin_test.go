@@ -1,6 +1,7 @@
 package maps
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -265,58 +266,67 @@ func TestPinnedStateMigratesToOtherSizes(t *testing.T) {
 }
 
 // A release that appends fields to the connection table's value (struct
-// conn_state's latency state) carries an earlier agent's connections over:
-// each old value is the new one's start, its new fields zero. Without the
-// migration the same pins are refused.
+// conn_state's latency state, then the pending request's size) carries an
+// earlier agent's connections over: each old value is the new one's start,
+// its new fields zero. Without the migration the same pins are refused.
 func TestPinnedConnectionsCarriedIntoLongerValues(t *testing.T) {
-	opts := pinnedAndClosed(t)
-	// The earlier release's conns4: the value without the latency state.
-	latencyState := binary.Size(sluiceConnState{}.Lat)
 	full := binary.Size(sluiceConnState{})
-	path := filepath.Join(opts.PinDir, "conns4")
-	spec := &ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: uint32(binary.Size(sluiceConnKey4{})), ValueSize: uint32(full - latencyState), MaxEntries: uint32(opts.MaxConnections)}
-	old, err := ebpf.NewMap(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := connKey(client4, broker4, 40200)
-	k4, _ := key.raw4()
-	value := make([]byte, spec.ValueSize)
-	binary.NativeEndian.PutUint32(value[0:], 9)  // produce entity
-	binary.NativeEndian.PutUint32(value[4:], 10) // fetch entity
-	for i := 8; i < len(value); i++ {
-		value[i] = 0x5a // tracking state and birth, carried as they are
-	}
-	if err := old.Put(k4, value); err != nil {
-		t.Fatal(err)
-	}
-	os.Remove(path)
-	if err := old.Pin(path); err != nil {
-		t.Fatal(err)
-	}
-	old.Close()
+	for _, earlier := range []struct {
+		name  string
+		value int
+	}{
+		{"before latency", full - binary.Size(sluiceConnState{}.Lat)},
+		// The release before req_size: the latency state without it and its pad.
+		{"before request sizes", int(unsafe.Offsetof(sluiceConnState{}.Lat) + unsafe.Offsetof(sluiceConnState{}.Lat.ReqSize))},
+	} {
+		t.Run(earlier.name, func(t *testing.T) {
+			opts := pinnedAndClosed(t)
+			path := filepath.Join(opts.PinDir, "conns4")
+			spec := &ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: uint32(binary.Size(sluiceConnKey4{})), ValueSize: uint32(earlier.value), MaxEntries: uint32(opts.MaxConnections)}
+			old, err := ebpf.NewMap(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := connKey(client4, broker4, 40200)
+			k4, _ := key.raw4()
+			value := make([]byte, spec.ValueSize)
+			binary.NativeEndian.PutUint32(value[0:], 9)  // produce entity
+			binary.NativeEndian.PutUint32(value[4:], 10) // fetch entity
+			for i := 8; i < len(value); i++ {
+				value[i] = 0x5a // tracking state, birth (and latency state), carried as they are
+			}
+			if err := old.Put(k4, value); err != nil {
+				t.Fatal(err)
+			}
+			os.Remove(path)
+			if err := old.Pin(path); err != nil {
+				t.Fatal(err)
+			}
+			old.Close()
 
-	// Tools and tests read what the earlier release left, as it is.
-	if left, err := PinnedBindings(opts.PinDir); err != nil || len(left) != 1 || left[0].Conn != key || left[0].Produce != 9 || left[0].Fetch != 10 {
-		t.Errorf("the earlier release's bindings read as %+v %v, want %s bound to 9/10", left, err, key)
-	}
-	if _, err := Load(opts); !errors.Is(err, ErrIncompatiblePins) {
-		t.Fatalf("longer values without Migrate: %v, want ErrIncompatiblePins", err)
-	}
-	opts.Migrate = true
-	d, err := Load(opts)
-	if err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	defer d.Close()
-	if b, ok, err := d.Binding(key); err != nil || !ok || b.Produce != 9 || b.Fetch != 10 {
-		t.Errorf("binding after migration: %+v %v %v", b, ok, err)
-	}
-	var st sluiceConnState
-	if err := d.objs.Conns4.Lookup(k4, &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Born != 0x5a5a5a5a5a5a5a5a || st.Lat.FirstNs != 0 || st.Lat.RespSynced != 0 || st.Lat.CandSize != 0 {
-		t.Errorf("carried value: born %#x, latency state %+v: want the old bytes kept and the new state zero", st.Born, st.Lat)
+			// Tools and tests read what the earlier release left, as it is.
+			if left, err := PinnedBindings(opts.PinDir); err != nil || len(left) != 1 || left[0].Conn != key || left[0].Produce != 9 || left[0].Fetch != 10 {
+				t.Errorf("the earlier release's bindings read as %+v %v, want %s bound to 9/10", left, err, key)
+			}
+			if _, err := Load(opts); !errors.Is(err, ErrIncompatiblePins) {
+				t.Fatalf("longer values without Migrate: %v, want ErrIncompatiblePins", err)
+			}
+			opts.Migrate = true
+			d, err := Load(opts)
+			if err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			defer d.Close()
+			if b, ok, err := d.Binding(key); err != nil || !ok || b.Produce != 9 || b.Fetch != 10 {
+				t.Errorf("binding after migration: %+v %v %v", b, ok, err)
+			}
+			carried := make([]byte, full)
+			if err := d.objs.Conns4.Lookup(k4, carried); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(carried[:len(value)], value) || !bytes.Equal(carried[len(value):], make([]byte, full-len(value))) {
+				t.Errorf("carried value % x: want the old %d bytes kept and the rest zero", carried, len(value))
+			}
+		})
 	}
 }

@@ -77,6 +77,8 @@ type sluiceConnState struct {
 		Hdr        [8]uint8
 		CandSeq    uint32
 		CandSize   uint32
+		ReqSize    uint32
+		Pad        uint32
 	}
 }
 
@@ -180,6 +182,8 @@ type sluiceLatencyEvent struct {
 	CorrId   int32
 	ApiKey   uint16
 	Pad      uint16
+	ReqSize  uint32
+	RespSize uint32
 }
 
 type sluicePeerKey struct {
@@ -239,6 +243,8 @@ type sluiceScratch struct {
 		Hdr        [8]uint8
 		CandSeq    uint32
 		CandSize   uint32
+		ReqSize    uint32
+		Pad        uint32
 	}
 }
 
