@@ -3,7 +3,6 @@ package e2e
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -267,19 +266,7 @@ func settleBindings(w *harness.World, cases []*longIDCase, timeout time.Duration
 		slices.Sort(all)
 		return strings.Join(all, " "), nil
 	}
-	deadline := time.Now().Add(timeout)
-	prev, err := look()
-	for {
-		time.Sleep(time.Second) // the second look, a second later
-		cur, cerr := look()
-		if err == nil && cerr == nil && cur == prev {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bindings still moving after %v: %v", timeout, errors.Join(err, cerr))
-		}
-		prev, err = cur, cerr
-	}
+	return untilStable(look, timeout)
 }
 
 const (

@@ -383,8 +383,10 @@ func TestScenarioClusterBudgets(t *testing.T) {
 
 	// An agent killed (kill -9) and started again, its state file kept: its
 	// data path holds the last share meanwhile (pins), the new agent takes
-	// the next epoch from the file, reads the topic and acts again within a
-	// few cycles. Σ stays within the limit throughout.
+	// an epoch above the file's (the file's + 1, or the wall clock in ms if
+	// higher: a replaced host with no file outranks its predecessor too),
+	// reads the topic and acts again within a few cycles. Σ stays within
+	// the limit throughout.
 	b1 := w.Brokers[1]
 	before, err := b1.Status()
 	if err != nil {
@@ -411,9 +413,9 @@ func TestScenarioClusterBudgets(t *testing.T) {
 	record(t, Result{Name: "cluster budget: an agent killed and restarted",
 		Measured: map[string]any{"acting_again_after_s": back, "epoch_before": before.Cluster.Epoch, "epoch_after": after.Cluster.Epoch,
 			"largest_total_mbps_1s": mb(worstRestart), "conflicts_seen": after.Cluster.Reports["conflict"]},
-		Expected: map[string]any{"acting_again_after_s": "at most 6 (process start, one period reading the topic, a catch-up)", "epoch_after": "epoch_before + 1",
+		Expected: map[string]any{"acting_again_after_s": "at most 6 (process start, one period reading the topic, a catch-up)", "epoch_after": "above epoch_before",
 			"largest_total_mbps_1s": fmt.Sprintf("at most %.2f", mb(1.03*clusterLimit)), "conflicts_seen": 0},
-		Pass: back > 0 && back <= 6 && after.Cluster.Epoch == before.Cluster.Epoch+1 && worstRestart <= 1.03*clusterLimit && after.Cluster.Reports["conflict"] == 0})
+		Pass: back > 0 && back <= 6 && after.Cluster.Epoch > before.Cluster.Epoch && worstRestart <= 1.03*clusterLimit && after.Cluster.Reports["conflict"] == 0})
 
 	// The whole cluster out for the agents: the coordination topic takes no
 	// writes. Every host keeps its share for the lease, then takes the even

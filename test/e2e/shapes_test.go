@@ -385,17 +385,5 @@ func settlePorts(w *harness.World, ports []uint16, timeout time.Duration) error 
 		slices.Sort(all)
 		return strings.Join(all, " "), nil
 	}
-	deadline := time.Now().Add(timeout)
-	prev, err := look()
-	for {
-		time.Sleep(time.Second) // the second look, a second later
-		cur, cerr := look()
-		if err == nil && cerr == nil && cur == prev {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bindings still moving after %v: %v", timeout, errors.Join(err, cerr))
-		}
-		prev, err = cur, cerr
-	}
+	return untilStable(look, timeout)
 }
