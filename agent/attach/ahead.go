@@ -57,6 +57,10 @@ func Blind(ahead []Ahead) bool {
 // filters at lower prefs. Each carries whether its verdict can end the
 // chain (verdictOf). It runs in the calling thread's network namespace.
 func (a *Attachment) Ahead() ([]Ahead, error) {
+	a.readMu.Lock()
+	defer a.readMu.Unlock()
+	a.nextVerdicts = map[ebpf.ProgramID]programRead{}
+	defer func() { a.verdicts, a.nextVerdicts = a.nextVerdicts, nil }()
 	iface, err := netlink.LinkByIndex(a.Index)
 	if err != nil {
 		return nil, fmt.Errorf("find interface %s (%d): %w", a.Interface, a.Index, err)
@@ -81,9 +85,9 @@ func (a *Attachment) Ahead() ([]Ahead, error) {
 				found = true
 				break // what follows runs after sluice
 			}
-			if x, ok := aheadProgram(p.ID); ok {
-				x.Interface, x.Hook, x.Kind = a.Interface, h.name, "tcx"
-				out = append(out, x)
+			if r := a.program(p.ID); !isSluiceName(r.name) { // sluice's own are not listed
+				out = append(out, Ahead{Interface: a.Interface, Hook: h.name, Kind: "tcx", ProgramID: uint32(p.ID),
+					Name: r.name, EndsChain: r.endsChain, Verdict: r.verdict})
 			}
 		}
 		if a.Mode != TCX {
@@ -153,49 +157,49 @@ func (a *Attachment) filtersAhead(iface netlink.Link, h struct {
 			x.Verdict = "a classic (not direct-action) bpf filter: a match ends the chain with its actions' verdict"
 		default:
 			x.ProgramID = uint32(b.Id)
-			x.EndsChain, x.Verdict = verdictOfID(ebpf.ProgramID(b.Id))
+			r := a.program(ebpf.ProgramID(b.Id))
+			x.EndsChain, x.Verdict = r.endsChain, r.verdict
 		}
 		out = append(out, x)
 	}
 	return out, true, nil
 }
 
-// aheadProgram describes a TCX program found ahead of sluice's; sluice's
-// own programs (by name) are not listed.
-func aheadProgram(id ebpf.ProgramID) (Ahead, bool) {
-	x := Ahead{ProgramID: uint32(id), EndsChain: true}
-	prog, err := ebpf.NewProgramFromID(id)
-	if err != nil {
-		x.Name = fmt.Sprintf("program %d", id)
-		x.Verdict = "unreadable (" + err.Error() + "): counted as able to end the chain"
-		return x, true
-	}
-	defer prog.Close()
-	info, err := prog.Info()
-	if err != nil {
-		x.Name = fmt.Sprintf("program %d", id)
-		x.Verdict = "unreadable (" + err.Error() + "): counted as able to end the chain"
-		return x, true
-	}
-	x.Name = info.Name
-	if isSluiceName(info.Name) {
-		return Ahead{}, false
-	}
-	x.EndsChain, x.Verdict = verdictOf(info)
-	return x, true
+// programRead is what reading a program ahead of sluice found.
+type programRead struct {
+	name      string
+	endsChain bool
+	verdict   string
 }
 
-func verdictOfID(id ebpf.ProgramID) (bool, string) {
+// program reads a program by ID once: an ID names one program for the
+// kernel's uptime (IDs are not reused) and its instructions never change,
+// so the verdict taken at one cycle stands at the next. What the last
+// reading did not meet is dropped, so the cache holds only the programs on
+// the hooks now.
+func (a *Attachment) program(id ebpf.ProgramID) programRead {
+	r, ok := a.verdicts[id]
+	if !ok {
+		r = readProgram(id)
+	}
+	a.nextVerdicts[id] = r
+	return r
+}
+
+// readProgram reads a program's name and verdict (verdictOf).
+func readProgram(id ebpf.ProgramID) programRead {
 	prog, err := ebpf.NewProgramFromID(id)
 	if err != nil {
-		return true, "unreadable (" + err.Error() + "): counted as able to end the chain"
+		return programRead{name: fmt.Sprintf("program %d", id), endsChain: true, verdict: "unreadable (" + err.Error() + "): counted as able to end the chain"}
 	}
 	defer prog.Close()
 	info, err := prog.Info()
 	if err != nil {
-		return true, "unreadable (" + err.Error() + "): counted as able to end the chain"
+		return programRead{name: fmt.Sprintf("program %d", id), endsChain: true, verdict: "unreadable (" + err.Error() + "): counted as able to end the chain"}
 	}
-	return verdictOf(info)
+	r := programRead{name: info.Name}
+	r.endsChain, r.verdict = verdictOf(info)
+	return r
 }
 
 // verdictOf reads a program's instructions (as the kernel keeps them) and

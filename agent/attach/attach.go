@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -112,6 +113,10 @@ type Attachment struct {
 	filters         []*netlink.BpfFilter
 	createdClsact   bool
 	ingress, egress *ebpf.Program
+	// verdicts: the programs ahead of sluice's as the last Ahead read them
+	// (by ID); readMu serialises Ahead.
+	readMu                 sync.Mutex
+	verdicts, nextVerdicts map[ebpf.ProgramID]programRead
 }
 
 // Attach puts ingress and egress on the interface with the given index,
