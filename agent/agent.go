@@ -151,6 +151,8 @@ type identityState struct {
 	// unseen: connections with a saved identity and no entry in the
 	// connection table, since when (reclaimIdentities).
 	unseen map[maps.ConnKey]time.Time
+	// identitiesRead: when reclaimIdentities last listed the store.
+	identitiesRead time.Time
 }
 
 // gatherState is the gather stage's: the counters as last read and the

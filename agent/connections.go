@@ -198,13 +198,20 @@ func (a *Agent) rule(id uint32) string {
 // the living.
 const identityGrace = 15 * time.Minute
 
+// identitiesReadEvery: how often the store of identities is listed (a map
+// of up to max_connections entries, read under the agent's lock): often
+// enough that a connection counts as gone only after about fifteen looks
+// that all missed it, far less often than the 10 s connection scan.
+const identitiesReadEvery = time.Minute
+
 // reclaimIdentities drops the saved identities of connections absent from
 // the table (live) for identityGrace.
 func (a *Agent) reclaimIdentities(live map[maps.ConnKey]struct{}, now time.Time) {
 	st := &a.identity
-	if st.idents == nil {
+	if st.idents == nil || !st.identitiesRead.IsZero() && now.Sub(st.identitiesRead) < identitiesReadEvery {
 		return
 	}
+	st.identitiesRead = now
 	var stale []maps.ConnKey
 	seen := make(map[maps.ConnKey]struct{}, len(st.unseen))
 	err := st.idents.EachIdentity(func(c maps.ConnKey) {
