@@ -89,13 +89,6 @@ type latencySeries struct {
 	fromLast, first latencyHistogram
 }
 
-// messageSizes are a measured request's and its response's Kafka size
-// fields (the bytes after the 4-byte size), 0 when the data path did not
-// send them.
-type messageSizes struct {
-	request, response uint32
-}
-
 // Fetch responses that return nothing (an idle consumer's long poll,
 // answered after fetch.max.wait.ms) list at most the partitions their
 // request asked for, each in about as many bytes as the request spent on
@@ -112,15 +105,16 @@ const (
 	emptyFetchSlack  = 16
 )
 
-// returnedData says whether a measured fetch returned data. Without sizes
-// every fetch counts, long polls included: no Kafka message is 0 bytes, so
-// 0 is a size the data path did not know (a request an earlier data path
-// made pending, before an upgrade).
-func (m messageSizes) returnedData() bool {
-	if m.request == 0 || m.response == 0 {
+// returnedData says whether a measured fetch returned data, from its
+// request's and response's Kafka size fields (the bytes after the 4-byte
+// size). Without sizes every fetch counts, long polls included: no Kafka
+// message is 0 bytes, so 0 is a size the data path did not know (a
+// request an earlier data path made pending, before an upgrade).
+func returnedData(ev maps.LatencyEvent) bool {
+	if ev.RequestSize == 0 || ev.ResponseSize == 0 {
 		return true
 	}
-	return float64(m.response) > emptyFetchGrowth*float64(m.request)+emptyFetchSlack
+	return float64(ev.ResponseSize) > emptyFetchGrowth*float64(ev.RequestSize)+emptyFetchSlack
 }
 
 type latencyBook struct {
@@ -135,7 +129,7 @@ func newLatencyBook() *latencyBook { return &latencyBook{series: map[latencyKey]
 
 // observe charges one measurement, at now, to id's series (or its
 // direction's others when own is false).
-func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID, own bool, ev maps.LatencyEvent, sizes messageSizes) {
+func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID, own bool, ev maps.LatencyEvent) {
 	fromFirst := ev.FromFirstByte()
 	if fromFirst < 0 || fromFirst > 2*latency.MaxLatency {
 		b.dropped++
@@ -160,7 +154,7 @@ func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID,
 	if fromLast, ok := ev.FromLastByte(); ok {
 		s.fromLast.observe(fromLast)
 		s.window.Observe(now, fromLast)
-		if k.api == APIFetch && sizes.returnedData() {
+		if k.api == APIFetch && returnedData(ev) {
 			s.withData.Observe(now, fromLast)
 		}
 	}
@@ -202,10 +196,6 @@ func (b *latencyBook) quantiles(now time.Time, dir entity.Direction, id entity.I
 // ObserveLatency takes one request latency the data path measured, charged
 // to the entity of its request's direction under its API.
 func (a *Agent) ObserveLatency(ev maps.LatencyEvent) {
-	a.observeLatency(ev, messageSizes{request: ev.RequestSize, response: ev.ResponseSize})
-}
-
-func (a *Agent) observeLatency(ev maps.LatencyEvent, sizes messageSizes) {
 	dir := entity.Produce
 	if apiClassOf(ev.APIKey) == APIFetch {
 		dir = entity.Fetch
@@ -217,7 +207,7 @@ func (a *Agent) observeLatency(ev maps.LatencyEvent, sizes messageSizes) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	own := int(id) < len(a.ownSeries) && a.ownSeries[id]
-	a.lat.observe(a.deps.Clock.Now(), dir, entity.ID(id), own, ev, sizes)
+	a.lat.observe(a.deps.Clock.Now(), dir, entity.ID(id), own, ev)
 }
 
 // LatencyHistogram is one exported latency series: cumulative counts at

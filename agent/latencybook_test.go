@@ -105,39 +105,3 @@ func TestLatencyOfUngovernedIgnored(t *testing.T) {
 		t.Errorf("series %v", r.a.lat.series)
 	}
 }
-
-// The sizes the data path sends with each measurement decide what a fetch
-// objective judges: an idle consumer's long polls (a 60-byte session
-// fetch, an 18-byte empty response, 500 ms late) measured through
-// ObserveLatency leave a 100 ms fetch objective closed and unjudged; the
-// same polls with a request size the data path did not know (0: a request
-// pending across an upgrade) count, as do slow fetches that returned a
-// record batch.
-func TestObserveLatencyJudgesFetchesBySize(t *testing.T) {
-	run := func(t *testing.T, request, response uint32) *status.Snapshot {
-		r := newRig(t, "entities: {clients: {reader: {consumer_byte_reservation: 100, fetch_latency_objective: {p99: 100ms}}}}\n")
-		reader := r.learn(46000, "reader", apiVersions())
-		bulk := r.learn(46001, "bulk", apiVersions())
-		r.cycle()
-		var s *status.Snapshot
-		for i := 0; i < 40; i++ {
-			r.dp.add(maps.Fetch, bulk.Fetch, 500)
-			for j := 0; j < 30; j++ {
-				ev := measured([2]uint32{reader.Produce, reader.Fetch}, 1, 500*time.Millisecond)
-				ev.RequestSize, ev.ResponseSize = request, response
-				r.a.ObserveLatency(ev)
-			}
-			s = r.cycle()
-		}
-		return s
-	}
-	if s := run(t, 60, 18); s.Objectives[0].State != "closed" || s.Objectives[0].Requests != 0 {
-		t.Errorf("long polls judged: %+v", s.Objectives)
-	}
-	if s := run(t, 0, 18); s.Objectives[0].State != "open" {
-		t.Errorf("polls of unknown request size not judged: %+v", s.Objectives)
-	}
-	if s := run(t, 60, 18+61+70); s.Objectives[0].State != "open" {
-		t.Errorf("slow fetches that returned a batch did not trip it: %+v", s.Objectives)
-	}
-}

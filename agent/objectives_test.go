@@ -186,15 +186,18 @@ func TestLatencyObjectivesDoNotTrimEachOther(t *testing.T) {
 
 // fetchMeasured is a fetch of the connection bound to (produce, fetch)
 // answered d after its last byte, with request and response sizes.
-func fetchMeasured(b maps.Binding, d time.Duration, request, response uint32) (maps.LatencyEvent, messageSizes) {
-	return measured([2]uint32{b.Produce, b.Fetch}, 1, d), messageSizes{request: request, response: response}
+func fetchMeasured(b maps.Binding, d time.Duration, request, response uint32) maps.LatencyEvent {
+	ev := measured([2]uint32{b.Produce, b.Fetch}, 1, d)
+	ev.RequestSize, ev.ResponseSize = request, response
+	return ev
 }
 
 // An idle consumer's long polls (empty responses after fetch.max.wait.ms,
 // 500 ms) do not trip a 100 ms fetch objective: it judges only fetches
-// that returned data. The same polls counted (no sizes from the data
-// path: the behaviour before) trip it; slow fetches that return data
-// still do.
+// that returned data, judged from the sizes the data path sends with each
+// measurement (through ObserveLatency). The same polls counted (no sizes,
+// or a request size unknown: the behaviour before) trip it; slow fetches
+// that return data still do.
 func TestFetchObjectiveIgnoresLongPolls(t *testing.T) {
 	run := func(t *testing.T, d time.Duration, request, response uint32) *status.Snapshot {
 		r := newRig(t, "entities: {clients: {reader: {consumer_byte_reservation: 100, fetch_latency_objective: {p99: 100ms}}}}\n")
@@ -205,7 +208,7 @@ func TestFetchObjectiveIgnoresLongPolls(t *testing.T) {
 		for i := 0; i < 40; i++ {
 			r.dp.add(maps.Fetch, bulk.Fetch, 500)
 			for j := 0; j < 30; j++ {
-				r.a.observeLatency(fetchMeasured(reader, d, request, response))
+				r.a.ObserveLatency(fetchMeasured(reader, d, request, response))
 			}
 			s = r.cycle()
 		}
@@ -223,9 +226,17 @@ func TestFetchObjectiveIgnoresLongPolls(t *testing.T) {
 	if s := run(t, 500*time.Millisecond, 0, 0); s.Objectives[0].State != "open" {
 		t.Errorf("without sizes every fetch counts and the long polls trip it; got %+v", s.Objectives)
 	}
+	// A request size the data path did not know (0: a request pending
+	// across an upgrade) counts whatever the response.
+	if s := run(t, 500*time.Millisecond, 0, 18); s.Objectives[0].State != "open" {
+		t.Errorf("polls of unknown request size not judged: %+v", s.Objectives)
+	}
 	// One small batch (75 bytes) in a session's response, late.
 	if s := run(t, 500*time.Millisecond, 60, 145); s.Objectives[0].State != "open" {
 		t.Errorf("slow fetches that returned data did not trip it: %+v", s.Objectives)
+	}
+	if s := run(t, 500*time.Millisecond, 60, 18+61+70); s.Objectives[0].State != "open" {
+		t.Errorf("slow fetches that returned a batch did not trip it: %+v", s.Objectives)
 	}
 }
 
