@@ -46,7 +46,7 @@ func newClusterCollector(a *Agent) *clusterCollector {
 
 		topicPublishFailed: d("topic_publish_failures_total", "Reports the producer could not deliver (buffer full, delivery timeout, topic errors)."),
 		topicUndecodable:   d("topic_undecodable_records_total", "Records on the coordination topic that are not sluice reports (ignored)."),
-		topicErrors:        d("topic_errors_total", "Failures to create, find or read the coordination topic."),
+		topicErrors:        d("topic_errors_total", "Failures to create, find or read the coordination topic, and examinations that refused it (partition count or settings that lose reports)."),
 		topicLag:           d("topic_lag_records", "Records on the coordination topic this agent has not read yet."),
 		topicCaughtUp:      d("topic_caught_up", "1 when this agent has read the coordination topic to its end."),
 	}

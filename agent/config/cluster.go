@@ -26,8 +26,10 @@ type Cluster struct {
 	// computes, reports and shows shares and applies none (for rollout).
 	Mode Mode
 	// Topic is the coordination topic (one partition: its order is the
-	// protocol), created when missing with ReplicationFactor (-1: the
-	// broker's default) and Retention.
+	// protocol), created when missing with ReplicationFactor (-1: three
+	// replicas, or every broker of a smaller cluster) and Retention, and
+	// refused when it cannot keep an acknowledged report (cluster/kafkalog
+	// settings.go).
 	Topic             string
 	ReplicationFactor int
 	Retention         time.Duration

@@ -80,7 +80,7 @@ func (l *loader) cluster(v any) {
 	}
 	l.integer("cluster.replication_factor", &c.ReplicationFactor, -1, 32767)
 	if c.ReplicationFactor == 0 {
-		l.fail("cluster.replication_factor", "0 is not a replication factor (-1 for the broker's default, or 1 and more)")
+		l.fail("cluster.replication_factor", "0 is not a replication factor (-1 for three, or every broker of a smaller cluster; or 1 and more)")
 	}
 	l.duration("cluster.lease", &c.Lease, time.Second)
 	l.duration("cluster.max_delivery", &c.MaxDelivery, 100*time.Millisecond)

@@ -69,8 +69,9 @@ type Options struct {
 	// Topic is the coordination topic, e.g. "__sluice_cluster_budgets":
 	// one per Kafka cluster, with exactly one partition.
 	Topic string
-	// ReplicationFactor is used when the Log creates the topic; -1 takes
-	// the brokers' default.
+	// ReplicationFactor is the least the topic must have: -1 means three,
+	// or every broker of a smaller cluster; more may be asked, never less
+	// (settings.go).
 	ReplicationFactor int16
 	// Retention is the topic's retention.ms when the Log creates it
 	// (default 10 minutes). It must cover the protocol's reclaim window
@@ -114,8 +115,8 @@ type Stats struct {
 	// Undecodable counts records of the topic that are not reports of
 	// this format (foreign writers, another version); they are skipped.
 	Undecodable uint64
-	// TopicErrors counts failed attempts to make sure the topic exists and
-	// has one partition.
+	// TopicErrors counts failed attempts to make sure the topic exists,
+	// has one partition and keeps acknowledged reports (settings.go).
 	TopicErrors uint64
 	// LastError is the latest error of any kind, "" if none.
 	LastError string
@@ -155,7 +156,7 @@ type topicState uint8
 const (
 	topicUnknown topicState = iota
 	topicOK
-	topicBad // exists with ≠ 1 partitions: never consumed, never published to
+	topicBad // ≠ 1 partitions, or settings that lose reports: never consumed, never published to
 )
 
 type entry struct {
@@ -492,10 +493,11 @@ func (l *Log) run() {
 	}
 }
 
-// ensureTopic returns once the topic exists with one partition (creating it
-// if missing), or false when the Log is closed first. A topic with another
-// partition count is reported and re-examined now and then: an operator may
-// recreate it.
+// ensureTopic returns once the topic exists with one partition and settings
+// that keep acknowledged reports (creating it if missing), or false when
+// the Log is closed first. A topic with another partition count or weaker
+// settings is reported and re-examined now and then: an operator may fix
+// or recreate it.
 func (l *Log) ensureTopic() bool {
 	wait := topicRetryMin
 	for {
@@ -515,7 +517,7 @@ func (l *Log) ensureTopic() bool {
 			l.stats.TopicErrors++
 			l.mu.Unlock()
 			l.noteError(&l.logTopic, "cluster log topic not usable", err)
-			if errors.Is(err, errPartitions) {
+			if errors.Is(err, errPartitions) || errors.Is(err, errSettings) {
 				delay = badTopicRetry
 			} else {
 				delay, wait = wait, min(2*wait, topicRetryMax)
@@ -563,22 +565,23 @@ func (l *Log) examineTopic(create bool) error {
 			l.mu.Unlock()
 			return fmt.Errorf("topic %q has %d partitions, want 1 (%w); it is neither read nor written", l.opts.Topic, n, errPartitions)
 		}
+		if err := l.checkSettings(ctx, len(found.Partitions[0].Replicas), len(resp.Brokers)); err != nil {
+			if errors.Is(err, errSettings) {
+				l.mu.Lock()
+				l.topic = topicBad
+				l.mu.Unlock()
+				return fmt.Errorf("%w; it is neither read nor written", err)
+			}
+			return err
+		}
 		return nil
 	case !errors.Is(err, kerr.UnknownTopicOrPartition):
 		return fmt.Errorf("examine topic %q: %w", l.opts.Topic, err)
 	case !create:
 		return fmt.Errorf("topic %q created, not yet in the metadata: %w", l.opts.Topic, errJustCreated)
 	}
-	configs := map[string]*string{
-		"cleanup.policy":    ptr("delete"),
-		"retention.ms":      ptr(strconv.FormatInt(l.opts.Retention.Milliseconds(), 10)),
-		"max.message.bytes": ptr(strconv.Itoa(topicMaxMsgConfig)),
-		// Retention deletes whole segments only: a segment rolled at
-		// the retention time keeps the retained log near Retention
-		// instead of the default week.
-		"segment.ms": ptr(strconv.FormatInt(l.opts.Retention.Milliseconds(), 10)),
-	}
-	created, err := l.adm.CreateTopic(ctx, 1, l.opts.ReplicationFactor, configs, l.opts.Topic)
+	rf := wantReplicas(l.opts.ReplicationFactor, len(resp.Brokers))
+	created, err := l.adm.CreateTopic(ctx, 1, int16(rf), l.createConfigs(rf), l.opts.Topic)
 	if err == nil {
 		err = created.Err
 	}
