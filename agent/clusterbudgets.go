@@ -47,6 +47,9 @@ type ClusterLog interface {
 // ClusterLogStats are the transport's counters.
 type ClusterLogStats struct {
 	Published, PublishFailed, Delivered, Undecodable, TopicErrors uint64
+	// LateAcks counts reports acknowledged after max_delivery: the
+	// protocol's delivery bound was broken for them (kafkalog.Stats).
+	LateAcks uint64
 	// Lag is how many records in the log are not delivered yet.
 	Lag       int64
 	CaughtUp  bool
@@ -613,7 +616,7 @@ func (cb *clusterBudgets) view() *status.ClusterView {
 	}
 	ls := cb.link.Log.Stats()
 	out.Topic = status.ClusterTopicView{Name: cb.cfg.Topic, Published: ls.Published, PublishFailed: ls.PublishFailed, Delivered: ls.Delivered,
-		Undecodable: ls.Undecodable, TopicErrors: ls.TopicErrors, Lag: ls.Lag, CaughtUp: ls.CaughtUp, LastError: ls.LastError}
+		Undecodable: ls.Undecodable, TopicErrors: ls.TopicErrors, LateAcks: ls.LateAcks, Lag: ls.Lag, CaughtUp: ls.CaughtUp, LastError: ls.LastError}
 	me := cb.myIndex()
 	pending, hasPending := core.Pending()
 	for i, b := range cb.budgets {

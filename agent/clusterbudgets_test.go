@@ -28,6 +28,7 @@ type fakeLog struct {
 	// cut: the host cannot reach Kafka (nothing sent or read).
 	cut       bool
 	published uint64
+	lateAcks  uint64 // reports the transport says landed after max_delivery
 }
 
 func (l *fakeLog) Publish(r *cluster.Report) {
@@ -53,7 +54,7 @@ func (l *fakeLog) Drain(fn func(r *cluster.Report)) (time.Duration, bool) {
 }
 
 func (l *fakeLog) Stats() ClusterLogStats {
-	return ClusterLogStats{Published: l.published, Delivered: uint64(l.next), CaughtUp: !l.cut}
+	return ClusterLogStats{Published: l.published, Delivered: uint64(l.next), CaughtUp: !l.cut, LateAcks: l.lateAcks}
 }
 func (l *fakeLog) Close() {}
 
@@ -472,6 +473,7 @@ func TestClusterBudgetsMetrics(t *testing.T) {
 	for range 8 {
 		c.second(func() {})
 	}
+	c.logs[1].lateAcks = 3
 	m := NewMetrics(c.rigs[1].a, c.rigs[1].dp, MetricsInfo{})
 	families, err := m.Registry.Gather()
 	if err != nil {
@@ -512,6 +514,9 @@ func TestClusterBudgetsMetrics(t *testing.T) {
 	}
 	if v, _ := value("sluice_cluster_reports_received_total", map[string]string{"verdict": "accepted"}); v == 0 {
 		t.Error("no report counted as accepted")
+	}
+	if v, ok := value("sluice_cluster_topic_late_deliveries_total", nil); !ok || v != 3 {
+		t.Errorf("late deliveries %v (%v), the transport counted 3", v, ok)
 	}
 }
 

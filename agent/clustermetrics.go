@@ -11,12 +11,12 @@ import (
 // clusterCollector exports the cluster budgets (docs/cluster-budgets.md)
 // from the agent's snapshot; it exports nothing without a cluster section.
 type clusterCollector struct {
-	a                                                 *Agent
-	info, lease, rebuilding, round, processed, epoch  *prometheus.Desc
-	limit, reservation, usage, share, target, reserve *prometheus.Desc
-	reports, published, withheld, stateFailures       *prometheus.Desc
-	topicPublishFailed, topicUndecodable, topicErrors *prometheus.Desc
-	topicLag, topicCaughtUp                           *prometheus.Desc
+	a                                                                *Agent
+	info, lease, rebuilding, round, processed, epoch                 *prometheus.Desc
+	limit, reservation, usage, share, target, reserve                *prometheus.Desc
+	reports, published, withheld, stateFailures                      *prometheus.Desc
+	topicPublishFailed, topicUndecodable, topicErrors, topicLateAcks *prometheus.Desc
+	topicLag, topicCaughtUp                                          *prometheus.Desc
 }
 
 func newClusterCollector(a *Agent) *clusterCollector {
@@ -47,6 +47,7 @@ func newClusterCollector(a *Agent) *clusterCollector {
 		topicPublishFailed: d("topic_publish_failures_total", "Reports the producer could not deliver (buffer full, delivery timeout, topic errors)."),
 		topicUndecodable:   d("topic_undecodable_records_total", "Records on the coordination topic that are not sluice reports (ignored)."),
 		topicErrors:        d("topic_errors_total", "Failures to create, find or read the coordination topic, and examinations that refused it (partition count or settings that lose reports)."),
+		topicLateAcks:      d("topic_late_deliveries_total", "Reports the brokers acknowledged later than cluster.max_delivery after they were sent: the delivery bound the protocol's reclaim time assumes was broken for them."),
 		topicLag:           d("topic_lag_records", "Records on the coordination topic this agent has not read yet."),
 		topicCaughtUp:      d("topic_caught_up", "1 when this agent has read the coordination topic to its end."),
 	}
@@ -55,7 +56,7 @@ func newClusterCollector(a *Agent) *clusterCollector {
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.lease, c.rebuilding, c.round, c.processed, c.epoch,
 		c.limit, c.reservation, c.usage, c.share, c.target, c.reserve, c.reports, c.published, c.withheld, c.stateFailures,
-		c.topicPublishFailed, c.topicUndecodable, c.topicErrors, c.topicLag, c.topicCaughtUp} {
+		c.topicPublishFailed, c.topicUndecodable, c.topicErrors, c.topicLateAcks, c.topicLag, c.topicCaughtUp} {
 		ch <- d
 	}
 }
@@ -98,6 +99,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.topicPublishFailed, v.Topic.PublishFailed)
 	counter(c.topicUndecodable, v.Topic.Undecodable)
 	counter(c.topicErrors, v.Topic.TopicErrors)
+	counter(c.topicLateAcks, v.Topic.LateAcks)
 	gauge(c.topicLag, float64(v.Topic.Lag))
 	gauge(c.topicCaughtUp, boolValue(v.Topic.CaughtUp))
 }

@@ -63,5 +63,5 @@ func (c clusterLog) Drain(fn func(r *cluster.Report)) (time.Duration, bool) {
 func (c clusterLog) Stats() agent.ClusterLogStats {
 	s := c.Log.Stats()
 	return agent.ClusterLogStats{Published: s.Published, PublishFailed: s.PublishFailed, Delivered: s.Delivered, Undecodable: s.Undecodable,
-		TopicErrors: s.TopicErrors, Lag: s.Lag, CaughtUp: s.CaughtUp, LastError: s.LastError}
+		TopicErrors: s.TopicErrors, LateAcks: s.LateAcks, Lag: s.Lag, CaughtUp: s.CaughtUp, LastError: s.LastError}
 }

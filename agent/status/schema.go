@@ -292,6 +292,7 @@ type ClusterTopicView struct {
 	Delivered     uint64 `json:"delivered"`
 	Undecodable   uint64 `json:"undecodable"`
 	TopicErrors   uint64 `json:"topic_errors"`
+	LateAcks      uint64 `json:"late_acks"`
 	Lag           int64  `json:"lag"`
 	CaughtUp      bool   `json:"caught_up"`
 	LastError     string `json:"last_error,omitempty"`
