@@ -38,11 +38,12 @@ func checkShares(t *testing.T, ent Entity, in []BrokerInput, wantReserved, wantT
 }
 
 func TestSharesDemandAboveLimit(t *testing.T) {
-	// Every broker held back: each claims the whole limit, so the 24 MB/s
-	// the reservation leaves goes by leadership, 0.80 : 0.15 : 0.05. Kafka's
-	// per-broker quota of 30 would allow 90 in total.
+	// Every broker held back at the share it has: each claims 4× what it
+	// moved, more than the water level, so the 24 MB/s the reservation
+	// leaves goes by leadership, 0.80 : 0.15 : 0.05. Kafka's per-broker
+	// quota of 30 would allow 90 in total.
 	ent := Entity{ID: "tenant", Limit: 30 * mb, Reservation: 6 * mb}
-	checkShares(t, ent, inputs([3]float64{10, 3, 1}, [3]bool{true, true, true}),
+	checkShares(t, ent, inputs([3]float64{24, 4.5, 1.5}, [3]bool{true, true, true}),
 		[3]float64{4.8, 0.9, 0.3}, [3]float64{24, 4.5, 1.5})
 }
 
@@ -56,20 +57,45 @@ func TestSharesDemandBelowLimit(t *testing.T) {
 }
 
 func TestSharesOneBrokerHeldBack(t *testing.T) {
-	// The leader of 80 % is held back, the others use 3 and 1: their claims
-	// (2.1 and 0.7) sit below the water level, so they are met and the
-	// leader gets the rest, 21.2 above its 4.8 reserved.
+	// The leader of 80 % is held back at 22.8, the others use 3 and 1: their
+	// claims (2.1 and 0.7) sit below the water level, so they are met and
+	// the leader, claiming 4× what it moved, gets the rest, 21.2 above
+	// its 4.8 reserved.
 	ent := Entity{ID: "tenant", Limit: 30 * mb, Reservation: 6 * mb}
-	checkShares(t, ent, inputs([3]float64{10, 3, 1}, [3]bool{true, false, false}),
+	checkShares(t, ent, inputs([3]float64{22.8, 3, 1}, [3]bool{true, false, false}),
 		[3]float64{4.8, 0.9, 0.3}, [3]float64{26, 3, 1})
+}
+
+func TestSharesHeldBackClaimsFourTimesItsUsage(t *testing.T) {
+	// The leader of 80 % is held back having moved 5: it claims 20 (15.2
+	// above its reserved 4.8), not the limit; with the others' claims (2.1,
+	// 0.7) 6 of the 24 MB/s are left, and they go to every broker as
+	// headroom by leadership (4.8, 0.9, 0.3).
+	ent := Entity{ID: "tenant", Limit: 30 * mb, Reservation: 6 * mb}
+	checkShares(t, ent, inputs([3]float64{5, 3, 1}, [3]bool{true, false, false}),
+		[3]float64{4.8, 0.9, 0.3}, [3]float64{24.8, 3.9, 1.3})
+}
+
+// TestSharesTrickleAtProbeShareDoesNotTakeTheBudget is the flip three real
+// Apache Kafka brokers showed: the broker carrying a Java producer's traffic
+// is held back at 5.96 of 6 MB/s; another, at the probe share (20 kB/s),
+// held back one batch. Claiming the limit, the second was given half the
+// budget by its weight, used none of it, and fell back the round after;
+// claiming four times its usage it is given 80 kB/s.
+func TestSharesTrickleAtProbeShareDoesNotTakeTheBudget(t *testing.T) {
+	ent := Entity{ID: "producer", Limit: 6 * mb}
+	probe := 6 * mb * probeShareFraction / 3
+	in := []BrokerInput{{Usage: probe, HeldBack: true, Led: 1}, {Usage: 5.96 * mb, HeldBack: true, Led: 1}, {Led: 1}}
+	checkShares(t, ent, in, [3]float64{}, [3]float64{4 * probe / mb, 6 - 5*probe/mb, probe / mb})
 }
 
 func TestSharesReservationHeldWhereUnused(t *testing.T) {
 	// Reservation 15: pre-spread 12 / 2.25 / 0.75 before any demand, and
 	// kept where unused (broker 0 uses 2 of its 12); the 15 MB/s above the
-	// reservation go to the one broker held back.
+	// reservation go to the one broker held back, which moved 9 and claims
+	// 36.
 	ent := Entity{ID: "tenant", Limit: 30 * mb, Reservation: 15 * mb}
-	checkShares(t, ent, inputs([3]float64{2, 2.25, 0}, [3]bool{false, true, false}),
+	checkShares(t, ent, inputs([3]float64{2, 9, 0}, [3]bool{false, true, false}),
 		[3]float64{12, 2.25, 0.75}, [3]float64{12, 17.25, 0.75})
 }
 
@@ -131,7 +157,7 @@ func TestSharesProperties(t *testing.T) {
 	}
 }
 
-// TestSharesProbeShare: a broker held back claims everything; the brokers
+// TestSharesProbeShare: a broker held back claims the rest; the brokers
 // whose clients have not sent a byte yet keep a probe share (1 % of the
 // limit less the reservation, split over the live brokers), so that a client
 // arriving there moves bytes, is seen held back and claims its part. Σ

@@ -71,7 +71,14 @@ type checker struct {
 	// displaced[i] is what host i held when the View stopped counting
 	// its process (another process took the broker id up); nil if it
 	// is counted.
-	displaced  [][]float64
+	displaced [][]float64
+	// recounted[i]: host i, displaced, is counted again (a new life of it
+	// outranked the other process). It still holds what it held when
+	// displaced until it adopts a round computed with its new life, and
+	// the others hold raises made against the other process's reports
+	// until they lower to a common round: its displaced share stays
+	// allowed until every host has lowered to one common round after it.
+	recounted  []episode
 	lastTruth  uint64
 	disturbRnd uint64 // the reference round when the last disturbance ended
 	sums       []float64
@@ -139,6 +146,7 @@ func (c *checker) init(w *world) {
 	c.maxSeq, c.epochOf, c.lastLand = map[uint64]uint64{}, map[uint64]uint64{}, map[uint64]int{}
 	c.k = w.sc.cfg.ReclaimReports()
 	c.displaced = make([][]float64, n)
+	c.recounted = make([]episode, n)
 	c.sums = make([]float64, ne)
 	c.allow = make([]float64, ne)
 	for _, ent := range w.sc.cfg.Entities {
@@ -214,6 +222,11 @@ func (c *checker) afterLand(w *world, e entry) {
 			for i := range w.hosts {
 				if h := &w.hosts[i]; h.instance == cur && !h.gone && h.applied != nil {
 					c.displaced[i] = append(c.displaced[i][:0], h.applied...)
+				}
+			}
+			for i := range w.hosts {
+				if h := &w.hosts[i]; h.instance == got.Instance && c.displaced[i] != nil {
+					c.recounted[i] = episode{active: true, exitSeen: true, exitFrom: h.processed}
 				}
 			}
 			c.current[b], cur = got.Instance, got.Instance
@@ -318,6 +331,13 @@ func (c *checker) stepped(w *world, i int) {
 		ep.active, ep.exitSeen, ep.round = true, false, 0
 		c.res.Fallbacks++
 	}
+	if ep.active && mode == cluster.ModeFallback {
+		// A budget change learned in fallback moves the fallback share
+		// (L and R are the larger of the old and the new while it spreads).
+		for e := range ep.allowance {
+			ep.allowance[e] = max(ep.allowance[e], c.specFallback(w, i, e))
+		}
+	}
 	if ep.active && mode == cluster.ModeNormal && !ep.exitSeen {
 		ep.exitSeen, ep.exitFrom = true, h.agent.Processed()
 	}
@@ -393,6 +413,13 @@ func (c *checker) afterTick(w *world) {
 		if ep.active && ep.round != 0 && latest != 0 && common >= max(ep.round, latest) {
 			ep.active = false
 		}
+		rc := &c.recounted[i]
+		if rc.active && rc.round == 0 && w.hosts[i].processed > rc.exitFrom {
+			rc.round = w.hosts[i].processed
+		}
+		if rc.active && rc.round != 0 && latest != 0 && common >= max(rc.round, latest) {
+			rc.active, c.displaced[i] = false, nil
+		}
 	}
 	c.spread(w, common, latest)
 	for e, ent := range w.sc.cfg.Entities {
@@ -414,6 +441,9 @@ func (c *checker) afterTick(w *world) {
 				if h.agent != nil {
 					a = max(a, c.specFloor(w, i, e))
 				}
+			}
+			if c.recounted[i].active && c.displaced[i] != nil {
+				a = max(a, c.displaced[i][e])
 			}
 			allow += a
 		}
