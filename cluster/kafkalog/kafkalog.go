@@ -84,6 +84,11 @@ type Options struct {
 	// Client carries the connection options: seeds, SASL, TLS, client id.
 	// The Log sets its own producer and consumer options after them.
 	Client []kgo.Opt
+	// SettingsRecheck is how often an accepted topic is examined again
+	// (default DefaultSettingsRecheck): its settings can be weakened after
+	// it was accepted (kafka-configs --alter, a reassignment to fewer
+	// replicas), which loses reports as surely as a topic made so.
+	SettingsRecheck time.Duration
 	// Now is the host's monotonic clock, the cluster.Agent's time;
 	// required.
 	Now func() time.Duration
@@ -94,6 +99,11 @@ type Options struct {
 // DefaultRetention is the topic retention the Log creates the topic with when
 // Options.Retention is zero.
 const DefaultRetention = 10 * time.Minute
+
+// DefaultSettingsRecheck is how often an accepted topic's partition count
+// and settings are examined again when Options.SettingsRecheck is zero: a
+// metadata request and a DescribeConfigs a minute.
+const DefaultSettingsRecheck = time.Minute
 
 // ErrInvalidOptions wraps every error of Open about its options.
 var ErrInvalidOptions = errors.New("invalid kafkalog options")
@@ -289,7 +299,12 @@ func validate(o *Options) error {
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
 	}
+	if o.SettingsRecheck == 0 {
+		o.SettingsRecheck = DefaultSettingsRecheck
+	}
 	switch {
+	case o.SettingsRecheck < time.Second:
+		return bad("settings_recheck", "must be at least 1s", o.SettingsRecheck)
 	case o.ReplicationFactor == 0 || o.ReplicationFactor < -1:
 		return bad("replication_factor", "must be -1 (broker default) or at least 1", o.ReplicationFactor)
 	case o.Retention < 0:
@@ -476,6 +491,7 @@ func (l *Log) run() {
 	l.wg.Add(1)
 	go l.consume()
 	next := time.Duration(0) // check at once
+	examined, bad := time.Now(), false
 	for {
 		timer := time.NewTimer(next)
 		select {
@@ -483,6 +499,13 @@ func (l *Log) run() {
 			timer.Stop()
 			return
 		case <-timer.C:
+		}
+		again := l.opts.SettingsRecheck
+		if bad {
+			again = badTopicRetry
+		}
+		if time.Since(examined) >= again {
+			bad, examined = l.recheckTopic(bad), time.Now()
 		}
 		next = checkCaughtUp
 		if behind, err := l.measureEnd(); err != nil {
@@ -528,6 +551,35 @@ func (l *Log) ensureTopic() bool {
 			return false
 		case <-time.After(delay):
 		}
+	}
+}
+
+// recheckTopic examines the accepted topic again and says whether it is
+// refused now. Refused, it is not written to (Publish fails, so this host's
+// lease runs out and it takes its fallback share, as at a refusal at
+// start) until an examination finds it fixed; reading goes on, so the View
+// stays current. An examination that cannot tell (the cluster does not
+// answer) changes nothing.
+func (l *Log) recheckTopic(wasBad bool) (bad bool) {
+	err := l.examineTopic(false)
+	switch {
+	case err == nil:
+		l.mu.Lock()
+		l.topic = topicOK
+		l.mu.Unlock()
+		if wasBad {
+			l.log.Warn("cluster log topic usable again", "topic", l.opts.Topic)
+		}
+		return false
+	case errors.Is(err, errPartitions) || errors.Is(err, errSettings):
+		l.mu.Lock()
+		l.stats.TopicErrors++
+		l.mu.Unlock()
+		l.noteError(&l.logTopic, "cluster log topic no longer keeps reports", err)
+		return true
+	default:
+		l.noteError(&l.logTopic, "cluster log topic not re-examined", err)
+		return wasBad
 	}
 }
 

@@ -8,6 +8,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/cluster/kafkalog"
 )
 
 // topicSettings reads what Kafka says of the coordination topic: the
@@ -125,4 +128,50 @@ func TestTopicThatCannotKeepReportsRefused(t *testing.T) {
 			})
 		})
 	}
+}
+
+// An accepted topic whose settings an operator weakens afterwards
+// (kafka-configs --alter min.insync.replicas=1) is refused at its next
+// examination, with the setting named, and nothing more is written to it;
+// set back, it is taken again. The examination interval is 2 s here (a
+// minute by default).
+func TestAcceptedTopicWeakenedIsRefused(t *testing.T) {
+	c := newCluster(t)
+	l, err := kafkalog.Open(kafkalog.Options{
+		Topic: topic, ReplicationFactor: -1, MaxDelivery: time.Second, SettingsRecheck: 2 * time.Second,
+		Client: []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)},
+		Now:    newClock().Now, Log: quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	seq := uint64(0)
+	publish := func() { seq++; l.Publish(report(1, seq)) }
+	waitFor(t, within(15*time.Second), "the topic accepted", func() bool { publish(); return l.Stats().Published > 0 })
+	adm := kadm.NewClient(rawClient(t, c))
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	alter := func(v string) {
+		t.Helper()
+		if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "min.insync.replicas", Value: kadm.StringPtr(v)}}, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alter("1")
+	waitFor(t, within(10*time.Second), "the weakened topic refused", func() bool { return l.Stats().TopicErrors > 0 })
+	if s := l.Stats(); !strings.Contains(s.LastError, "has min.insync.replicas=1, want at least 2 with 3 replicas") {
+		t.Fatalf("last error %q, want the weakened setting named", s.LastError)
+	}
+	before := l.Stats()
+	publish()
+	if s := l.Stats(); s.PublishFailed != before.PublishFailed+1 || s.Published != before.Published {
+		t.Fatalf("stats %+v after a publish to the refused topic (before %+v), want it refused", s, before)
+	}
+	alter("2")
+	// Refused, it is examined every 10 s (badTopicRetry).
+	waitFor(t, within(25*time.Second), "the fixed topic taken again", func() bool {
+		publish()
+		return l.Stats().Published > before.Published
+	})
 }
