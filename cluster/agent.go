@@ -382,6 +382,30 @@ func (a *Agent) raise() {
 	}
 }
 
+// HoldingRaise lists the brokers that hold this host's raise of entity e
+// up: live in the pending round and, by their latest accepted report, not
+// yet processing it or still applying more than their target for e. Empty
+// when nothing is to be raised (applied at the target), and when the wait
+// is this host's own (a newer round computed, an older promise kept): then
+// no other broker holds it. Status names them, so an operator sees which
+// host to look at when a share stays under its target.
+func (a *Agent) HoldingRaise(e int) []BrokerID {
+	t := &a.pending
+	if !a.hasPending || e >= len(a.applied) || t.Share(a.me, e).Target <= a.applied[e] {
+		return nil
+	}
+	var out []BrokerID
+	for b, live := range t.Live {
+		if b == a.me || !live {
+			continue
+		}
+		if r, ok := a.view.Latest(b); !ok || r.Processed < t.Round || r.Entities[e].Applied > t.Share(b, e).Target {
+			out = append(out, a.cfg.Brokers[b])
+		}
+	}
+	return out
+}
+
 // report builds the next report and records what it promises.
 func (a *Agent) report(now time.Duration, periodic bool, local []Local) *Report {
 	a.seq++

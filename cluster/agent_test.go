@@ -77,11 +77,20 @@ func TestLowerBeforeRaise(t *testing.T) {
 	if a1.Applied()[0] != 15*mb {
 		t.Fatalf("broker 1 raised to %v before broker 2 reported its decrease", a1.Applied()[0])
 	}
+	if h := a1.HoldingRaise(0); len(h) != 1 || h[0] != 2 {
+		t.Fatalf("broker 1's raise is held by %v, want broker 2 (it has not reported the round)", h)
+	}
+	if h := a2.HoldingRaise(0); h != nil {
+		t.Fatalf("broker 2 lowers, nothing to raise, yet held by %v", h)
+	}
 	b.send(ack)
 	b.read(a1, sec+2*tick)
 	a1.Step(sec+2*tick, held)
 	if a1.Applied()[0] != 30*mb-probe {
 		t.Fatalf("broker 1 at %v after broker 2's decrease was reported, want the whole 30 MB/s less broker 2's probe share", a1.Applied()[0])
+	}
+	if h := a1.HoldingRaise(0); h != nil {
+		t.Fatalf("broker 1 raised, yet its raise is held by %v", h)
 	}
 	if sum() > cfg.Entities[0].Limit {
 		t.Fatalf("Σ applied %v over the limit", sum())
