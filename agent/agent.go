@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/kafkaquotas"
 	"github.com/sluice-dev/sluice/agent/learner"
 	"github.com/sluice-dev/sluice/agent/limits"
+	"github.com/sluice-dev/sluice/agent/objectives"
 	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/allocator"
@@ -98,16 +99,10 @@ type Agent struct {
 	reloads reloadState
 	// pending: writes the data path refused, tried again every cycle.
 	pending pendingWrites
-	// ownSeries[id]: the entity has metric series of its own (assignSeries);
-	// seriesStale: entities came, went or changed pinning since it ran.
-	ownSeries   []bool
-	seriesStale bool
-	// lat: request latency per entity and API, from the data path's
-	// measurements (ObserveLatency).
-	lat *latencyBook
-	// objectives: the configured latency objectives and their breakers
-	// (objectives.go).
-	objectives objectiveSet
+	// objectives: the latency objectives (agent/objectives): request
+	// latency per entity, who has metric series of their own, and the
+	// breakers whose hold is an input to each direction's allocation.
+	objectives *objectives.Tracker
 	// cluster: the cluster budgets (nil without a cluster section).
 	cluster *clusterBudgets
 }
@@ -194,9 +189,6 @@ type direction struct {
 	dir   entity.Direction
 	cfg   config.Direction
 	alloc *allocator.Allocator
-	// heldBy[id]: the latency objective that trimmed the entity's limit
-	// this cycle (objectives.go).
-	heldBy map[uint32]string
 	// fromCluster[i]: inputs[i]'s limit is a cluster share this cycle.
 	fromCluster []bool
 	// Per entity id: the rate window (bytes per interval), the last counter
@@ -207,7 +199,8 @@ type direction struct {
 	lastHeld  []uint64 // held-back bytes the data path counted (edt, police)
 	// dropped[id] counts the packets the shaper dropped (Held.Dropped summed).
 	dropped []uint64
-	// others sums the entities without series of their own (assignSeries).
+	// others sums the entities without series of their own
+	// (objectives.Tracker.OwnSeries).
 	others aggregate
 	// held[id] is what the shaper said of the entity this cycle (zero:
 	// nothing): a slice by dense id, not a map rebuilt every cycle.
@@ -248,6 +241,17 @@ type published struct {
 		rate  float64
 		bytes uint64
 	}
+}
+
+// aggregate sums, per direction, the entities without series of their own.
+// Its counters accumulate deltas, so they never go back (an entity joining
+// or leaving the sum would otherwise read as a counter reset or a burst).
+type aggregate struct {
+	entities       int
+	rate           float64
+	bytes          uint64
+	heldBytes      uint64
+	droppedPackets uint64
 }
 
 // connStats counts the connection lifecycle, for status and metrics.
@@ -332,7 +336,6 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		loop:     loopState{observeCycle: func(time.Duration) {}},
 		reloads:  reloadState{intervalChanged: make(chan time.Duration, 1)},
 		gather:   gatherState{elapsed: make([]float64, cfg.RateWindow), elapsedSum: make([]float64, cfg.RateWindow+1)},
-		lat:      newLatencyBook(),
 	}
 	// Read under a.mu, so a reload's listener protocols apply at once.
 	a.identity.learner.SetSASLListeners(func(c maps.ConnKey) bool {
@@ -341,8 +344,8 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	ids := a.registry.Limit()
 	a.rates = apply.New(choice.Shaper, ids, cfg.UpdateThreshold)
 	a.host.shaper = shaperInUse{reason: choice.Reason, ifb: choice.IFBIndex, egressIFB: choice.EgressIFBIndex}
-	a.ownSeries, a.seriesStale = make([]bool, ids), true
-	a.syncObjectives()
+	a.objectives = objectives.New(ids, a.log)
+	a.objectives.Sync(cfg.Entities)
 	for _, d := range entity.Directions {
 		a.gather.counters[d] = make([]maps.Counters, ids)
 		dc := directionConfig(cfg, d)
@@ -354,7 +357,6 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			alloc, _ = allocator.New(allocator.DefaultConfig(0))
 		}
 		a.dirs[d] = &direction{
-			heldBy:    map[uint32]string{},
 			dir:       d,
 			cfg:       dc,
 			alloc:     alloc,
@@ -419,7 +421,7 @@ const maxLimitedPeers = 65536
 // reload), so that no client can take a configured tenant's id, and gives
 // the new ones their standby limits at once.
 func (a *Agent) pinConfigured() (added []entity.ID) {
-	a.seriesStale = true // pinning changes who is eligible, new or not
+	a.objectives.EntitiesChanged() // pinning changes who has series, new or not
 	now := a.deps.Clock.Now()
 	added = a.registry.Pin(a.limits.Policy().ConfiguredKeys(), now)
 	for _, id := range added {
@@ -444,13 +446,13 @@ func (a *Agent) unregister(ids []entity.ID) error {
 			}
 		}
 	}
-	a.seriesStale = true
+	a.objectives.EntitiesChanged()
 	return errors.Join(errs...)
 }
 
 // registered gives a new entity its standby limit and persists it.
 func (a *Agent) registered(id uint32, key entity.Key) {
-	a.seriesStale = true
+	a.objectives.EntitiesChanged()
 	a.applyStandby(id, key)
 	if a.identity.store != nil {
 		if _, err := a.identity.store.SaveEntity(id, uint8(key.Kind), key.Name); err != nil {

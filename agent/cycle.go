@@ -61,7 +61,7 @@ func (a *Agent) runCycle() error {
 		}
 		a.gather.primed = true
 	}
-	a.assignSeries()
+	a.objectives.AssignSeries(a.registry, a.cfg.Metrics)
 	var errs []error
 	for _, dc := range a.dirs {
 		if err := a.cycleDirection(dc); err != nil {
@@ -146,7 +146,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			}
 			dc.lastHeld[i] = held
 		}
-		if !a.ownSeries[i] {
+		if !a.objectives.OwnSeries(uint32(id)) {
 			dc.others.entities++
 			dc.others.rate += usage
 			dc.others.bytes += delta
@@ -178,13 +178,13 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	before := dc.summary.Overcommit
 	// Allocate, the latency objectives' hold on best-effort traffic
 	// included: an input to the allocation, not a patch on its output.
-	trim, holder := a.objectiveTrim(dc, a.deps.Clock.Now())
+	trim := a.objectives.Trim(dc.dir, dc.inputs, a.registry, a.deps.Clock.Now())
 	summary, err := dc.alloc.CycleTrim(dc.inputs, trim, dc.outputs)
 	if err != nil {
 		return err
 	}
 	dc.summary = summary
-	a.noteTrim(dc, holder)
+	a.objectives.NoteTrim(dc.dir, summary, dc.inputs, dc.outputs, dc.keys)
 	if summary.OvercommitChanged {
 		if summary.Overcommit {
 			a.log.Info("overcommit entered: reservations exceed the distributable capacity",
@@ -346,7 +346,7 @@ func (a *Agent) reclaim(now time.Time) error {
 		released = append(released, entity.ID(id))
 	}
 	a.registry.Release(released)
-	a.seriesStale = true
+	a.objectives.EntitiesChanged()
 	a.log.Debug("reclaimed idle entities", "count", len(released), "retrying", len(ids)-len(released))
 	return errors.Join(errs...)
 }
@@ -365,7 +365,6 @@ func (a *Agent) clearEntity(id uint32) error {
 		dc.dropped[id] = 0
 	}
 	a.limits.Forget(entity.ID(id))
-	a.ownSeries[id] = false
-	a.lat.forget(entity.ID(id))
+	a.objectives.Forget(entity.ID(id))
 	return nil
 }

@@ -230,7 +230,9 @@ func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {
 	return nil
 }
 func (s *fakeShaper) Held(dir maps.Direction) ([]shaping.Held, error) {
-	var out []shaping.Held
+	// Sized up front as htb's is: grown by append, this fake's slice was a
+	// sixth of BenchmarkControlCycle's time and most of its allocations.
+	out := make([]shaping.Held, 0, len(s.rates[dir]))
 	for e := range s.rates[dir] {
 		out = append(out, shaping.Held{Entity: e, Throttled: s.throttled[dir][e]})
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/agent/objectives"
 	"github.com/sluice-dev/sluice/agent/shaping"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/maps"
@@ -28,7 +29,7 @@ import (
 // collector reads the agent's last snapshot (and the data path's
 // statistics) at scrape time and counts its own failures instead of
 // failing the scrape. Per-entity series are bounded by metrics.entities and
-// metrics.max_entity_series (series.go); docs/metrics.md lists every family
+// metrics.max_entity_series (objectives/series.go); docs/metrics.md lists every family
 // and agent/testdata/metrics.txt is the list a test holds the agent to.
 type Metrics struct {
 	Registry  *prometheus.Registry
@@ -67,7 +68,7 @@ func NewMetrics(a *Agent, dp DataPath, info MetricsInfo) *Metrics {
 	counter := func(name, help string, f func() uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
-	reg.MustRegister(m.cycle, m.collector, newClusterCollector(a), newObjectiveCollector(a), newBlindHooksCollector(a), versioncollector.NewCollector(ns),
+	reg.MustRegister(m.cycle, m.collector, newClusterCollector(a), a.objectiveCollector(), newBlindHooksCollector(a), versioncollector.NewCollector(ns),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		counter("config_reload_failures_total", "Configuration reloads refused (the running configuration stayed).", a.ReloadFailures),
 		counter("control_loop_failures_total", "Control-loop cycles that failed (no heartbeat is written after one: the data path fails open after stale_after).", a.CycleFailures),
@@ -161,8 +162,8 @@ func (m *Metrics) server() *http.Server {
 // othersType and othersName label the aggregate of a direction's entities
 // without series of their own; no entity has that type.
 const (
-	othersType = "unconfigured"
-	othersName = "<others>"
+	othersType = objectives.OthersType
+	othersName = objectives.OthersName
 )
 
 type collector struct {
@@ -184,9 +185,9 @@ type collector struct {
 	connsTracked, connsReaped, connsRebound, rebinds, identityErrors, reclaimedIds  *prometheus.Desc
 	dpSamples, dpSampleDrops, dpFragments, dpDesyncs, dpResyncs, dpExemptConn       *prometheus.Desc
 	dpFailOpen, dpUnproven                                                          *prometheus.Desc
-	// request latency at the NIC (latencybook.go)
+	// request latency at the NIC (objectives/book.go)
 	latency, latencyFirst, dpLatency, dpResponses *prometheus.Desc
-	// latency objectives (objectives.go)
+	// latency objectives (agent/objectives)
 	objectiveLevel, objectiveOpen, objectiveTransitions, objectiveReleases *prometheus.Desc
 }
 
@@ -404,11 +405,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectLatency exports the latency histograms (bounded as the entity
-// series are: latencybook.go).
+// series are: objectives/book.go).
 func (c *collector) collectLatency(ch chan<- prometheus.Metric) {
 	for _, h := range c.a.LatencyHistograms() {
-		buckets := make(map[float64]uint64, len(LatencyBuckets))
-		for i, b := range LatencyBuckets {
+		buckets := make(map[float64]uint64, len(objectives.LatencyBuckets))
+		for i, b := range objectives.LatencyBuckets {
 			buckets[b] = h.Cumulative[i]
 		}
 		desc := c.latency

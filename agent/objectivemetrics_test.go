@@ -39,7 +39,7 @@ func TestObjectiveGauges(t *testing.T) {
 	core := r.learn(46000, "core", apiVersions())
 	bulk := r.learn(46001, "bulk", apiVersions())
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newObjectiveCollector(r.a))
+	reg.MustRegister(r.a.objectiveCollector())
 	bytes := map[maps.Binding]uint64{core: 100, bulk: 800}
 	r.cycle()
 	stepProduce(r, bytes, map[maps.Binding]time.Duration{core: 5 * time.Millisecond})

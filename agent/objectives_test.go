@@ -60,8 +60,8 @@ func TestLatencyObjectiveTakesFromBestEffort(t *testing.T) {
 	if s.Objectives[0].State != "closed" || entityView(s, entity.Produce, "bulk").HeldBy != "" {
 		t.Fatalf("objective met again: %+v, bulk %+v", s.Objectives, entityView(s, entity.Produce, "bulk"))
 	}
-	if r.a.objectives.transitions < 3 {
-		t.Errorf("transitions %d, want open, half open and closed", r.a.objectives.transitions)
+	if n := r.a.Snapshot().ObjectiveTransitions; n < 3 {
+		t.Errorf("transitions %d, want open, half open and closed", n)
 	}
 }
 
@@ -77,15 +77,26 @@ func TestLatencyObjectiveFollowsReloads(t *testing.T) {
 	if err := reloadWith(t, r, with); err != nil {
 		t.Fatal(err)
 	}
-	first := r.a.objectives.list[0].breaker
 	if s := r.cycle(); len(s.Objectives) != 1 || s.Objectives[0].Entity != "client:core" || s.Objectives[0].ObjectiveMillis != 50 {
 		t.Fatalf("after the reload: %+v", s.Objectives)
+	}
+	// Open the breaker, then reload: a breaker built anew would be closed.
+	core := r.learn(46000, "core", apiVersions())
+	bulk := r.learn(46001, "bulk", apiVersions())
+	var s *status.Snapshot
+	for i := 0; i < 40; i++ {
+		if s = stepProduce(r, map[maps.Binding]uint64{core: 100, bulk: 800}, map[maps.Binding]time.Duration{core: 200 * time.Millisecond}); s.Objectives[0].State == "open" {
+			break
+		}
+	}
+	if s.Objectives[0].State != "open" {
+		t.Fatalf("objective missed for 40 s: %+v", s.Objectives)
 	}
 	if err := reloadWith(t, r, with+"update_threshold: 0.1\n"); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.a.objectives.list) != 1 || r.a.objectives.list[0].breaker != first {
-		t.Error("an unchanged objective lost its breaker across a reload")
+	if o := r.cycle().Objectives; len(o) != 1 || o[0].State != "open" || o[0].Level >= 1 {
+		t.Errorf("an unchanged objective lost its breaker across a reload: %+v", o)
 	}
 	if err := reloadWith(t, r, baseConfig); err != nil {
 		t.Fatal(err)
@@ -253,7 +264,7 @@ func TestObjectiveEntityAlwaysHasSeries(t *testing.T) {
 	}
 	core := r.learn(46000, "core", apiVersions())
 	r.cycle()
-	if !r.a.ownSeries[core.Produce] {
+	if !r.a.objectives.OwnSeries(core.Produce) {
 		t.Fatal("the objective entity has no series of its own: its requests go to <others>")
 	}
 	for i := 0; i < 30; i++ {
@@ -264,8 +275,8 @@ func TestObjectiveEntityAlwaysHasSeries(t *testing.T) {
 		t.Errorf("objective judged %d requests, want 30", s.Objectives[0].Requests)
 	}
 	held := 0
-	for id, own := range r.a.ownSeries {
-		if own && entity.ID(id) != entity.UnknownID && entity.ID(id) != entity.OverflowID {
+	for id := entity.ID(0); int(id) < r.a.registry.Limit(); id++ {
+		if r.a.objectives.OwnSeries(uint32(id)) && id != entity.UnknownID && id != entity.OverflowID {
 			held++
 		}
 	}

@@ -314,7 +314,7 @@ func (tx *reloadTx) steps() []reloadStep {
 			a.metadata.kafka.Restore(kafkaBefore)
 			a.limits.SetPolicy(policyBefore) // parameters cached under the refused policy are stale
 			a.identity.learner.SetPolicy(policyBefore)
-			a.seriesStale = true
+			a.objectives.EntitiesChanged()
 			return err
 		}})
 	steps = append(steps, reloadStep{name: stepListeners,
@@ -485,7 +485,7 @@ func (tx *reloadTx) swap() {
 	a, old, next := tx.a, tx.old, tx.next
 	a.cfg = next
 	a.rates.SetThreshold(next.UpdateThreshold)
-	a.syncObjectives()
+	a.objectives.Sync(next.Entities)
 	tx.forgetStale()
 	a.registry.SetUnconfiguredBudget(next.MaxUnconfiguredEntities)
 	a.identity.newPerPeer.SetRate(next.NewEntitiesPerPeer)

@@ -36,11 +36,11 @@ func (a *Agent) publish(now time.Time) {
 			p.bytes = append(p.bytes, c.Bytes)
 			p.heldBytes = append(p.heldBytes, c.HeldBytes)
 			p.dropped = append(p.dropped, dc.dropped[in.Slot])
-			p.ownSeries = append(p.ownSeries, a.ownSeries[in.Slot])
+			p.ownSeries = append(p.ownSeries, a.objectives.OwnSeries(in.Slot))
 		}
 		p.heldBy = nil // copied only while an objective holds someone: most cycles, nobody
-		if len(dc.heldBy) > 0 {
-			p.heldBy = stdmaps.Clone(dc.heldBy)
+		if heldBy := a.objectives.HeldBy(dc.dir); len(heldBy) > 0 {
+			p.heldBy = stdmaps.Clone(heldBy)
 		}
 		p.others = dc.others
 		p.unknown.bytes = a.gather.counters[dc.dir][entity.UnknownID].Bytes
@@ -97,8 +97,8 @@ func (a *Agent) view() *status.Snapshot {
 		KafkaQuotas:          a.metadata.kafka.View(),
 		Cluster:              a.cluster.view(),
 		Hooks:                a.host.blind.view(),
-		Objectives:           a.objectiveViews(),
-		ObjectiveTransitions: a.objectives.transitions,
+		Objectives:           a.objectives.Views(),
+		ObjectiveTransitions: a.objectives.Transitions(),
 	}
 	for _, dc := range a.dirs {
 		p := &dc.pub
@@ -108,7 +108,7 @@ func (a *Agent) view() *status.Snapshot {
 			C: status.Bps(sum.C), H: status.Bps(sum.H), Scale: sum.Scale, MinLimit: status.Bps(p.cfg.MinLimit), FloorScale: sum.FloorScale, PromisedRatio: finiteOr(sum.PromisedRatio, -1),
 			GreenRatio: sum.GreenRatio, Overcommit: sum.Overcommit, Active: sum.Active, Standby: sum.Standby,
 			Others: status.OthersView{Entities: p.others.entities, Rate: status.Bps(p.others.rate), Bytes: p.others.bytes,
-				HeldBytes: p.others.heldBytes, DroppedPackets: p.others.droppedPackets, Latency: a.lat.quantiles(now, dc.dir, othersEntity)},
+				HeldBytes: p.others.heldBytes, DroppedPackets: p.others.droppedPackets, Latency: a.objectives.OthersLatency(now, dc.dir)},
 		}
 		if p.cfg.Enabled() {
 			for i, in := range p.inputs {
@@ -128,14 +128,14 @@ func (a *Agent) view() *status.Snapshot {
 					QueueDelayMillis: float64(h.Delay) / float64(time.Millisecond), DroppedPackets: h.Dropped, HeldRate: status.Bps(held),
 					ShapedBytes: h.Sent, HeldBytes: p.heldBytes[i], DroppedPacketsTotal: p.dropped[i],
 					Configured: a.registry.Pinned(entity.ID(in.Slot)), OwnSeries: p.ownSeries[i],
-					Latency: a.lat.quantiles(now, dc.dir, entity.ID(in.Slot)), HeldBy: p.heldBy[in.Slot],
+					Latency: a.objectives.Latency(now, dc.dir, entity.ID(in.Slot)), HeldBy: p.heldBy[in.Slot],
 				})
 			}
 			unknownLimit := status.Bps(allocatorConfig(p.cfg).UnknownLimit())
 			v.Entities = append(v.Entities, status.EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
 				Rate: status.Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit,
 				Sources:   status.SourcesView{Reservation: "headroom H", Weight: "headroom H", Limit: "headroom H"},
-				OwnSeries: true, Latency: a.lat.quantiles(now, dc.dir, entity.UnknownID)})
+				OwnSeries: true, Latency: a.objectives.Latency(now, dc.dir, entity.UnknownID)})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {
 					return v.Entities[i].Kind < v.Entities[j].Kind

@@ -8,7 +8,7 @@ import (
 )
 
 // capSumOfLimits is the trim as it was before it became an allocator
-// input (agent/objectives.go, after the allocation): every best-effort
+// input (agent/objectives, after the allocation): every best-effort
 // limit, idle or not, came down towards one common ceiling until the
 // limits summed to the target, never below floor. Kept here only to show
 // what the allocator input fixes.

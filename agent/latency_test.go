@@ -30,7 +30,9 @@ func latencyOf(views []status.LatencyView, api string) (status.LatencyView, bool
 // A configured entity's produce and fetch latencies land in its status,
 // by the entity of each request's direction, with quantiles over 10 s and a
 // minute; an unconfigured entity's go to its direction's <others>; an
-// absurd measurement (a response before its request) is dropped.
+// absurd measurement (a response before its request) is dropped (core's
+// produce requests count 100, not 101; objectives/book_test.go counts the
+// drop).
 func TestLatencyByEntityAndAPI(t *testing.T) {
 	r := newRig(t, "entities: {clients: {core: {producer_byte_reservation: 100}}}\n")
 	core := r.learn(46000, "core", apiVersions())
@@ -63,9 +65,6 @@ func TestLatencyByEntityAndAPI(t *testing.T) {
 	others, ok := latencyOf(s.Directions[entity.Produce].Others.Latency, "produce")
 	if !ok || others.Requests != 1 {
 		t.Errorf("the unconfigured stranger's request: others %+v", s.Directions[entity.Produce].Others.Latency)
-	}
-	if r.a.lat.dropped != 1 {
-		t.Errorf("dropped %d absurd measurements, want 1", r.a.lat.dropped)
 	}
 	// The histograms /metrics exports: core's own, the others', cumulative.
 	var seen []string
@@ -101,7 +100,7 @@ func TestLatencyOfUngovernedIgnored(t *testing.T) {
 	r := newRig(t, "")
 	r.cycle()
 	r.a.ObserveLatency(measured([2]uint32{maps.NotGoverned, maps.NotGoverned}, 0, time.Millisecond))
-	if len(r.a.lat.series) != 0 {
-		t.Errorf("series %v", r.a.lat.series)
+	if h := r.a.LatencyHistograms(); len(h) != 0 {
+		t.Errorf("histograms %+v", h)
 	}
 }

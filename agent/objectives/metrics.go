@@ -1,32 +1,37 @@
-package agent
+package objectives
 
 import (
 	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-dev/sluice/agent/entity"
 )
 
-// objectiveCollector exports what the latency objectives judge and what
-// their defence takes (docs/latency.md): per objective the p99 its
-// breaker judged, the target, the requests judged and whether they were
-// enough to decide; per direction the cap on best-effort traffic; per
-// best-effort entity the bandwidth the cap took off its limit. It reads
-// the agent's last cycle, so a scrape costs no evaluation.
-type objectiveCollector struct {
-	a                                  *Agent
+// Collector exports what the latency objectives judge and what their
+// defence takes (docs/latency.md): per objective the p99 its breaker
+// judged, the target, the requests judged and whether they were enough to
+// decide; per direction the cap on best-effort traffic; per best-effort
+// entity the bandwidth the cap took off its limit. It reads the last
+// cycle through gauges (Tracker.Gauges, under its owner's lock), so a
+// scrape costs no evaluation.
+type Collector struct {
+	gauges                             func() Gauges
 	p99, target, requests, judged      *prometheus.Desc
 	bestEffortCap, trimmed, trimmedSum *prometheus.Desc
 }
 
-var _ prometheus.Collector = (*objectiveCollector)(nil)
+var _ prometheus.Collector = (*Collector)(nil)
 
-func newObjectiveCollector(a *Agent) *objectiveCollector {
+// NewCollector returns a collector of the metrics namespace ns reading
+// gauges at each scrape.
+func NewCollector(ns string, gauges func() Gauges) *Collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(ns, "latency_objective", name), help, labels, nil)
 	}
 	obj := []string{"direction", "entity_type", "entity"}
-	return &objectiveCollector{a: a,
+	return &Collector{gauges: gauges,
 		p99: d("p99_seconds", "The p99 a latency objective's breaker judged in the last cycle: the entity's requests of the objective's API since the breaker's level last changed (at most 10 s), fetches only when they returned data; 0 with no requests.",
 			obj...),
 		target:   d("target_seconds", "A latency objective's p99 target.", obj...),
@@ -41,14 +46,14 @@ func newObjectiveCollector(a *Agent) *objectiveCollector {
 	}
 }
 
-func (c *objectiveCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.p99, c.target, c.requests, c.judged, c.bestEffortCap, c.trimmed, c.trimmedSum} {
 		ch <- d
 	}
 }
 
-func (c *objectiveCollector) Collect(ch chan<- prometheus.Metric) {
-	m := c.a.objectiveMetrics()
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.gauges()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -57,7 +62,11 @@ func (c *objectiveCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.p99, o.p99.Seconds(), l...)
 		gauge(c.target, o.target.Seconds(), l...)
 		gauge(c.requests, float64(o.requests), l...)
-		gauge(c.judged, boolValue(o.judged), l...)
+		judged := 0.0
+		if o.judged {
+			judged = 1
+		}
+		gauge(c.judged, judged, l...)
 	}
 	for _, d := range m.directions {
 		capped := math.Inf(1)
@@ -69,7 +78,7 @@ func (c *objectiveCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, t := range d.entities {
 			gauge(c.trimmed, t.bytes, d.direction, t.kind, t.name)
 		}
-		gauge(c.trimmed, d.others, d.direction, othersType, othersName)
+		gauge(c.trimmed, d.others, d.direction, OthersType, OthersName)
 	}
 }
 
@@ -97,34 +106,31 @@ type entityTrim struct {
 	bytes      float64
 }
 
-// objectiveMetricsView is the last cycle's objectives and trims, copied
-// under the agent's lock.
-type objectiveMetricsView struct {
+// Gauges are the last cycle's objectives and trims, copied out for a
+// scrape.
+type Gauges struct {
 	objectives []objectiveGauges
 	directions []trimGauges
 }
 
-func (a *Agent) objectiveMetrics() objectiveMetricsView {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var v objectiveMetricsView
-	for _, o := range a.objectives.list {
+// Gauges copies out the last cycle's objectives and, for each direction
+// enabled now, its hold on best-effort traffic.
+func (t *Tracker) Gauges(enabled [2]bool) Gauges {
+	var v Gauges
+	for _, o := range t.list {
 		v.objectives = append(v.objectives, objectiveGauges{o.Direction.String(), o.Key.Kind.String(), o.Key.Name, o.p99, o.P99, o.samples, o.verdict.Judged})
 	}
-	for _, dc := range a.dirs {
-		if dc == nil || !dc.cfg.Enabled() {
+	for _, dir := range entity.Directions {
+		if !enabled[dir] {
 			continue
 		}
-		d := trimGauges{direction: dc.dir.String(), capped: dc.summary.Trim.Enabled, cap: dc.summary.Trim.Cap, trimmed: dc.summary.Trimmed}
-		for i := range dc.outputs {
-			t := dc.outputs[i].Trimmed
-			if t <= 0 || i >= len(dc.keys) {
-				continue
-			}
-			if id := dc.inputs[i].Slot; int(id) < len(a.ownSeries) && a.ownSeries[id] {
-				d.entities = append(d.entities, entityTrim{dc.keys[i].Kind.String(), dc.keys[i].Name, t})
+		h := &t.dirs[dir]
+		d := trimGauges{direction: dir.String(), capped: h.trim.Enabled, cap: h.trim.Cap, trimmed: h.trimmed}
+		for _, e := range h.entities {
+			if t.series.has(e.id) {
+				d.entities = append(d.entities, entityTrim{e.key.Kind.String(), e.key.Name, e.bytes})
 			} else {
-				d.others += t
+				d.others += e.bytes
 			}
 		}
 		v.directions = append(v.directions, d)

@@ -1,4 +1,4 @@
-package agent
+package objectives
 
 import (
 	"time"
@@ -50,6 +50,14 @@ var LatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.
 
 // othersEntity keys the "<others>" series of a direction in the book.
 const othersEntity = ^entity.ID(0)
+
+// OthersType and OthersName label the aggregate of a direction's entities
+// without series of their own (their latency series here, their counters
+// in the agent's metrics); no entity has that type.
+const (
+	OthersType = "unconfigured"
+	OthersName = "<others>"
+)
 
 type latencyKey struct {
 	dir entity.Direction
@@ -117,7 +125,9 @@ func returnedData(ev maps.LatencyEvent) bool {
 	return float64(ev.ResponseSize) > emptyFetchGrowth*float64(ev.RequestSize)+emptyFetchSlack
 }
 
-type latencyBook struct {
+// book is the latency series of every entity with series of its own and
+// of each direction's others.
+type book struct {
 	series map[latencyKey]*latencySeries
 	// Measurements not charged: a request whose last byte the data path
 	// did not see still counts from its first; one with an absurd value
@@ -125,11 +135,11 @@ type latencyBook struct {
 	dropped uint64
 }
 
-func newLatencyBook() *latencyBook { return &latencyBook{series: map[latencyKey]*latencySeries{}} }
+func newBook() *book { return &book{series: map[latencyKey]*latencySeries{}} }
 
 // observe charges one measurement, at now, to id's series (or its
 // direction's others when own is false).
-func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID, own bool, ev maps.LatencyEvent) {
+func (b *book) observe(now time.Time, dir entity.Direction, id entity.ID, own bool, ev maps.LatencyEvent) {
 	fromFirst := ev.FromFirstByte()
 	if fromFirst < 0 || fromFirst > 2*latency.MaxLatency {
 		b.dropped++
@@ -161,7 +171,7 @@ func (b *latencyBook) observe(now time.Time, dir entity.Direction, id entity.ID,
 }
 
 // forget drops an entity's series (its id is being reused).
-func (b *latencyBook) forget(id entity.ID) {
+func (b *book) forget(id entity.ID) {
 	for k := range b.series {
 		if k.id == id {
 			delete(b.series, k)
@@ -171,7 +181,7 @@ func (b *latencyBook) forget(id entity.ID) {
 
 // quantiles answers id's latency per API at now (nil when none was
 // measured in the last minute).
-func (b *latencyBook) quantiles(now time.Time, dir entity.Direction, id entity.ID) []status.LatencyView {
+func (b *book) quantiles(now time.Time, dir entity.Direction, id entity.ID) []status.LatencyView {
 	var out []status.LatencyView
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	for api := APIProduce; api < numAPIClasses; api++ {
@@ -193,26 +203,9 @@ func (b *latencyBook) quantiles(now time.Time, dir entity.Direction, id entity.I
 	return out
 }
 
-// ObserveLatency takes one request latency the data path measured, charged
-// to the entity of its request's direction under its API.
-func (a *Agent) ObserveLatency(ev maps.LatencyEvent) {
-	dir := entity.Produce
-	if apiClassOf(ev.APIKey) == APIFetch {
-		dir = entity.Fetch
-	}
-	id := ev.Bound[dir]
-	if id == maps.NotGoverned {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	own := int(id) < len(a.ownSeries) && a.ownSeries[id]
-	a.lat.observe(a.deps.Clock.Now(), dir, entity.ID(id), own, ev)
-}
-
-// LatencyHistogram is one exported latency series: cumulative counts at
-// each LatencyBuckets bound, then +Inf.
-type LatencyHistogram struct {
+// Histogram is one exported latency series: cumulative counts at each
+// LatencyBuckets bound, then +Inf.
+type Histogram struct {
 	Direction, EntityType, Entity, API string
 	// FromFirstByte: measured from the request's first byte (else its last).
 	FromFirstByte bool
@@ -221,19 +214,17 @@ type LatencyHistogram struct {
 	Count         uint64
 }
 
-// LatencyHistograms lists every latency series, for /metrics.
-func (a *Agent) LatencyHistograms() []LatencyHistogram {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []LatencyHistogram
-	for k, s := range a.lat.series {
-		typ, name := othersType, othersName
+// histograms lists every latency series, named through entities.
+func (b *book) histograms(entities Entities) []Histogram {
+	var out []Histogram
+	for k, s := range b.series {
+		typ, name := OthersType, OthersName
 		switch {
 		case k.id == othersEntity:
 		case k.id == entity.UnknownID:
 			typ, name = "unknown", ""
 		default:
-			key, ok := a.registry.Key(k.id)
+			key, ok := entities.Key(k.id)
 			if !ok {
 				continue // released; its series goes with it (forget)
 			}
@@ -252,7 +243,7 @@ func (a *Agent) LatencyHistograms() []LatencyHistogram {
 				run += c
 				cum[i] = run
 			}
-			out = append(out, LatencyHistogram{Direction: k.dir.String(), EntityType: typ, Entity: name, API: k.api.String(),
+			out = append(out, Histogram{Direction: k.dir.String(), EntityType: typ, Entity: name, API: k.api.String(),
 				FromFirstByte: h.first, Cumulative: cum, Sum: h.h.sum, Count: h.h.count})
 		}
 	}
