@@ -10,6 +10,7 @@ package agent
 // the data path does not hold.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -22,6 +23,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
@@ -109,6 +112,13 @@ type clusterBudgets struct {
 	withheld  uint64
 	published uint64
 	lastMode  cluster.Mode
+	// heldSince[i][b]: since when broker b has held budget i's raise up
+	// without a break (HoldingRaise); lastTick: the newest tick's time.
+	// Status and the metrics name each broker with its own wait, so one
+	// that is merely a tick late acknowledging each round is not taken for
+	// the one that never does.
+	heldSince []map[cluster.BrokerID]time.Duration
+	lastTick  time.Duration
 }
 
 // clusterUsageIntervals is how many refresh intervals a budget's reported
@@ -454,6 +464,7 @@ func (cb *clusterBudgets) tick(now time.Duration, lower func(i int, share float6
 		}
 	}
 	r := cb.core.Step(now, cb.locals)
+	cb.followHolders(now)
 	written := true
 	if cb.enforcing() {
 		for i, share := range cb.core.Applied() {
@@ -489,6 +500,50 @@ func (cb *clusterBudgets) tick(now time.Duration, lower func(i int, share float6
 				"held_back", e.HeldBack, "applied", e.Applied, "led", e.Led, "mode", cb.core.Mode().String(), "target", cb.targetOf(i))
 		}
 	}
+}
+
+// followHolders records since when each budget's raise has been held up by
+// other brokers.
+func (cb *clusterBudgets) followHolders(now time.Duration) {
+	if len(cb.heldSince) != len(cb.budgets) {
+		cb.heldSince = make([]map[cluster.BrokerID]time.Duration, len(cb.budgets))
+		for i := range cb.heldSince {
+			cb.heldSince[i] = map[cluster.BrokerID]time.Duration{}
+		}
+	}
+	cb.lastTick = now
+	for i := range cb.budgets {
+		holders := cb.core.HoldingRaise(i)
+		for b := range cb.heldSince[i] {
+			if !slices.Contains(holders, b) {
+				delete(cb.heldSince[i], b)
+			}
+		}
+		for _, b := range holders {
+			if _, ok := cb.heldSince[i][b]; !ok {
+				cb.heldSince[i][b] = now
+			}
+		}
+	}
+}
+
+// raiseHolders are the brokers holding budget i's raise up, each with how
+// long it has without a break, the longest first.
+func (cb *clusterBudgets) raiseHolders(i int) []status.ClusterRaiseHolder {
+	if i >= len(cb.heldSince) {
+		return nil
+	}
+	var out []status.ClusterRaiseHolder
+	for b, since := range cb.heldSince[i] {
+		out = append(out, status.ClusterRaiseHolder{Broker: int32(b), Seconds: (cb.lastTick - since).Seconds()})
+	}
+	slices.SortFunc(out, func(x, y status.ClusterRaiseHolder) int {
+		if x.Seconds != y.Seconds {
+			return cmp.Compare(y.Seconds, x.Seconds)
+		}
+		return cmp.Compare(x.Broker, y.Broker)
+	})
+	return out
 }
 
 // targetOf is this host's target for budget i in the round it acts on (0
@@ -632,6 +687,7 @@ func (cb *clusterBudgets) view() *status.ClusterView {
 			s := pending.Share(me, i)
 			bv.Target, bv.Reserved = status.Bps(s.Target), status.Bps(s.Reserved)
 		}
+		bv.RaiseHeldBy = cb.raiseHolders(i)
 		bv.Why = cb.why(i, hasPending)
 		for bi, id := range slices.Sorted(slices.Values(cb.cfg.Brokers)) {
 			r, ok := v.Latest(bi)
@@ -667,9 +723,22 @@ func (cb *clusterBudgets) why(i int, hasPending bool) string {
 	pending, _ := core.Pending()
 	target := pending.Share(cb.myIndex(), i).Target
 	if applied < target {
+		if holders := cb.raiseHolders(i); len(holders) > 0 {
+			return fmt.Sprintf("raising to round %d's target once every live broker reports it lowered: waiting for %s",
+				pending.Round, holderList(holders))
+		}
 		return fmt.Sprintf("raising to round %d's target once every live broker reports it lowered", pending.Round)
 	}
 	return fmt.Sprintf("round %d's target", pending.Round)
+}
+
+// holderList says "broker 3 (41.0 s), broker 1 (0.2 s)".
+func holderList(hs []status.ClusterRaiseHolder) string {
+	parts := make([]string, len(hs))
+	for i, h := range hs {
+		parts[i] = "broker " + strconv.FormatInt(int64(h.Broker), 10) + " (" + strconv.FormatFloat(h.Seconds, 'f', 1, 64) + " s)"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func directionName(produce bool) string {

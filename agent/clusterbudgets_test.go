@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/status"
@@ -97,6 +99,9 @@ type clusterRig struct {
 	// raises[b]: ticks of host b that raised a share (the daemon runs a
 	// control cycle at once after each).
 	raises [3]int
+	// frozen[b]: host b's agent is stuck: its clock runs, it neither cycles
+	// nor reads the topic nor reports.
+	frozen [3]bool
 }
 
 func newClusterRig(t *testing.T, extra string) *clusterRig {
@@ -156,6 +161,9 @@ func (c *clusterRig) second(check func()) {
 	for k := range ticks {
 		for b, r := range c.rigs {
 			r.clock.advance(ClusterTickInterval)
+			if c.frozen[b] {
+				continue
+			}
 			if k == b*ticks/len(c.rigs) {
 				id := c.backfillID(b)
 				limit := r.sh.rates[maps.Fetch][id]
@@ -606,4 +614,85 @@ func TestClusterBudgetsLimitFromKafka(t *testing.T) {
 	if v := c.view(0).Budgets[0]; !math.IsInf(float64(v.Limit), 1) {
 		t.Fatalf("limit %v after the quota was deleted, want none", v.Limit)
 	}
+}
+
+// A stuck agent holds the others' raises: status names it, with the time
+// it has waited, in the budget's why and raise_held_by, and the metric
+// labelled with its id grows until the stuck host is reclaimed; then the
+// raise proceeds and the series is gone. A broker that only acknowledges
+// each round a moment after it closes holds the raise for that moment, and
+// its wait starts again each time.
+func TestClusterBudgetsNameTheBrokerHoldingARaise(t *testing.T) {
+	c := newClusterRig(t, "")
+	for range 10 {
+		c.second(func() {})
+	}
+	if v := c.view(1).Budgets[0]; len(v.RaiseHeldBy) != 0 {
+		t.Fatalf("converged, yet host 2's raise is held by %v", v.RaiseHeldBy)
+	}
+	// Host 3's agent hangs; broker 1's client goes quiet, so host 2 may
+	// take its share once every live broker reports the new round.
+	c.frozen[2] = true
+	c.demand[0] = 10
+	longest, reclaimed := 0.0, false
+	for range 20 {
+		c.second(func() {})
+		v := c.view(1).Budgets[0]
+		three := slices.IndexFunc(v.RaiseHeldBy, func(h status.ClusterRaiseHolder) bool { return h.Broker == 3 })
+		if three < 0 && longest > 0 {
+			reclaimed = true // broker 3 is no longer live in the round
+			break
+		}
+		if three < 0 || v.RaiseHeldBy[three].Seconds < longest || !strings.Contains(v.Why, "broker 3 (") {
+			t.Fatalf("host 2's raise held by %v (%q): want broker 3 named, its wait growing from %v s", v.RaiseHeldBy, v.Why, longest)
+		}
+		for _, h := range v.RaiseHeldBy {
+			if h.Broker != 3 && h.Seconds > 1 {
+				t.Fatalf("broker %d, which acknowledges every round, named as holding the raise for %v s", h.Broker, h.Seconds)
+			}
+		}
+		longest = v.RaiseHeldBy[three].Seconds
+		m := NewMetrics(c.rigs[1].a, c.rigs[1].dp, MetricsInfo{})
+		families, err := m.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, f := range families {
+			if f.GetName() == "sluice_cluster_budget_raise_held_seconds" {
+				for _, mm := range f.GetMetric() {
+					for _, l := range mm.GetLabel() {
+						found = found || l.GetName() == "held_by" && l.GetValue() == "3" && mm.GetGauge().GetValue() == longest
+					}
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("no sluice_cluster_budget_raise_held_seconds{held_by=\"3\"} = %v in the scrape", longest)
+		}
+	}
+	if longest < 2 || !reclaimed {
+		t.Fatalf("host 2's raise waited %v s on broker 3, reclaimed %v; want seconds of waiting named, then broker 3 reclaimed", longest, reclaimed)
+	}
+	c.second(func() {})
+	if v := c.view(1).Budgets[0]; float64(v.Share) < float64(v.Target) {
+		t.Fatalf("broker 3 reclaimed, yet host 2 holds %v of its %v target (%q)", v.Share, v.Target, v.Why)
+	}
+	t.Logf("host 2's raise waited %.1f s on broker 3, then went ahead without it", longest)
+}
+
+// heldRaiseFamilies scrapes host 2 of three while host 3's agent is stuck
+// and host 2 waits on it to raise: the families only then exported.
+func heldRaiseFamilies(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	c := newClusterRig(t, "")
+	for range 10 {
+		c.second(func() {})
+	}
+	c.frozen[2] = true
+	c.demand[0] = 10
+	for range 3 {
+		c.second(func() {})
+	}
+	return scrape(t, NewMetrics(c.rigs[1].a, c.rigs[1].dp, MetricsInfo{}))
 }

@@ -17,6 +17,7 @@ type clusterCollector struct {
 	reports, published, withheld, stateFailures                      *prometheus.Desc
 	topicPublishFailed, topicUndecodable, topicErrors, topicLateAcks *prometheus.Desc
 	topicLag, topicCaughtUp                                          *prometheus.Desc
+	raiseHeld                                                        *prometheus.Desc
 }
 
 func newClusterCollector(a *Agent) *clusterCollector {
@@ -38,6 +39,8 @@ func newClusterCollector(a *Agent) *clusterCollector {
 		share:       d("budget_share_bytes_per_second", "This host's share of a cluster budget: the entity's local limit (in shadow mode, what it would be).", budget...),
 		target:      d("budget_target_bytes_per_second", "This host's target in the round it acts on (the share rises to it once every live broker reports having lowered).", budget...),
 		reserve:     d("budget_reserved_bytes_per_second", "The reserved part of this host's target: the entity's local reservation.", budget...),
+		raiseHeld: d("budget_raise_held_seconds", "How long this host's raise of a cluster budget has waited on a broker (labelled by its id) that is live in the round and has not reported it lowered; no series while no broker holds it up.",
+			append(budget, "held_by")...),
 
 		reports:       d("reports_received_total", "Reports read from the coordination topic, by verdict: accepted, outside (another configuration's broker: counted outside the budget, not split), or ignored (duplicate, stale, fenced, conflict, malformed, foreign, unknown_broker, round_jump).", "verdict"),
 		published:     d("reports_published_total", "Reports this agent handed to the producer."),
@@ -56,7 +59,7 @@ func newClusterCollector(a *Agent) *clusterCollector {
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.lease, c.rebuilding, c.round, c.processed, c.epoch,
 		c.limit, c.reservation, c.usage, c.share, c.target, c.reserve, c.reports, c.published, c.withheld, c.stateFailures,
-		c.topicPublishFailed, c.topicUndecodable, c.topicErrors, c.topicLateAcks, c.topicLag, c.topicCaughtUp} {
+		c.topicPublishFailed, c.topicUndecodable, c.topicErrors, c.topicLateAcks, c.topicLag, c.topicCaughtUp, c.raiseHeld} {
 		ch <- d
 	}
 }
@@ -89,6 +92,9 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.share, finiteOrInf(b.Share), l...)
 		gauge(c.target, finiteOrInf(b.Target), l...)
 		gauge(c.reserve, float64(b.Reserved), l...)
+		for _, h := range b.RaiseHeldBy {
+			gauge(c.raiseHeld, h.Seconds, append(l, itoa32(h.Broker))...)
+		}
 	}
 	for verdict, n := range v.Reports {
 		counter(c.reports, n, verdict)

@@ -101,6 +101,7 @@ var labelBounds = map[string]string{
 	"name":        "cluster.name (one value per process)",
 	"broker":      "cluster.broker_id (one value per process)",
 	"verdict":     "a fixed list: `accepted`, `duplicate`, `stale`, `fenced`, `conflict`, `malformed`, `foreign`, `unknown_broker`, `round_jump`, `outside`",
+	"held_by":     "the ids in cluster.brokers (one series per broker holding a raise up, none while no raise waits)",
 }
 
 // metricsDoc renders docs/metrics.md from a scrape's sluice_ families.
@@ -179,6 +180,13 @@ func TestMetricsMatchTheCommittedList(t *testing.T) {
 	r.a.ObserveLatency(sluicemaps.LatencyEvent{Bound: [2]uint32{id, id}, APIKey: 0, FirstByte: time.Second,
 		LastByte: time.Second + time.Millisecond, Response: time.Second + 4*time.Millisecond})
 	families := scrape(t, m)
+	// Families only a cluster of several brokers exports: a raise held up
+	// by a stuck broker (sluice_cluster_budget_raise_held_seconds).
+	for name, f := range heldRaiseFamilies(t) {
+		if _, ok := families[name]; !ok {
+			families[name] = f
+		}
+	}
 
 	var got []string
 	for name, f := range families {

@@ -317,14 +317,26 @@ type ClusterBudgetView struct {
 	SumUsage float64 `json:"sum_usage"`
 	// Share is what this host applies (or would, in shadow mode); Target
 	// and Reserved are its round's.
-	Share    Bps                 `json:"share"`
-	Target   Bps                 `json:"target"`
-	Reserved Bps                 `json:"reserved"`
-	Usage    float64             `json:"usage"`
-	HeldBack bool                `json:"held_back"`
-	Led      uint32              `json:"led"`
-	Why      string              `json:"why"`
-	Brokers  []ClusterBrokerView `json:"brokers"`
+	Share    Bps     `json:"share"`
+	Target   Bps     `json:"target"`
+	Reserved Bps     `json:"reserved"`
+	Usage    float64 `json:"usage"`
+	HeldBack bool    `json:"held_back"`
+	Led      uint32  `json:"led"`
+	Why      string  `json:"why"`
+	// RaiseHeldBy: the brokers holding this host's raise up (live in the
+	// round, not yet reporting it lowered: not processing the round, or
+	// still above their target), each with how long it has without a
+	// break, the longest first; empty when no raise waits on another
+	// broker.
+	RaiseHeldBy []ClusterRaiseHolder `json:"raise_held_by,omitempty"`
+	Brokers     []ClusterBrokerView  `json:"brokers"`
+}
+
+// ClusterRaiseHolder is a broker holding a raise up, and for how long.
+type ClusterRaiseHolder struct {
+	Broker  int32   `json:"broker"`
+	Seconds float64 `json:"seconds"`
 }
 
 // ClusterBrokerView is one broker's last accepted report for a budget.
