@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/apply"
+	"github.com/sluice-dev/sluice/agent/clusterbudget"
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/agent/kafkaquotas"
@@ -104,7 +105,7 @@ type Agent struct {
 	// breakers whose hold is an input to each direction's allocation.
 	objectives *objectives.Tracker
 	// cluster: the cluster budgets (nil without a cluster section).
-	cluster *clusterBudgets
+	cluster *clusterbudget.Budgets
 }
 
 // publishedView is the publish stage's: the snapshot status and metrics
@@ -389,7 +390,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		a.cluster = cb
 		defer func() { // err: New's result
 			if err != nil {
-				cb.stop()
+				cb.Stop()
 			}
 		}()
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/agent/apply"
+	"github.com/sluice-dev/sluice/agent/clusterbudget"
 	"github.com/sluice-dev/sluice/agent/entity"
 	"github.com/sluice-dev/sluice/allocator"
 	"github.com/sluice-dev/sluice/maps"
@@ -156,8 +157,8 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		inForce, _ := a.rates.InForce(dir, uint32(id))
 		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, inForce)
 		if a.limits.Governed(id, dc.dir) { // few entities: the budget's usage
-			if b, ok := a.cluster.budgetOf(key, dc.dir); ok {
-				a.cluster.measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterUsageIntervals)), float64(delta)/interval, h.Throttled)
+			if b, ok := a.cluster.BudgetOf(key, dc.dir); ok {
+				a.cluster.Measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterbudget.UsageIntervals)), float64(delta)/interval, h.Throttled)
 			}
 		}
 

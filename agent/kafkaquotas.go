@@ -34,7 +34,7 @@ func (a *Agent) pullKafkaQuotas() {
 	if !changed {
 		return
 	}
-	a.cluster.kafkaLimits(quotas)
+	a.cluster.KafkaLimits(quotas)
 	a.rebuildPolicy()
 	a.log.Info("kafka client quotas imported", "clients", len(quotas.Clients), "client_default", quotas.ClientDefault != (config.Quota{}),
 		"skipped", stats.Skipped, "left_out_for_room", a.metadata.kafka.Held().Trimmed)

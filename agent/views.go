@@ -95,7 +95,7 @@ func (a *Agent) view() *status.Snapshot {
 			IdentitiesReclaimed: a.identity.conns.IdentitiesReclaimed},
 		CycleSeconds:         a.cfg.RefreshInterval.Seconds(),
 		KafkaQuotas:          a.metadata.kafka.View(),
-		Cluster:              a.cluster.view(),
+		Cluster:              a.cluster.View(),
 		Hooks:                a.host.blind.view(),
 		Objectives:           a.objectives.Views(),
 		ObjectiveTransitions: a.objectives.Transitions(),
@@ -224,7 +224,7 @@ func (a *Agent) StopMetadata() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.metadata.stopTopics()
-	a.cluster.stop()
+	a.cluster.Stop()
 }
 
 // CloseShaper takes the shaper the agent built (Deps.NewShaper) off the
