@@ -351,6 +351,17 @@ func (a *Agent) raise() {
 	if t.Round != a.view.Targets().Round || t.Round < a.processedSent || t.Round < a.view.MaxProcessed(a.me) {
 		return
 	}
+	// A round that counts configured brokers outside because this View has
+	// no report of them splits L · live ÷ members, but those brokers split
+	// by their own views, which still count this host at what it last
+	// reported: raising to this round's target could add to what they
+	// hold (simulation seed 977601: a host restarted onto an emptied log
+	// raised to L ÷ 3 while the others held rounds that gave it 1.8 of 19).
+	// Lowering is always safe; the raise waits until they are seen or K
+	// reports show them gone.
+	if t.Unseen > 0 {
+		return
+	}
 	for b, live := range t.Live {
 		if b == a.me || !live {
 			continue

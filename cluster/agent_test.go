@@ -222,3 +222,29 @@ func TestRoundIsAcknowledgedAtOnce(t *testing.T) {
 		t.Fatalf("got %+v, want an acknowledgement of round 3 before broker 2's next period", ack)
 	}
 }
+
+// A host whose View has no report of the other configured brokers (it
+// started on an emptied or truncated log) counts them outside and splits
+// its part, L ÷ 3 here; but they split by their own views, which still
+// count it at what it last reported. It lowers to such a round, never
+// raises on it (simulation seed 977601 raised from 1.8 to 6.3 of 19).
+func TestNoRaiseOnARoundWithUnseenBrokers(t *testing.T) {
+	cfg := testConfig()
+	a := startAgent(t, cfg, 1, 2*mb, 0)
+	b := &bus{cursors: map[*Agent]int{}}
+	held := []Local{{Usage: 2 * mb, HeldBack: true, Led: 1}}
+	for now := time.Duration(0); now < 6*time.Second; now += tick {
+		b.send(a.Step(now, held))
+		b.read(a, now)
+	}
+	p, ok := a.Pending()
+	if !ok || a.Rebuilding() || p.Unseen != 2 {
+		t.Fatalf("pending %v (round %d, unseen %d), rebuilding %v: want a round counting brokers 2 and 3 unseen", ok, p.Round, p.Unseen, a.Rebuilding())
+	}
+	if target := p.Share(0, 0).Target; target <= 2*mb {
+		t.Fatalf("target %v: the case needs a round whose target is above what the host holds", target)
+	}
+	if got := a.Applied()[0]; got > 2*mb {
+		t.Fatalf("raised to %v on a round with unseen brokers; want at most the 2 MB/s it held", got)
+	}
+}

@@ -33,6 +33,13 @@ type Targets struct {
 	// Outside is the number of brokers reporting from outside the budget
 	// (another configuration); Members the count the round's part is of.
 	Outside, Members int
+	// Unseen is how many of the Outside are configured brokers this View
+	// has no report of yet (its history is partial: retention, an emptied
+	// log, a new process). Unlike another configuration's brokers, they do
+	// not hold themselves to their part: each splits by its own view, in
+	// which this host still holds what it last reported. Agent.raise makes
+	// no raise on such a round.
+	Unseen int
 }
 
 // Budget is an entity's cluster-wide limit and reservation.
@@ -47,7 +54,7 @@ func (t *Targets) Share(i, e int) Share {
 // CopyFrom makes t a deep copy of o, reusing t's slices.
 func (t *Targets) CopyFrom(o *Targets) {
 	t.Round, t.Previous, t.LiveCount = o.Round, o.Previous, o.LiveCount
-	t.Outside, t.Members = o.Outside, o.Members
+	t.Outside, t.Members, t.Unseen = o.Outside, o.Members, o.Unseen
 	t.Split = append(t.Split[:0], o.Split...)
 	t.Live = append(t.Live[:0], o.Live...)
 	t.Shares = append(t.Shares[:0], o.Shares...)
@@ -56,7 +63,7 @@ func (t *Targets) CopyFrom(o *Targets) {
 
 // Equal reports whether two target sets are identical, bit for bit.
 func (t *Targets) Equal(o *Targets) bool {
-	if t.Round != o.Round || t.Previous != o.Previous || t.LiveCount != o.LiveCount || t.Outside != o.Outside || t.Members != o.Members ||
+	if t.Round != o.Round || t.Previous != o.Previous || t.LiveCount != o.LiveCount || t.Outside != o.Outside || t.Members != o.Members || t.Unseen != o.Unseen ||
 		len(t.Live) != len(o.Live) || len(t.Shares) != len(o.Shares) || len(t.Split) != len(o.Split) {
 		return false
 	}
@@ -396,7 +403,7 @@ func (v *View) computeTargets(round uint64) {
 	t.LiveCount = 0
 	clear(t.Shares)
 	v.liveIdx = v.liveIdx[:0]
-	outside, members := 0, len(v.cfg.Brokers)
+	outside, members, unseen := 0, len(v.cfg.Brokers), 0
 	for i := range v.brokers {
 		b := &v.brokers[i]
 		alive := b.seen && !v.silent(i)
@@ -416,6 +423,7 @@ func (v *View) computeTargets(round uint64) {
 		// hands its share to the brokers it knows.
 		if !b.seen && v.madeSince(i, v.origin) < v.k {
 			outside++
+			unseen++
 		}
 	}
 	for _, o := range v.outsiders {
@@ -426,7 +434,7 @@ func (v *View) computeTargets(round uint64) {
 	}
 	t.LiveCount = len(v.liveIdx)
 	members = max(members, t.LiveCount+outside)
-	t.Outside, t.Members = outside, members
+	t.Outside, t.Members, t.Unseen = outside, members, unseen
 	clear(t.Budgets)
 	clear(t.Split)
 	if t.LiveCount == 0 {
