@@ -174,7 +174,7 @@ bench-once: $(BPF_OBJ) ## run every benchmark once (-benchtime 1x): a benchmark 
 
 .PHONY: kafka-check
 kafka-check: $(BPF_OBJ) kafka-deps ## the scenarios on real Apache Kafka with the Java client; writes kafka-results.json (root)
-	$(GO) test -count=1 -v -timeout 20m -run '^TestKafka' ./test/e2e/ -args -results $(CURDIR)/kafka-results.json -kafka-libs $(CURDIR)/$(KAFKA_LIB)
+	$(GO) test -count=1 -v -timeout 30m -run '^TestKafka' ./test/e2e/ -args -results $(CURDIR)/kafka-results.json -kafka-libs $(CURDIR)/$(KAFKA_LIB)
 
 .PHONY: adversarial
 adversarial: $(BPF_OBJ) ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)

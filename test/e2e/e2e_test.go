@@ -104,6 +104,13 @@ func leftovers() []string {
 			}
 		}
 	}
+	// A systemd TestKafkaSystemdRestart booted in a namespace (this host's
+	// init is not systemd).
+	if pids, _ := exec.Command("pgrep", "-f", "-d", " ", "^/lib/systemd/systemd --system --unit=basic.target").Output(); len(pids) > 0 {
+		for _, pid := range strings.Fields(string(pids)) {
+			out = append(out, "systemd process "+pid)
+		}
+	}
 	// The real brokers and Java tools of the TestKafka scenarios.
 	if pids, _ := exec.Command("pgrep", "-f", "-d", " ", "test/kafka/lib/").Output(); len(pids) > 0 {
 		for _, pid := range strings.Fields(string(pids)) {
