@@ -244,8 +244,8 @@ func (a *Attachment) attachLegacy(iface netlink.Link) error {
 		// An earlier agent's filter at the wrong position (a release that
 		// took the first free pref, or the other attach_position) goes once
 		// the new one runs: make before break.
-		if slot.stale != nil && stillSluices(iface, slot.stale) {
-			if err := netlink.FilterDel(slot.stale); err != nil && !errors.Is(err, unix.ENOENT) {
+		if slot.stale != nil {
+			if err := deleteFilter(iface, slot.stale); err != nil && !errors.Is(err, errForeignFilter) {
 				a.detachLegacy()
 				return fmt.Errorf("move %s filter on %s from pref %d to %d: delete the old one: %w", f.name, a.Interface, slot.stale.Priority, slot.pref, err)
 			}
@@ -363,21 +363,6 @@ func legacySlot(iface netlink.Link, parent uint32, name string, pos Position) (s
 // Ahead names it.
 const firstEmptyPref = 2
 
-// stillSluices: the filter at f's parent, pref and handle is still
-// sluice's filter of f's name (another tool may have replaced it since).
-func stillSluices(iface netlink.Link, f *netlink.BpfFilter) bool {
-	filters, err := netlink.FilterList(iface, f.Parent)
-	if err != nil {
-		return false
-	}
-	for _, g := range filters {
-		if b, ok := g.(*netlink.BpfFilter); ok && b.Priority == f.Priority && b.Handle == f.Handle {
-			return isSluiceFilter(b, f.Name)
-		}
-	}
-	return false
-}
-
 // isSluiceFilter says whether a bpf filter is sluice's filter of that name:
 // the name it was attached under and the name of the program it runs both
 // say so. A filter another tool named alike runs another program and is
@@ -452,10 +437,12 @@ func (a *Attachment) detachLegacy() error {
 	for _, f := range a.filters {
 		// Delete the filter at sluice's slot only if it is still sluice's:
 		// one another tool put there since is left.
-		if iface, err := netlink.LinkByIndex(a.Index); err == nil && !stillSluices(iface, f) {
+		iface, err := netlink.LinkByIndex(a.Index)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete %s filter on %s: %w", f.Name, a.Interface, err))
 			continue
 		}
-		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := deleteFilter(iface, f); err != nil && !errors.Is(err, errForeignFilter) {
 			errs = append(errs, fmt.Errorf("delete %s filter on %s: %w", f.Name, a.Interface, err))
 		}
 	}
@@ -773,8 +760,10 @@ func removeLeftoverFiltersOn(link netlink.Link) (removed bool, err error) {
 			continue // no clsact
 		}
 		for _, f := range filters {
-			if b, ok := f.(*netlink.BpfFilter); ok && (isSluiceFilter(b, ingressFilterName) || isSluiceFilter(b, egressFilterName)) {
-				if err := netlink.FilterDel(b); err != nil && !errors.Is(err, unix.ENOENT) {
+			if b, ok := f.(*netlink.BpfFilter); ok && (b.Name == ingressFilterName || b.Name == egressFilterName) {
+				if err := deleteFilter(link, b); errors.Is(err, errForeignFilter) {
+					continue // named alike, another program: not sluice's
+				} else if err != nil {
 					errs = append(errs, fmt.Errorf("delete %s on %s: %w", b.Name, link.Attrs().Name, err))
 					continue
 				}

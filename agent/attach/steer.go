@@ -61,8 +61,8 @@ func Steer(ifindex int, selectProg *ebpf.Program, target int) (addedClsact bool,
 	}
 	// An earlier agent's steering filter ahead of sluice_egress's goes once
 	// the new one runs after it.
-	if s.stale != nil && stillSluices(link, s.stale) {
-		if err := netlink.FilterDel(s.stale); err != nil && !errors.Is(err, unix.ENOENT) {
+	if s.stale != nil {
+		if err := deleteFilter(link, s.stale); err != nil && !errors.Is(err, errForeignFilter) {
 			undo()
 			return false, fmt.Errorf("move the egress steering filter on %s from pref %d: %w", link.Attrs().Name, s.stale.Priority, err)
 		}
@@ -154,8 +154,8 @@ func Unsteer(ifindex int) error {
 	}
 	var errs []error
 	for _, f := range filters {
-		if bf, ok := f.(*netlink.BpfFilter); ok && isSluiceFilter(bf, steerFilterName) {
-			if err := netlink.FilterDel(bf); err != nil && !errors.Is(err, unix.ENOENT) {
+		if bf, ok := f.(*netlink.BpfFilter); ok && bf.Name == steerFilterName {
+			if err := deleteFilter(link, bf); err != nil && !errors.Is(err, errForeignFilter) {
 				errs = append(errs, fmt.Errorf("delete the egress steering filter on %s: %w", link.Attrs().Name, err))
 			}
 		}

@@ -104,11 +104,12 @@ func removeLeftovers(pinPath string, ifindexes map[int]bool, recordedIFBs, recor
 		say("interface " + name + ": sluice's trees, IFB devices and filters removed")
 	}
 	// IFB devices the record names that are still there (their trees went
-	// with them above, or they had none).
+	// with them above, or they had none). They were marked again above: the
+	// deleter goes by name and mark like every removal of an IFB.
 	for idx, name := range ifbs {
 		if l, err := netlink.LinkByIndex(idx); err == nil && l.Attrs().Name == name && l.Type() == "ifb" {
-			if err := netlink.LinkDel(l); err != nil {
-				errs = append(errs, fmt.Errorf("delete %s: %w", name, err))
+			if err := shaper.DeleteIFB(l); err != nil {
+				errs = append(errs, err)
 			} else {
 				say("IFB device " + name + " (recorded as sluice's) removed")
 			}

@@ -94,16 +94,16 @@ func ProbeFQ(in func(func() error) error) error {
 		in = InCurrentNamespace
 	}
 	return in(func() error {
-		name := fmt.Sprintf("slprobe%d", os.Getpid()%100000)
+		name := probeIFBName(os.Getpid())
 		probe := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name}}
 		if err := netlink.LinkAdd(probe); err != nil {
 			return fmt.Errorf("probe fq: %w", err)
 		}
-		defer netlink.LinkDel(probe)
 		link, err := netlink.LinkByName(name)
 		if err != nil {
 			return err
 		}
+		defer deleteIFB(link, true) // made by this call, never marked
 		return addFQ(link)
 	})
 }
@@ -164,7 +164,7 @@ func (b *BPF) Close() error {
 			b.dev = nil
 		}
 		if b.ifb != nil {
-			errs = append(errs, netlink.LinkDel(b.ifb))
+			errs = append(errs, DeleteIFB(b.ifb))
 			b.ifb = nil
 		}
 		return errors.Join(errs...)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/sluice-dev/sluice/agent/shaping"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -72,25 +71,6 @@ const (
 // ErrForeignRootQdisc: the device's root qdisc was configured by someone
 // else; sluice never replaces it.
 var ErrForeignRootQdisc = errors.New("device has a root qdisc sluice did not create")
-
-// ErrForeignDevice: a device sluice did not make holds one of its names.
-var ErrForeignDevice = errors.New("a device sluice did not make holds its name")
-
-// IFBName is the ingress device sluice creates for an interface.
-func IFBName(ifindex int) string { return fmt.Sprintf("slifb%d", ifindex) }
-
-// InterfaceOfIFB is the index of the interface one of sluice's IFB names
-// (IFBName, and the shared trees' slifbi/slifbe) was made for.
-func InterfaceOfIFB(name string) (int, bool) {
-	m := ifbNames.FindStringSubmatch(name)
-	if m == nil {
-		return 0, false
-	}
-	idx, err := strconv.Atoi(m[1])
-	return idx, err == nil
-}
-
-var ifbNames = regexp.MustCompile(`^slifb[ie]?([0-9]+)$`)
 
 // HTB is the htb backend for one interface.
 type HTB struct {
@@ -189,7 +169,7 @@ func newHTB(ifindex int, classes ClassWriter, delay time.Duration) (*HTB, error)
 			h.trees = [2]*htbTree{}
 		}
 		restoreRoot(dev, ifb)
-		netlink.LinkDel(ifb)
+		DeleteIFB(ifb)
 	}
 	// Class ids pinned by an earlier agent or backend mean nothing to a new tree.
 	if err := classes.ClearClasses(); err != nil {
@@ -252,8 +232,8 @@ func RemoveLeftoverTrees(ifindex int, in func(func() error) error) error {
 				return fmt.Errorf("htb: delete the tree left on %s: %w", dev.Attrs().Name, err)
 			}
 		}
-		if err := netlink.LinkDel(ifb); err != nil {
-			return fmt.Errorf("htb: delete %s left by an earlier agent: %w", ifb.Attrs().Name, err)
+		if err := DeleteIFB(ifb); err != nil {
+			return fmt.Errorf("htb: the IFB left by an earlier agent: %w", err)
 		}
 		return nil
 	})
@@ -515,43 +495,6 @@ func newTree(link netlink.Link) (*htbTree, error) {
 	return t, nil
 }
 
-// LeftIFB finds the IFB device an earlier agent left under one of
-// sluice's names: nil when there is none, an error when a device that is
-// not an IFB holds the name (not sluice's: never deleted or used).
-func LeftIFB(name string) (netlink.Link, error) {
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		var notFound netlink.LinkNotFoundError
-		if errors.As(err, &notFound) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("find %s: %w", name, err)
-	}
-	if link.Type() != "ifb" {
-		return nil, fmt.Errorf("%w: a %s device named %s exists: sluice names its IFB devices so, and touches no device it did not make; rename or remove it", ErrForeignDevice, link.Type(), name)
-	}
-	if !IsSluiceIFB(link) {
-		return nil, fmt.Errorf("%w: an IFB device named %s exists without sluice's alias (%q) or tree: sluice touches no device it did not make; rename or remove it",
-			ErrForeignDevice, name, ifbAlias)
-	}
-	return link, nil
-}
-
-// ifbAlias marks the IFB devices sluice makes: written right after the
-// device is created (the kernel ignores an alias in the creating message),
-// and kept by the kernel with the device (ip link shows it), so a later
-// agent or `sluice unload` knows the device by more than its name.
-const ifbAlias = "sluice: ifb"
-
-// IsSluiceIFB says whether an IFB device under one of sluice's names is
-// sluice's: it carries an alias sluice wrote ("sluice: …"), or, made by a
-// release before the alias (or left between its creation and the alias),
-// sluice's own root qdisc on it: an htb with sluice's signature (treeOf,
-// marked or not: the device's name is sluice's too), or fq at handle 1:.
-func IsSluiceIFB(link netlink.Link) bool {
-	return link.Type() == "ifb" && (strings.HasPrefix(link.Attrs().Alias, "sluice:") || treeOf(link) != notOurs || ownRoot(link, "fq"))
-}
-
 // AddedClsact lists the interfaces whose clsact qdisc this shaper added for
 // its steering filters (index → name): the daemon records them
 // (maps.RecordOwned).
@@ -563,26 +506,6 @@ func (h *HTB) AddedClsact() map[int]string {
 	return out
 }
 
-// MarkIFB writes sluice's alias on an IFB device the pinned record says
-// sluice made (sluice unload, when the alias was lost).
-func MarkIFB(link netlink.Link) error { return netlink.LinkSetAlias(link, ifbAlias) }
-
-// newIFB creates an IFB device named so and marks it sluice's (ifbAlias).
-func newIFB(name string) (netlink.Link, error) {
-	if err := netlink.LinkAdd(&netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: name, TxQLen: 1000}}); err != nil {
-		return nil, fmt.Errorf("create %s: %w", name, err)
-	}
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		return nil, fmt.Errorf("find %s: %w", name, err)
-	}
-	if err := netlink.LinkSetAlias(link, ifbAlias); err != nil {
-		netlink.LinkDel(link)
-		return nil, fmt.Errorf("mark %s as sluice's: %w", name, err)
-	}
-	return link, nil
-}
-
 // newIFBTree creates an IFB device, brings it up and puts a tree on it.
 func newIFBTree(name string) (netlink.Link, *htbTree, error) {
 	link, err := newIFB(name)
@@ -590,21 +513,39 @@ func newIFBTree(name string) (netlink.Link, *htbTree, error) {
 		return nil, nil, fmt.Errorf("htb: %w", err)
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
-		netlink.LinkDel(link)
-		return nil, nil, fmt.Errorf("htb: bring up %s: %w", name, err)
+		return nil, nil, errors.Join(fmt.Errorf("htb: bring up %s: %w", name, err), DeleteIFB(link))
 	}
 	t, err := newTree(link)
 	if err != nil {
-		netlink.LinkDel(link)
-		return nil, nil, fmt.Errorf("htb on %s: %w", name, err)
+		return nil, nil, errors.Join(fmt.Errorf("htb on %s: %w", name, err), DeleteIFB(link))
 	}
 	return link, t, nil
 }
 
+// deleteRoot is the one deleter of the root qdiscs sluice adds: it deletes
+// link's root when it is sluice's, its htb tree (ownTree: by the mark, not
+// the handle) or the edt backend's fq at sluice's handle (ownRoot), and the
+// kernel's default takes its place. A default root (handle 0:) is nothing
+// to delete; any other root is refused with ErrForeignRootQdisc and left.
+// (ReplaceForeignRoot deletes an operator's root only when
+// replace_root_qdisc asks it to.)
 func deleteRoot(link netlink.Link) error {
-	root := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(rootMajor, 0), Parent: netlink.HANDLE_ROOT})
-	if err := netlink.QdiscDel(root); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-		return err
+	qdiscs, err := netlink.QdiscList(link)
+	if err != nil {
+		return fmt.Errorf("list qdiscs of %s: %w", link.Attrs().Name, err)
+	}
+	for _, q := range qdiscs {
+		a := q.Attrs()
+		if a.Parent != netlink.HANDLE_ROOT || a.Handle == 0 {
+			continue
+		}
+		if !ownTree(link) && !ownRoot(link, "fq") {
+			return fmt.Errorf("%w: %s root is %s %x:: left as it is", ErrForeignRootQdisc, link.Attrs().Name, q.Type(), a.Handle>>16)
+		}
+		if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+		return nil
 	}
 	return nil
 }
@@ -897,8 +838,8 @@ func (h *HTB) close() error {
 	}
 	h.addedClsact = nil
 	if h.egressIFB != nil {
-		if err := netlink.LinkDel(h.egressIFB); err != nil {
-			errs = append(errs, fmt.Errorf("htb: delete %s: %w", h.egressIFB.Attrs().Name, err))
+		if err := DeleteIFB(h.egressIFB); err != nil {
+			errs = append(errs, fmt.Errorf("htb: %w", err))
 		}
 		h.egressIFB = nil
 		h.trees[maps.Fetch] = nil // it went with its device
@@ -909,8 +850,8 @@ func (h *HTB) close() error {
 		}
 	}
 	if h.ifb != nil {
-		if err := netlink.LinkDel(h.ifb); err != nil {
-			errs = append(errs, fmt.Errorf("htb: delete %s: %w", h.ifb.Attrs().Name, err))
+		if err := DeleteIFB(h.ifb); err != nil {
+			errs = append(errs, fmt.Errorf("htb: %w", err))
 		}
 		h.ifb = nil
 	}

@@ -147,8 +147,8 @@ func removeSharedLeftovers(ifindex int) error {
 			errs = append(errs, err)
 		}
 		if ifb != nil {
-			if err := netlink.LinkDel(ifb); err != nil {
-				errs = append(errs, fmt.Errorf("htb: delete %s left by an earlier agent: %w", name, err))
+			if err := DeleteIFB(ifb); err != nil {
+				errs = append(errs, fmt.Errorf("htb: the IFB left by an earlier agent: %w", err))
 			}
 		}
 	}
