@@ -36,17 +36,6 @@ type javaPercentiles struct {
 	P999Ms  float64 `json:"p999_ms"`
 }
 
-// toolLogConf is a Java tool's log4j2 configuration: warnings to its
-// stderr, so that its report is alone on stdout.
-const toolLogConf = `appender.err.type = Console
-appender.err.name = err
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.err.ref = err
-`
-
 // ⑩ A latency objective defends a protected Java producer on a real broker
 // (#45 item 3, #51 item 5). protected-app (reserved 1 MB/s) produces 500
 // records a second of 512 B (acks=1, linger.ms=0); the backfill is three
@@ -119,7 +108,7 @@ func TestKafkaLatencyDefence(t *testing.T) {
 	defer a.Stop()
 
 	logConf := filepath.Join(w.Dir, "protected-log4j2.properties")
-	if err := os.WriteFile(logConf, []byte(toolLogConf), 0o644); err != nil {
+	if err := os.WriteFile(logConf, []byte(harness.ToolLog4j2), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	archive := filepath.Join(w.Dir, "protected.jsa")

@@ -37,29 +37,7 @@ import (
 // filters, TCX programs, IFB devices), and the host's /tmp intact.
 func TestKafkaSystemdRestart(t *testing.T) {
 	began := time.Now()
-	w := kafkaWorld(t, harness.Options{Topics: []string{"orders", "events"}, BrokerProtocol: "SASL_PLAINTEXT"})
-	passwords := map[string]string{"alice": "alice-Pw-90ab", "reader": "reader-Pw-77c2", "sluice": "sluice-Pw-3d1e"}
-	for u, p := range passwords {
-		if err := w.Broker.AddSCRAMUser(u, p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	login := func(user string) []string {
-		return []string{"security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512",
-			`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="` + user + `" password="` + passwords[user] + `";`}
-	}
-	// The consumer reads what a producer wrote before any agent ran.
-	fill := javaProducer(t, w, "prefill", "prefill", "events", -1, append(login("reader"), "batch.size=262144", "linger.ms=10")...)
-	for {
-		if n, err := w.Broker.PartitionBytes("events", 0); err == nil && n >= 200<<20 {
-			break
-		}
-		if fill.ExitedEarly() {
-			t.Fatal("the prefill producer exited")
-		}
-		time.Sleep(200 * time.Millisecond) // polling the broker's log, bounded by the test's timeout
-	}
-	fill.Stop()
+	w, passwords, login := restartWorld(t)
 
 	u := bootUnit(t, w)
 	const aliceLimit, sessionLimit = 5e6, 3e6
@@ -78,41 +56,14 @@ func TestKafkaSystemdRestart(t *testing.T) {
 	// The harness reads the agent's status where the unit made its socket.
 	w.Socket = u.sd.Path("/run/sluice/sluice.sock")
 
-	prod := javaProducer(t, w, "alice-producer", "alice-app", "orders", -1, login("alice")...)
-	conf := filepath.Join(w.Dir, "reader.properties")
-	if err := os.WriteFile(conf, []byte("client.id=reader-app\n"+strings.Join(login("reader"), "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := w.StartJava("session-consumer", "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", w.Bootstrap(),
-		"--topic", "events", "--messages", "1000000000", "--timeout", "600000", "--group", "reader-group", "--consumer.config", conf,
-		"--show-detailed-stats", "--reporting-interval", "1000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cons.Stop)
-	if _, err := w.WaitFor(40*time.Second, func(s *status.Snapshot) bool {
-		p, f := entityOf(s, maps.Produce, "user", "alice"), entityOf(s, maps.Fetch, "topic-partition", "events-0")
-		return p != nil && p.Throttled && f != nil && f.Throttled
-	}); err != nil {
-		t.Fatalf("alice and events-0 were not held within 40 s: %v", err)
-	}
+	prod, cons := restartClients(t, w, login)
 	// The unit's agent shapes the broker's interface (it runs in the
 	// broker host's network namespace): what teardown must undo.
 	attached := brokerAttachments(t, w)
 	time.Sleep(3 * time.Second) // settle, as metered does
 	produceTrace, fetchTrace := w.TraceClient(0, meterEvery, prod), w.TraceClient(1, meterEvery, cons)
 	windows := map[string][2]float64{}
-	window := func(name string) {
-		r, err := w.MeterClients(0, 5*time.Second, prod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := w.MeterClients(1, 5*time.Second, cons)
-		if err != nil {
-			t.Fatal(err)
-		}
-		windows[name] = [2]float64{r[0], f[0]}
-	}
+	window := func(name string) { windows[name] = restartWindow(t, w, prod, cons) }
 	window("before")
 	// What the Java tools log from here on is what the changes caused.
 	logs := []string{filepath.Join(w.Dir, "client-alice-producer.log"), filepath.Join(w.Dir, "client-session-consumer.log")}
@@ -144,16 +95,8 @@ func TestKafkaSystemdRestart(t *testing.T) {
 	restartTo := time.Now()
 	ownLimits := limits()
 	loadAfter := loadAverage()
-	pp, err := produceTrace.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := fetchTrace.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peakProduce, peakProduceAt := harness.PeakRate(pp, 2*time.Second, restartFrom, restartTo)
-	peakFetch, peakFetchAt := harness.PeakRate(fp, 2*time.Second, restartFrom, restartTo)
+	peakProduce, peakProduceAt, pp := stopAtPeak(t, produceTrace, restartFrom, restartTo)
+	peakFetch, peakFetchAt, fp := stopAtPeak(t, fetchTrace, restartFrom, restartTo)
 	// When things happened, in seconds from `systemctl restart`: where a
 	// peak falls says which change let it through.
 	since := func(at time.Time) float64 { return at.Sub(restartFrom).Seconds() }

@@ -627,14 +627,68 @@ func TestKafkaLatencyBesideJava(t *testing.T) {
 // within ±5 % of their limits, and no 2-second rate passes 1.05 × the
 // limit while the agents change (the broker's sockets).
 func TestKafkaRestartDurability(t *testing.T) {
-	w := kafkaWorld(t, harness.Options{Topics: []string{"orders", "events"}, BrokerProtocol: "SASL_PLAINTEXT"})
-	passwords := map[string]string{"alice": "alice-Pw-90ab", "reader": "reader-Pw-77c2", "sluice": "sluice-Pw-3d1e"}
+	w, passwords, login := restartWorld(t)
+	const aliceLimit, sessionLimit = 5e6, 3e6
+	cfg := w.WriteConfig("restart", harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", KeepAttached: true,
+		Listeners: "[{port: 9092, protocol: SASL_PLAINTEXT}]",
+		Extra: "sasl: {mechanism: SCRAM-SHA-512, username: sluice, password: " + passwords["sluice"] + "}\n" +
+			"entities:\n  users:\n    alice: {producer_byte_rate: " + itoa(aliceLimit) + "}\n" +
+			"  topic-partitions:\n    events-0: {consumer_byte_rate: " + itoa(sessionLimit) + "}\n"})
+	a, err := w.StartAgent(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { a.Stop() }()
+	prod, cons := restartClients(t, w, login)
+	time.Sleep(3 * time.Second) // settle, as metered does
+	produceTrace, fetchTrace := w.TraceClient(0, meterEvery, prod), w.TraceClient(1, meterEvery, cons)
+	windows := map[string][2]float64{}
+	window := func(name string) { windows[name] = restartWindow(t, w, prod, cons) }
+	restartFrom := time.Now()
+	window("before")
+	a.Kill()
+	if a, err = w.StartAgent(cfg); err != nil {
+		t.Fatal(err)
+	}
+	window("after kill -9")
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if a, err = w.StartAgent(cfg); err != nil {
+		t.Fatal(err)
+	}
+	window("after SIGTERM")
+	restartTo := time.Now()
+	peakProduce, _, _ := stopAtPeak(t, produceTrace, restartFrom, restartTo)
+	peakFetch, _, _ := stopAtPeak(t, fetchTrace, restartFrom, restartTo)
+	pass := peakProduce <= 1.05*aliceLimit && peakFetch <= 1.05*sessionLimit && !prod.ExitedEarly() && !cons.ExitedEarly()
+	for _, r := range windows {
+		pass = pass && within(r[0], aliceLimit, 0.05) && within(r[1], sessionLimit, 0.05)
+	}
+	record(t, Result{
+		Name: "kafka-restart-durability",
+		Pass: pass,
+		Measured: map[string]any{"windows_produce_fetch_bps": windows, "peak_2s_produce_bps": peakProduce, "peak_2s_fetch_bps": peakFetch,
+			"measured_at": meteredAt, "consumer_said": consumerSaid(cons)},
+		Expected: map[string]any{"alice_bps": aliceLimit, "events_0_bps": sessionLimit, "tolerance": 0.05,
+			"peak_2s_max": "1.05 × each limit through both restarts"},
+	})
+}
+
+// restartWorld is the broker of the restart scenarios: SASL (SCRAM-SHA-512)
+// with users alice, reader and sluice, and 200 MB in events-0 written
+// before any agent ran, for a consumer in a fetch session to read. login
+// gives a Java client's properties for a user.
+func restartWorld(t *testing.T) (w *harness.World, passwords map[string]string, login func(user string) []string) {
+	t.Helper()
+	w = kafkaWorld(t, harness.Options{Topics: []string{"orders", "events"}, BrokerProtocol: "SASL_PLAINTEXT"})
+	passwords = map[string]string{"alice": "alice-Pw-90ab", "reader": "reader-Pw-77c2", "sluice": "sluice-Pw-3d1e"}
 	for u, p := range passwords {
 		if err := w.Broker.AddSCRAMUser(u, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	login := func(user string) []string {
+	login = func(user string) []string {
 		return []string{"security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512",
 			`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="` + user + `" password="` + passwords[user] + `";`}
 	}
@@ -650,18 +704,16 @@ func TestKafkaRestartDurability(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // polling the broker's log, bounded by the test's timeout
 	}
 	fill.Stop()
-	const aliceLimit, sessionLimit = 5e6, 3e6
-	cfg := w.WriteConfig("restart", harness.Config{ProduceCapacity: "200MB", FetchCapacity: "200MB", KeepAttached: true,
-		Listeners: "[{port: 9092, protocol: SASL_PLAINTEXT}]",
-		Extra: "sasl: {mechanism: SCRAM-SHA-512, username: sluice, password: " + passwords["sluice"] + "}\n" +
-			"entities:\n  users:\n    alice: {producer_byte_rate: " + itoa(aliceLimit) + "}\n" +
-			"  topic-partitions:\n    events-0: {consumer_byte_rate: " + itoa(sessionLimit) + "}\n"})
-	a, err := w.StartAgent(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { a.Stop() }()
-	prod := javaProducer(t, w, "alice-producer", "alice-app", "orders", -1, login("alice")...)
+	return w, passwords, login
+}
+
+// restartClients starts the restart scenarios' clients, alice's Java
+// producer and reader's Java consumer in a fetch session on events, and
+// returns once the agent holds both (alice's user limit, events-0's
+// topic-partition limit).
+func restartClients(t *testing.T, w *harness.World, login func(user string) []string) (prod, cons *harness.Client) {
+	t.Helper()
+	prod = javaProducer(t, w, "alice-producer", "alice-app", "orders", -1, login("alice")...)
 	conf := filepath.Join(w.Dir, "reader.properties")
 	if err := os.WriteFile(conf, []byte("client.id=reader-app\n"+strings.Join(login("reader"), "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -679,55 +731,32 @@ func TestKafkaRestartDurability(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("alice and events-0 were not held within 40 s: %v", err)
 	}
-	time.Sleep(3 * time.Second) // settle, as metered does
-	produceTrace, fetchTrace := w.TraceClient(0, meterEvery, prod), w.TraceClient(1, meterEvery, cons)
-	windows := map[string][2]float64{}
-	window := func(name string) {
-		r, err := w.MeterClients(0, 5*time.Second, prod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := w.MeterClients(1, 5*time.Second, cons)
-		if err != nil {
-			t.Fatal(err)
-		}
-		windows[name] = [2]float64{r[0], f[0]}
-	}
-	restartFrom := time.Now()
-	window("before")
-	a.Kill()
-	if a, err = w.StartAgent(cfg); err != nil {
-		t.Fatal(err)
-	}
-	window("after kill -9")
-	if err := a.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if a, err = w.StartAgent(cfg); err != nil {
-		t.Fatal(err)
-	}
-	window("after SIGTERM")
-	restartTo := time.Now()
-	pp, err := produceTrace.Stop()
+	return prod, cons
+}
+
+// restartWindow is the producer's and the consumer's rates over the next 5
+// s, from the broker's sockets.
+func restartWindow(t *testing.T, w *harness.World, prod, cons *harness.Client) [2]float64 {
+	t.Helper()
+	r, err := w.MeterClients(0, 5*time.Second, prod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp, err := fetchTrace.Stop()
+	f, err := w.MeterClients(1, 5*time.Second, cons)
 	if err != nil {
 		t.Fatal(err)
 	}
-	peakProduce, _ := harness.PeakRate(pp, 2*time.Second, restartFrom, restartTo)
-	peakFetch, _ := harness.PeakRate(fp, 2*time.Second, restartFrom, restartTo)
-	pass := peakProduce <= 1.05*aliceLimit && peakFetch <= 1.05*sessionLimit && !prod.ExitedEarly() && !cons.ExitedEarly()
-	for _, r := range windows {
-		pass = pass && within(r[0], aliceLimit, 0.05) && within(r[1], sessionLimit, 0.05)
+	return [2]float64{r[0], f[0]}
+}
+
+// stopAtPeak stops a client's trace and gives its largest 2-second rate
+// between from and to, when that window began, and the trace's points.
+func stopAtPeak(t *testing.T, trace *harness.MeterTrace, from, to time.Time) (float64, time.Time, []harness.MeterPoint) {
+	t.Helper()
+	points, err := trace.Stop()
+	if err != nil {
+		t.Fatal(err)
 	}
-	record(t, Result{
-		Name: "kafka-restart-durability",
-		Pass: pass,
-		Measured: map[string]any{"windows_produce_fetch_bps": windows, "peak_2s_produce_bps": peakProduce, "peak_2s_fetch_bps": peakFetch,
-			"measured_at": meteredAt, "consumer_said": consumerSaid(cons)},
-		Expected: map[string]any{"alice_bps": aliceLimit, "events_0_bps": sessionLimit, "tolerance": 0.05,
-			"peak_2s_max": "1.05 × each limit through both restarts"},
-	})
+	peak, at := harness.PeakRate(points, 2*time.Second, from, to)
+	return peak, at, points
 }

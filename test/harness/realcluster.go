@@ -53,7 +53,7 @@ func (w *ClusterWorld) StartJava(name, main string, args ...string) (*Client, er
 		return nil, fmt.Errorf("%s: the cluster runs no real brokers (NewRealClusterWorld)", name)
 	}
 	conf := filepath.Join(w.Dir, "tools-log4j2.properties")
-	if err := os.WriteFile(conf, []byte(toolLog4j2), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(ToolLog4j2), 0o644); err != nil {
 		return nil, err
 	}
 	return startCommand(w.Clients.Name, w.Dir, name, func(cmd *exec.Cmd) {

@@ -288,9 +288,9 @@ func jvmArgv(opts []string, libs, logConf, logDir, heap, main string, args ...st
 	return slices.Concat(argv, opts, []string{"-cp", filepath.Join(libs, "*"), main}, args)
 }
 
-// toolLog4j2 sends a Java tool's warnings to its stderr (the client's
+// ToolLog4j2 sends a Java tool's warnings to its stderr (the client's
 // log); its report stays alone on stdout.
-const toolLog4j2 = `appender.err.type = Console
+const ToolLog4j2 = `appender.err.type = Console
 appender.err.name = err
 appender.err.target = SYSTEM_ERR
 appender.err.layout.type = PatternLayout
@@ -308,7 +308,7 @@ func (w *World) StartJava(name, main string, args ...string) (*Client, error) {
 		return nil, fmt.Errorf("%s: the world runs no real broker (Options.RealKafka)", name)
 	}
 	conf := filepath.Join(w.Dir, "tools-log4j2.properties")
-	if err := os.WriteFile(conf, []byte(toolLog4j2), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(ToolLog4j2), 0o644); err != nil {
 		return nil, err
 	}
 	return w.StartCommandOut(name, JavaArgv(w.Broker.Spec.Libs, conf, w.Dir, "256m", main, args...)...)
