@@ -107,6 +107,10 @@ func New(cfg config.Config, link Link, now time.Duration, adopted bool, log *slo
 	}
 	cb.locals = make([]cluster.Local, len(cb.budgets))
 	cb.heldFor = make([]uint8, len(cb.budgets))
+	cb.heldSince = make([]map[cluster.BrokerID]time.Duration, len(cb.budgets))
+	for i := range cb.heldSince {
+		cb.heldSince[i] = map[cluster.BrokerID]time.Duration{}
+	}
 	// The wall clock makes a later process of this broker id outrank an
 	// earlier one even when neither the state file nor the retained topic
 	// remembers it (a host replaced after retention, issue #49).

@@ -131,12 +131,6 @@ func (cb *Budgets) tick(now time.Duration, lower func(i int, share float64) erro
 // followHolders records since when each budget's raise has been held up by
 // other brokers.
 func (cb *Budgets) followHolders(now time.Duration) {
-	if len(cb.heldSince) != len(cb.budgets) {
-		cb.heldSince = make([]map[cluster.BrokerID]time.Duration, len(cb.budgets))
-		for i := range cb.heldSince {
-			cb.heldSince[i] = map[cluster.BrokerID]time.Duration{}
-		}
-	}
 	cb.lastTick = now
 	for i := range cb.budgets {
 		holders := cb.core.HoldingRaise(i)

@@ -61,7 +61,7 @@ func (cb *Budgets) View() *status.ClusterView {
 			bv.Target, bv.Reserved = status.Bps(s.Target), status.Bps(s.Reserved)
 		}
 		bv.RaiseHeldBy = cb.raiseHolders(i)
-		bv.Why = cb.why(i, hasPending)
+		bv.Why = cb.why(i, hasPending, bv.RaiseHeldBy)
 		for bi, id := range slices.Sorted(slices.Values(cb.cfg.Brokers)) {
 			r, ok := v.Latest(bi)
 			bb := status.ClusterBrokerView{Broker: id, Live: t.Round > 0 && bi < len(t.Live) && t.Live[bi]}
@@ -79,8 +79,9 @@ func (cb *Budgets) View() *status.ClusterView {
 	return out
 }
 
-// why says in a sentence why this host's share is what it is.
-func (cb *Budgets) why(i int, hasPending bool) string {
+// why says in a sentence why this host's share is what it is; holders are
+// the brokers holding its raise up (raiseHolders, computed once per view).
+func (cb *Budgets) why(i int, hasPending bool, holders []status.ClusterRaiseHolder) string {
 	core := cb.core
 	applied := core.Applied()[i]
 	switch {
@@ -96,7 +97,7 @@ func (cb *Budgets) why(i int, hasPending bool) string {
 	pending, _ := core.Pending()
 	target := pending.Share(cb.myIndex(), i).Target
 	if applied < target {
-		if holders := cb.raiseHolders(i); len(holders) > 0 {
+		if len(holders) > 0 {
 			return fmt.Sprintf("raising to round %d's target once every live broker reports it lowered: waiting for %s",
 				pending.Round, holderList(holders))
 		}
