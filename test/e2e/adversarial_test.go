@@ -383,6 +383,13 @@ entities:
 // with a floor that low (256 KiB, 45 s) its requests time out, then with
 // the shipped min_limit (4 MiB) it reads for 100 s at the floor with
 // zero timeouts, counted by the client.
+//
+// The low-floor control runs at a capacity of 10 MB/s: the history
+// consumer is work-conserved whatever bulk leaves, and at 40 MB/s a bulk
+// consumer slowed by the parallel churn test left it 1.7 MB/s, enough
+// to read a 50 MiB response inside 30 s (CI at 82e3160: no timeout). At
+// 10 MB/s bulk keeps up, and even with a fifth of C left over the
+// history consumer reads under the 1.75 MB/s a response needs.
 func TestAdversarialConsumerAtTheFloor(t *testing.T) {
 	t.Parallel() // beside the connection churn, which judges no rate
 	w := world(t, harness.Options{Topics: []string{"history", "bulk"}, Partitions: 64})
@@ -392,8 +399,8 @@ func TestAdversarialConsumerAtTheFloor(t *testing.T) {
     history: {quota_weight: 0.01}
 `
 	javaDefaults := []string{"-partitions", "64", "-fetch-max-bytes", fmt.Sprint(50 << 20), "-request-timeout", "30s"}
-	runConsumers := func(name, floor string, over time.Duration) (slow, beside float64, timeouts, largest int64) {
-		a := start(t, w, harness.Config{FetchCapacity: "40MB", MinLimit: floor, Extra: entities})
+	runConsumers := func(name, capacity, floor string, over time.Duration) (slow, beside float64, timeouts, largest int64) {
+		a := start(t, w, harness.Config{FetchCapacity: capacity, MinLimit: floor, Extra: entities})
 		defer a.Stop()
 		bulk := client(t, w, harness.ClientSpec{Name: name + "-bulk", Lib: "franz", Mode: "consume", ClientID: "bulk", Topic: "bulk"})
 		history := client(t, w, harness.ClientSpec{Name: name + "-history", Lib: "franz", Mode: "consume", ClientID: "history", Topic: "history",
@@ -406,8 +413,8 @@ func TestAdversarialConsumerAtTheFloor(t *testing.T) {
 		bulk.Stop()
 		return rates[0], rates[1], history.Errors(), history.Largest()
 	}
-	lowRate, _, lowTimeouts, _ := runConsumers("low-floor", "256KiB", 45*time.Second)
-	rate, bulkRate, timeouts, largest := runConsumers("shipped-floor", "shipped", 100*time.Second)
+	lowRate, lowBulkRate, lowTimeouts, _ := runConsumers("low-floor", "10MB", "256KiB", 45*time.Second)
+	rate, bulkRate, timeouts, largest := runConsumers("shipped-floor", "40MB", "shipped", 100*time.Second)
 	const floor = 4 << 20
 	// Both consumers are active and claim more: each gets its floor, and
 	// the rest of C is shared 1 : 0.01. What the bulk consumer leaves of
@@ -424,7 +431,7 @@ func TestAdversarialConsumerAtTheFloor(t *testing.T) {
 		Name: "consumer-at-the-floor",
 		Pass: lowTimeouts > 0 && timeouts == 0 && rate >= 0.9*floor && rate <= ceiling && bulkRate >= bulkMin && largest >= 40<<20,
 		Measured: map[string]any{"rate_bps": rate, "bulk_rate_bps": bulkRate, "request_timeouts": timeouts, "largest_response_bytes": largest,
-			"low_floor_rate_bps": lowRate, "low_floor_request_timeouts": lowTimeouts,
+			"low_floor_rate_bps": lowRate, "low_floor_bulk_rate_bps": lowBulkRate, "low_floor_request_timeouts": lowTimeouts, "low_floor_capacity_bps": 10e6,
 			"measured_at": "broker sockets (tcp_info bytes_acked) over the whole run; timeouts counted by the client"},
 		Expected: map[string]any{"rate_min_bps": 0.9 * floor, "rate_max_bps": ceiling, "rate_max_is": "1.1 x max(floor + weighted share, C - bulk_rate)",
 			"bulk_rate_min_bps": bulkMin, "request_timeouts": 0, "largest_response_min_bytes": 40 << 20, "low_floor_request_timeouts_min": 1},
