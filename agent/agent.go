@@ -215,12 +215,16 @@ type direction struct {
 	heldOf  []shaping.Held
 	targets []apply.Target
 	summary allocator.Summary
-	// published copies for status, explain and metrics (built into views on demand)
+	// collected: this cycle refilled inputs, keys, params, sources, heldOf
+	// and outputs; publish then swaps them with pub's.
+	collected bool
+	// published for status, explain and metrics (built into views on demand)
 	pub published
 }
 
-// published is a direction's last cycle, copied out so that views can be
-// built when asked for, not every cycle.
+// published is a direction's last cycle, kept (in buffers swapped with
+// the cycle's, views.go publish) so that views can be built when asked
+// for, not every cycle.
 type published struct {
 	summary allocator.Summary
 	cfg     config.Direction

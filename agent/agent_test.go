@@ -257,6 +257,42 @@ entities:
 	}
 }
 
+// The snapshot shows the last cycle that measured: a cycle whose shaper
+// could not be read keeps the one before it (not an older one, though the
+// cycle's buffers and the published ones change places each cycle), and
+// the next good cycle shows its own figures.
+func TestAgentSnapshotKeepsLastMeasuredCycle(t *testing.T) {
+	r := newRig(t, `
+entities:
+  clients:
+    A: {consumer_byte_rate: 800}
+`)
+	id := r.learn(41000, "A", apiVersions()).Fetch
+	r.cycle() // baseline
+	for _, n := range []uint64{100, 300} {
+		r.dp.add(maps.Fetch, id, n)
+		if v := entityView(r.cycle(), entity.Fetch, "A"); float64(v.Rate) != float64(n) {
+			t.Fatalf("A measured %v, want %d", v.Rate, n)
+		}
+	}
+	r.sh.failHeld = true
+	r.dp.add(maps.Fetch, id, 700)
+	r.clock.advance(time.Second)
+	if err := r.a.Cycle(); err == nil {
+		t.Fatal("a cycle that cannot read the shaper succeeded")
+	}
+	if v := entityView(r.a.Snapshot(), entity.Fetch, "A"); float64(v.Rate) != 300 || float64(v.DynamicLimit) != 800 {
+		t.Errorf("after a failed cycle A shows rate %v limit %v; want the last measured cycle's 300 and 800", v.Rate, v.DynamicLimit)
+	}
+	r.sh.failHeld = false
+	r.dp.add(maps.Fetch, id, 500)
+	for _, want := range []float64{700 + 500, 0} { // the failed cycle's bytes count in the next
+		if v := entityView(r.cycle(), entity.Fetch, "A"); float64(v.Rate) != want {
+			t.Errorf("A measured %v, want %v", v.Rate, want)
+		}
+	}
+}
+
 func TestAgentUpdateThresholdFiltersSmallChanges(t *testing.T) {
 	r := newRig(t, "update_threshold: 0.05\n")
 	id := r.learn(42000, "solo", apiVersions()).Fetch

@@ -176,12 +176,16 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		dc.outputs = make([]allocator.Allocation, len(dc.inputs), 2*len(dc.inputs))
 	}
 	dc.outputs = dc.outputs[:len(dc.inputs)]
+	dc.collected = true
 	before := dc.summary.Overcommit
 	// Allocate, the latency objectives' hold on best-effort traffic
 	// included: an input to the allocation, not a patch on its output.
 	trim := a.objectives.Trim(dc.dir, dc.inputs, a.registry, a.deps.Clock.Now())
 	summary, err := dc.alloc.CycleTrim(dc.inputs, trim, dc.outputs)
 	if err != nil {
+		// No allocation: the outputs published are the last ones, as
+		// they were before publish swapped buffers instead of copying.
+		copy(dc.outputs, dc.pub.outputs)
 		return err
 	}
 	dc.summary = summary

@@ -177,6 +177,7 @@ type fakeShaper struct {
 	closed     bool
 	failWrite  bool
 	failRemove bool
+	failHeld   bool
 	rates      [2]map[uint32]float64
 	guaranteed [2]map[uint32]float64
 	capacity   [2]float64
@@ -230,6 +231,9 @@ func (s *fakeShaper) Remove(dir maps.Direction, e uint32) error {
 	return nil
 }
 func (s *fakeShaper) Held(dir maps.Direction) ([]shaping.Held, error) {
+	if s.failHeld {
+		return nil, errors.New("netlink: no buffer space available")
+	}
 	// Sized up front as htb's is: grown by append, this fake's slice was a
 	// sixth of BenchmarkControlCycle's time and most of its allocations.
 	out := make([]shaping.Held, 0, len(s.rates[dir]))

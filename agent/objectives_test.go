@@ -182,7 +182,7 @@ func TestLatencyObjectivesDoNotTrimEachOther(t *testing.T) {
 	if open != 1 {
 		t.Fatalf("want core's objective open and ledger's closed: %+v", s.Objectives)
 	}
-	for _, in := range r.a.dirs[entity.Produce].inputs {
+	for _, in := range r.a.dirs[entity.Produce].pub.inputs { // the last cycle's
 		if want := in.Slot == core.Produce || in.Slot == ledger.Produce; in.Protected != want {
 			t.Errorf("entity %d protected %v, want %v (core %d and ledger %d have objectives)", in.Slot, in.Protected, want, core.Produce, ledger.Produce)
 		}

@@ -16,22 +16,30 @@ import (
 	"github.com/sluice-dev/sluice/maps"
 )
 
-// publish copies this cycle's state out (into reused buffers) for status,
-// explain and metrics; views are built only when asked for.
+// publish hands this cycle's state out for status, explain and metrics;
+// views are built only when asked for. The cycle's per-entity buffers and
+// the published ones change places (the next cycle refills the older
+// ones): nothing is copied per entity for views that may never be built.
+// A direction that collected nothing this cycle (disabled, or its shaper
+// could not be read) keeps what it published last, which is what its
+// buffers held.
 func (a *Agent) publish(now time.Time) {
 	a.published.at = now
 	a.published.snapshot = nil
 	for _, dc := range a.dirs {
 		p := &dc.pub
 		p.summary, p.cfg = dc.summary, dc.cfg
-		p.inputs = append(p.inputs[:0], dc.inputs...)
-		p.outputs = append(p.outputs[:0], dc.outputs...)
-		p.keys = append(p.keys[:0], dc.keys...)
-		p.params = append(p.params[:0], dc.params...)
-		p.sources = append(p.sources[:0], dc.sources...)
-		p.heldOf = append(p.heldOf[:0], dc.heldOf...)
+		if dc.collected {
+			p.inputs, dc.inputs = dc.inputs, p.inputs
+			p.outputs, dc.outputs = dc.outputs, p.outputs
+			p.keys, dc.keys = dc.keys, p.keys
+			p.params, dc.params = dc.params, p.params
+			p.sources, dc.sources = dc.sources, p.sources
+			p.heldOf, dc.heldOf = dc.heldOf, p.heldOf
+			dc.collected = false
+		}
 		p.bytes, p.heldBytes, p.dropped, p.ownSeries = p.bytes[:0], p.heldBytes[:0], p.dropped[:0], p.ownSeries[:0]
-		for _, in := range dc.inputs {
+		for _, in := range p.inputs {
 			c := a.gather.counters[dc.dir][in.Slot]
 			p.bytes = append(p.bytes, c.Bytes)
 			p.heldBytes = append(p.heldBytes, c.HeldBytes)

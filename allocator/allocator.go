@@ -30,6 +30,8 @@ type Allocator struct {
 	// fill is scratch space for the water-filling steps, reused every cycle
 	// so that a steady-state cycle allocates nothing.
 	fill []fillItem
+	// levels is waterFill's scratch space, reused likewise.
+	levels []levelItem
 }
 
 // New returns an Allocator for cfg, or the error of cfg.Validate.
@@ -151,8 +153,10 @@ func (a *Allocator) CycleTrim(entities []Entity, t Trim, out []Allocation) (Summ
 	a.updateOvercommitAlert(&s)
 
 	// Steps 2–3: demand and green; what nobody needs of its reservation stays
-	// in spare (work conservation).
+	// in spare (work conservation). Step 4's claims above green are
+	// gathered in the same pass.
 	var greenTotal float64
+	a.fill = a.fill[:0]
 	for i := range entities {
 		o := &out[i]
 		if o.State != Active {
@@ -164,22 +168,14 @@ func (a *Allocator) CycleTrim(entities []Entity, t Trim, out []Allocation) (Summ
 		o.Demand = demandOf(e, cfg.MinDemand)
 		o.Green = min(o.EffectiveReservation, o.Demand)
 		greenTotal += o.Green
+		if claim := min(o.Demand, e.Limit) - o.Green; claim > 0 {
+			a.fill = append(a.fill, fillItem{index: int32(i), cap: claim, weight: e.Weight})
+		}
 	}
 	spare := max(0, c-greenTotal)
 
 	// Step 4: weighted water-filling of spare over the claims above green.
-	a.fill = a.fill[:0]
-	for i := range entities {
-		o := &out[i]
-		if o.State != Active {
-			continue
-		}
-		claim := min(o.Demand, entities[i].Limit) - o.Green
-		if claim > 0 {
-			a.fill = append(a.fill, fillItem{index: int32(i), cap: claim, weight: entities[i].Weight})
-		}
-	}
-	left := waterFill(a.fill, spare)
+	left := a.waterFill(a.fill, spare)
 	for _, f := range a.fill {
 		out[f.index].Extra = f.share
 	}
@@ -199,7 +195,7 @@ func (a *Allocator) CycleTrim(entities []Entity, t Trim, out []Allocation) (Summ
 				a.fill = append(a.fill, fillItem{index: int32(i), cap: room, weight: entities[i].Weight})
 			}
 		}
-		left = waterFill(a.fill, left)
+		left = a.waterFill(a.fill, left)
 		for _, f := range a.fill {
 			out[f.index].Headroom = f.share
 		}

@@ -88,7 +88,7 @@ func (a *Allocator) trim(t Trim, entities []Entity, out []Allocation, s *Summary
 			a.fill = append(a.fill, fillItem{index: int32(i), cap: claim - green, weight: e.Weight})
 		}
 	}
-	left := waterFill(a.fill, max(0, budget-greenTotal))
+	left := a.waterFill(a.fill, max(0, budget-greenTotal))
 	for _, f := range a.fill {
 		out[f.index].Trimmed += f.share
 	}
@@ -100,7 +100,7 @@ func (a *Allocator) trim(t Trim, entities []Entity, out []Allocation, s *Summary
 				a.fill = append(a.fill, fillItem{index: int32(i), cap: o.DynamicLimit - o.Trimmed, weight: e.Weight})
 			}
 		}
-		waterFill(a.fill, left)
+		a.waterFill(a.fill, left)
 		for _, f := range a.fill {
 			out[f.index].Trimmed += f.share
 		}

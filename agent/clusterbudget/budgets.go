@@ -61,8 +61,11 @@ type Budgets struct {
 	lastErr       error
 	log           *slog.Logger
 	// lastDisk: what the state file holds.
-	lastDisk        cluster.Disk
-	diskWritten     bool
+	lastDisk    cluster.Disk
+	diskWritten bool
+	// anchorSlack: how far the lease anchor may run ahead of the file's
+	// before a report rewrites it for the anchor alone (mustPersist).
+	anchorSlack     time.Duration
 	persistFailures uint64
 	loggedFailures  uint64 // persistFailures when Tick last looked
 	// withheld counts reports not sent because a lowered share could not
@@ -90,7 +93,7 @@ const UsageIntervals = 2
 // the shares it holds are the previous agent's).
 func New(cfg config.Config, link Link, now time.Duration, adopted bool, log *slog.Logger) (*Budgets, error) {
 	cb := &Budgets{cfg: cfg.Cluster, budgets: cfg.Cluster.Budgets(), index: map[budgetRef]int{}, link: link, boot: bootID(),
-		ignoredLogged: map[cluster.Verdict]time.Duration{}, log: log}
+		ignoredLogged: map[cluster.Verdict]time.Duration{}, log: log, anchorSlack: cfg.RefreshInterval}
 	ccfg := coreConfig(cfg, cb.budgets)
 	for i, b := range cb.budgets {
 		kind := entity.KindClient

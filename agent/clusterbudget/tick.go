@@ -108,7 +108,7 @@ func (cb *Budgets) tick(now time.Duration, lower func(i int, share float64) erro
 		return
 	}
 	disk := cb.core.Persist()
-	if !cb.diskWritten || disk != cb.lastDisk || cb.core.Mode() != cb.lastMode {
+	if cb.mustPersist(disk) {
 		applied := append([]float64(nil), cb.core.Applied()...)
 		if err := writeClusterState(cb.cfg.StateFile, clusterStateFile{Disk: disk, Applied: applied}); err != nil {
 			cb.persistFailures++
@@ -126,6 +126,26 @@ func (cb *Budgets) tick(now time.Duration, lower func(i int, share float64) erro
 				"held_back", e.HeldBack, "applied", e.Applied, "led", e.Led, "mode", cb.core.Mode().String(), "target", cb.targetOf(i))
 		}
 	}
+}
+
+// mustPersist says whether the state file must be rewritten before the
+// next report: when it holds nothing yet, when the mode changed, or when
+// anything the report may depend on changed (epoch, boot, highest round
+// promised, whether the lease is anchored). An anchor that only moved
+// forward, by less than anchorSlack since the file's, is not worth a
+// rewrite and its two fsyncs: every report echo moves it, and a restart
+// that reads an older anchor only counts its lease as shorter (it falls
+// back sooner, never later). When a report is sent, the file's anchor is
+// less than anchorSlack behind the agent's.
+func (cb *Budgets) mustPersist(disk cluster.Disk) bool {
+	if !cb.diskWritten || cb.core.Mode() != cb.lastMode {
+		return true
+	}
+	onFile := cb.lastDisk
+	if disk.Anchored && onFile.Anchored && disk.Anchor > onFile.Anchor && disk.Anchor-onFile.Anchor < cb.anchorSlack {
+		onFile.Anchor = disk.Anchor
+	}
+	return disk != onFile
 }
 
 // followHolders records since when each budget's raise has been held up by

@@ -217,9 +217,12 @@ func (r *Registry) Touch(id ID, now time.Time) {
 // table and returns their ids. They are not reused until Release.
 func (r *Registry) Reclaim(now time.Time, idle time.Duration) []ID {
 	var out []ID
+	// Idle for at least idle: last active no later than cutoff (one
+	// comparison per entity instead of a subtraction's overflow checks).
+	cutoff := now.Add(-idle)
 	for id := firstDynamicID; int(id) < len(r.slots); id++ {
 		s := &r.slots[id]
-		if s.used && !s.pinned && now.Sub(s.lastActive) >= idle {
+		if s.used && !s.pinned && !s.lastActive.After(cutoff) {
 			delete(r.byKey, s.key)
 			s.used, s.reclaiming = false, true
 			r.unconfigured--

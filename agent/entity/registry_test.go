@@ -192,3 +192,19 @@ func TestRegistryUnresolvedCountsAgainstTheBudget(t *testing.T) {
 		t.Errorf("restored: unconfigured %d pinned %v, want 1 and pinned", restored.Unconfigured(), restored.Pinned(id))
 	}
 }
+
+// Idle means idle for at least the timeout, to the nanosecond, on wall and
+// monotonic clock readings alike.
+func TestRegistryReclaimBoundary(t *testing.T) {
+	idle := time.Minute
+	for name, t0 := range map[string]time.Time{"wall": time.Unix(1_000_000, 0), "monotonic": time.Now()} {
+		r := NewRegistry(10)
+		id := r.Acquire(Key{KindClient, "a"}, t0)
+		if got := r.Reclaim(t0.Add(idle-time.Nanosecond), idle); len(got) != 0 {
+			t.Errorf("%s: reclaimed %v a nanosecond before the timeout", name, got)
+		}
+		if got := r.Reclaim(t0.Add(idle), idle); len(got) != 1 || got[0] != id {
+			t.Errorf("%s: reclaimed %v at the timeout, want [%d]", name, got, id)
+		}
+	}
+}
