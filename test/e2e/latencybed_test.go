@@ -36,16 +36,30 @@ var latencyCDF = flag.String("latency-cdf", "", "the latency testbed: write each
 // with the backfill's producers held to the floor), a stall of the fake
 // broker's, not a resource any quota governs.
 //
-// Runs, each judged on the client's own figures:
-//   - core alone, without sluice and with sluice enforcing, three runs each:
-//     the medians of their p99s agree within the noise: the larger spread of
-//     the two conditions' three p99s, at least max(1 ms, 20 %);
-//   - core + backfill without sluice: core's p99 must be at least twice its
-//     alone value (else the testbed shows nothing);
-//   - core + backfill, sluice enforcing with weights only: reported;
-//   - core + backfill, with `produce_latency_objective: {p99: 1.25 x alone}`
-//     on core: measured from 10 s after the breaker opened, for 18 s; core's
-//     p99 at most twice its alone value.
+// A second best-effort tenant, backfill2 (four producers, quota_weight 3
+// against backfill's 1), shares the disk with it.
+//
+// Runs, each judged on the client's own figures and the broker sockets'
+// tcp_info (sluice's status only as the trigger and as diagnostics); the
+// bounds and why are in latencybed_gates_test.go:
+//   - core alone, without sluice and with sluice enforcing, three runs
+//     each: the pooled p99s (1,800 requests each) within a fixed 2 ms;
+//   - core + backfills without sluice: core's p99 at least twice its alone
+//     value (else the testbed shows nothing);
+//   - core + backfills, sluice enforcing weights only: the tenants' rates,
+//     the reference for their shares;
+//   - core + backfills with `produce_latency_objective: {p99: alone + 4.1
+//     ms}` on core (floorCostMs: an objective the floor can meet): the
+//     breaker opens 19-31 s after the backfills start; a 10 s window of
+//     core's requests is within the defended bound (the objective plus the
+//     NIC's accuracy bound) within 36 s of the opening, and core's p99
+//     from that window to the run's end within it too; measured from 18 s
+//     after the opening for 18 s, core's p99 within that bound, backfill at
+//     least its weighted share of the floor's cap, backfill2 over backfill
+//     at least halfway to what the weights promise;
+//   - core stops with the backfills running: their rate back to 85 % of
+//     what they moved with weights only within 24 s (the quiet release);
+//   - the breaker's log lines within what its cool-downs allow.
 func TestScenarioLatencyTestbed(t *testing.T) {
 	const (
 		diskRate   = 8e6
@@ -53,12 +67,15 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		coreBytes  = 1000
 		aloneFor   = 6 * time.Second
 		loadedFor  = 8 * time.Second
-		warmFor    = 5 * time.Second // the backfill's queue builds
-		settleFor  = 10 * time.Second
+		warmFor    = 5 * time.Second  // the backfill's queue builds
+		settleFor  = 18 * time.Second // defendWithin: the defended run starts when the breaker has had its time to descend
 		defendedOn = 18 * time.Second
 		backfills  = 8
+		backfills2 = 4
+		weight1    = 1 // backfill's quota_weight
+		weight2    = 3 // backfill2's
 	)
-	w := world(t, harness.Options{Topics: []string{"core", "backfill"}, DiskBytesPerSecond: diskRate,
+	w := world(t, harness.Options{Topics: []string{"core", "backfill", "backfill2"}, DiskBytesPerSecond: diskRate,
 		ProduceDelay: func() time.Duration { return 2*time.Millisecond + rand.N(2*time.Millisecond) }})
 	seq := 0
 	startCore := func() (*harness.Client, string) {
@@ -68,7 +85,9 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 			Rate: coreRate * coreBytes, Args: []string{"-value-bytes", fmt.Sprint(coreBytes), "-latency-out", out}}), out
 	}
 	var clientErrs int64
-	stopCore := func(c *harness.Client, out string) []float64 {
+	// stopCore stops a core client and returns its latencies (ms) in the
+	// order its requests completed.
+	stopCoreInOrder := func(c *harness.Client, out string) []float64 {
 		c.Stop() // flushes, then writes its latencies
 		clientErrs += c.Errors()
 		data, err := os.ReadFile(out)
@@ -83,6 +102,10 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		for i, v := range micros {
 			ms[i] = v / 1000
 		}
+		return ms
+	}
+	stopCore := func(c *harness.Client, out string) []float64 {
+		ms := stopCoreInOrder(c, out)
 		slices.Sort(ms)
 		return ms
 	}
@@ -91,76 +114,107 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		time.Sleep(d) // the measured run: a bounded load, not a readiness wait
 		return stopCore(c, out)
 	}
-	var backfill []*harness.Client
+	// Two best-effort tenants of different weights: backfill (weight 1,
+	// eight producers and a reader) and backfill2 (weight 3, four
+	// producers). Both ask for more than the disk takes, so while the
+	// breaker holds them both are held, and the trim shares its cap by
+	// weight.
+	var backfill, backfill2 []*harness.Client
+	var backfillReader *harness.Client
 	startBackfill := func() {
 		for i := 0; i < backfills; i++ {
 			backfill = append(backfill, client(t, w, harness.ClientSpec{Name: fmt.Sprintf("backfill-%d", i), Lib: "franz", Mode: "produce",
 				ClientID: "backfill", Topic: "backfill", Args: []string{"-value-bytes", "4000", "-batch-max-bytes", "16384", "-max-inflight", "5"}}))
 		}
-		backfill = append(backfill, client(t, w, harness.ClientSpec{Name: "backfill-reader", Lib: "franz", Mode: "consume",
-			ClientID: "backfill", Topic: "backfill", Rate: 8e6, Args: []string{"-fetch-max-bytes", "262144"}}))
+		for i := 0; i < backfills2; i++ {
+			backfill2 = append(backfill2, client(t, w, harness.ClientSpec{Name: fmt.Sprintf("backfill2-%d", i), Lib: "franz", Mode: "produce",
+				ClientID: "backfill2", Topic: "backfill2", Args: []string{"-value-bytes", "4000", "-batch-max-bytes", "16384", "-max-inflight", "5"}}))
+		}
+		backfillReader = client(t, w, harness.ClientSpec{Name: "backfill-reader", Lib: "franz", Mode: "consume",
+			ClientID: "backfill", Topic: "backfill", Rate: 8e6, Args: []string{"-fetch-max-bytes", "262144"}})
 	}
 	stopBackfill := func() {
-		for _, c := range backfill {
+		for _, c := range append(append(backfill, backfill2...), backfillReader) {
 			c.Stop()
 			clientErrs += c.Errors()
 		}
-		backfill = nil
+		backfill, backfill2, backfillReader = nil, nil, nil
 	}
-	// A loaded run: core for `over` while the backfill runs, and the
-	// backfill producers' rate into the broker (its sockets' tcp_info).
-	loaded := func(over time.Duration) ([]float64, float64) {
-		c, out := startCore()
-		rates, err := w.MeterClients(0, over, backfill[:backfills]...)
+	// meterBackfill is each best-effort tenant's produce rate into the
+	// broker over `over` (its sockets' tcp_info).
+	meterBackfill := func(over time.Duration) (rate1, rate2 float64) {
+		rates, err := w.MeterClients(0, over, append(slices.Clone(backfill), backfill2...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var sum float64
-		for _, r := range rates {
-			sum += r
+		for i, r := range rates {
+			if i < len(backfill) {
+				rate1 += r
+			} else {
+				rate2 += r
+			}
 		}
-		return stopCore(c, out), sum
+		return rate1, rate2
+	}
+	// A loaded run: core for `over` while the backfill runs, and the
+	// best-effort tenants' rates meanwhile.
+	loaded := func(over time.Duration) ([]float64, float64, float64) {
+		c, out := startCore()
+		rate1, rate2 := meterBackfill(over)
+		return stopCore(c, out), rate1, rate2
 	}
 
 	runs := map[string][]float64{} // the CDFs: what docs/latency.png draws
 	var aloneWithout, aloneWith []float64
+	var pooledWithout, pooledWith []float64
 	for range 3 {
-		runs["core alone, no sluice"] = runCore(aloneFor)
-		aloneWithout = append(aloneWithout, quantileOf(runs["core alone, no sluice"], 0.99))
+		ms := runCore(aloneFor)
+		runs["core alone, no sluice"] = ms
+		aloneWithout = append(aloneWithout, quantileOf(ms, 0.99))
+		pooledWithout = append(pooledWithout, ms...)
 	}
 	startBackfill()
 	time.Sleep(warmFor) // the queue builds: part of the load's schedule
-	runs["core + backfill, no sluice"], _ = loaded(loadedFor)
+	runs["core + backfill, no sluice"], _, _ = loaded(loadedFor)
 	stopBackfill()
 
 	config := func(name, objective string) string {
 		core := "{producer_byte_reservation: 1000000" + objective + "}"
-		return w.WriteConfig(name, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB", Extra: "entities:\n  clients:\n    core: " + core + "\n"})
+		return w.WriteConfig(name, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB", MinLimit: minLimit, Extra: "entities:\n  clients:\n    core: " + core +
+			fmt.Sprintf("\n    backfill: {quota_weight: %d}\n    backfill2: {quota_weight: %d}\n", weight1, weight2)})
 	}
 	a, err := w.StartAgent(config("weights", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		runs["core alone, sluice enforcing"] = runCore(aloneFor)
-		aloneWith = append(aloneWith, quantileOf(runs["core alone, sluice enforcing"], 0.99))
+		ms := runCore(aloneFor)
+		runs["core alone, sluice enforcing"] = ms
+		aloneWith = append(aloneWith, quantileOf(ms, 0.99))
+		pooledWith = append(pooledWith, ms...)
 	}
 	startBackfill()
 	time.Sleep(warmFor)
-	runs["core + backfill, sluice weights only"], _ = loaded(loadedFor)
+	var weighted1, weighted2 float64 // the tenants' rates with sluice enforcing weights only: the disk's, shared first come first served
+	runs["core + backfill, sluice weights only"], weighted1, weighted2 = loaded(loadedFor)
 	stopBackfill()
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
 	alone := median(aloneWithout)
-	objective := time.Duration(1.25*alone*1000) * time.Microsecond
+	objective := time.Duration((alone+floorCostMs)*1000) * time.Microsecond
+	objectiveMs := float64(objective.Microseconds()) / 1000
 	a, err = w.StartAgent(config("objective", fmt.Sprintf(", produce_latency_objective: {p99: %dus}", objective.Microseconds())))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Stop()
+	// The warm core runs from before the backfill starts until the
+	// defended run ends: its requests, put back on a clock, are what
+	// time-to-defend is judged on.
 	warm, warmOut := startCore()
+	warmStarted := time.Now()
 	startBackfill()
 	backfillStarted := time.Now()
 	opened, err := w.WaitFor(60*time.Second, func(s *status.Snapshot) bool {
@@ -171,9 +225,25 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	}
 	openedAfter := time.Since(backfillStarted)
 	time.Sleep(settleFor) // the breaker finds its level: part of the run's schedule, judged below
-	var backfillDefended float64
-	runs["core + backfill, sluice objective"], backfillDefended = loaded(defendedOn)
-	stopCore(warm, warmOut)
+	var defended1, defended2 float64
+	runs["core + backfill, sluice objective"], defended1, defended2 = loaded(defendedOn)
+	held, _ := w.Status() // sluice's own view of the held tenants: a diagnostic
+	warmStopping := time.Now()
+	warmLatencies := stopCoreInOrder(warm, warmOut)
+	coreStopped := time.Now()
+	// Release: the protected tenant is idle, the backfill still runs. Its
+	// rate, a second at a time, must come back to what it was with weights
+	// only.
+	releasedAfter := -1.0
+	var releaseRates []float64
+	for time.Since(coreStopped) < releaseWithin+5*time.Second {
+		r1, r2 := meterBackfill(time.Second)
+		releaseRates = append(releaseRates, r1+r2)
+		if r1+r2 >= releasedShare*(weighted1+weighted2) {
+			releasedAfter = time.Since(coreStopped).Seconds()
+			break
+		}
+	}
 	end, _ := w.Status()
 	stopBackfill()
 	log, _ := os.ReadFile(a.Log)
@@ -184,20 +254,56 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		}
 	}
 
+	// Time to defend, on the warm core's own requests: the first 10 s
+	// window after the breaker opened whose p99 is within the defended
+	// bound, counted from the backfill's start.
+	interval := float64(time.Second/time.Millisecond) / coreRate
+	// The clock: ms since the backfill started; the warm core's last
+	// request completed when it was told to stop (flushing what it had in
+	// flight, a few ms).
+	ends := requestEnds(warmLatencies, interval)
+	drift := anchorAtEnd(ends, float64(warmStopping.Sub(backfillStarted).Microseconds())/1000) + float64(backfillStarted.Sub(warmStarted).Microseconds())/1000
+	defendedBound := defendedP99Bound(objectiveMs)
+	underAt := firstWindowUnder(ends, warmLatencies, float64(openedAfter.Milliseconds()), 10000, defendedBound)
+	defendedAfter := -1.0
+	if underAt >= 0 {
+		defendedAfter = underAt / 1000
+	}
+	wholeRun := slices.Clone(warmLatencies)
+	slices.Sort(wholeRun)
+	// Once defended, core stays defended: its requests from the first good
+	// window to the run's end (the settle the defended run leaves out
+	// included, probes and all).
+	var sinceDefended []float64
+	for i, e := range ends {
+		if underAt >= 0 && e > underAt {
+			sinceDefended = append(sinceDefended, warmLatencies[i])
+		}
+	}
+	slices.Sort(sinceDefended)
+
 	p99 := func(name string) float64 { return quantileOf(runs[name], 0.99) }
 	contended, defended := p99("core + backfill, no sluice"), p99("core + backfill, sluice objective")
-	// The noise is what three runs of one condition already differ by (a
-	// run's p99 rests on its 6 largest of 600, and a CPU-starved moment
-	// moves it by milliseconds), never less than max(1 ms, 20 %): sluice's
-	// cost shows as a shift of the median beyond it.
-	spread := func(v []float64) float64 { return slices.Max(v) - slices.Min(v) }
-	noise := max(1, 0.2*alone, spread(aloneWithout), spread(aloneWith))
+	slices.Sort(pooledWithout)
+	slices.Sort(pooledWith)
+	pooledP99Without, pooledP99With := quantileOf(pooledWithout, 0.99), quantileOf(pooledWith, 0.99)
+	defendedTotal, weightedTotal := defended1+defended2, weighted1+weighted2
+	ratio := defended2 / max(1, defended1)
+	promisedRatio := weightedRatio(defendedTotal, produceMinLimit, weight1, weight2)
+	openFor := time.Since(backfillStarted).Seconds() - openedAfter.Seconds()
+	budget := transitionBudget(openFor)
 	checks := map[string]bool{
-		"contended_at_least_2x_alone":    contended >= 2*alone,
-		"defended_at_most_2x_alone":      defended <= 2*alone,
-		"alone_with_sluice_within_noise": math.Abs(median(aloneWith)-alone) <= noise,
-		"no_client_errors":               clientErrs == 0,
-		"transitions_logged":             len(transitions) > 0,
+		"contended_at_least_2x_alone":   contended >= 2*alone,
+		"defended_at_most_bound":        defended <= defendedBound,
+		"stays_defended":                len(sinceDefended) > 0 && quantileOf(sinceDefended, 0.99) <= defendedBound,
+		"alone_with_sluice_within_tol":  math.Abs(pooledP99With-pooledP99Without) <= aloneToleranceMs,
+		"no_client_errors":              clientErrs == 0,
+		"opened_within_trip_bounds":     openedAfter >= openAtLeast && openedAfter <= openAtMost,
+		"defended_within_bound":         defendedAfter >= 0 && defendedAfter <= openedAfter.Seconds()+defendWithin.Seconds(),
+		"backfill_floor_while_defended": defended1 >= floorShare*floorShareOf(weightedTotal, weight1, weight1+weight2, 2) && defendedTotal >= floorShare*latencyFloor*weightedTotal,
+		"heavier_tenant_gets_more":      ratio >= 1+(promisedRatio-1)/2,
+		"released_when_core_idle":       releasedAfter >= 0 && releasedAfter <= releaseWithin.Seconds(),
+		"transitions_within_budget":     len(transitions) <= budget,
 	}
 	pass := true
 	var failed []string
@@ -212,6 +318,19 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	for name, ms := range runs {
 		table[name] = map[string]any{"p50_ms": quantileOf(ms, 0.5), "p99_ms": quantileOf(ms, 0.99), "p999_ms": quantileOf(ms, 0.999), "requests": len(ms)}
 	}
+	table["core alone, no sluice (3 runs pooled)"] = map[string]any{"p50_ms": quantileOf(pooledWithout, 0.5), "p99_ms": pooledP99Without, "p999_ms": quantileOf(pooledWithout, 0.999), "requests": len(pooledWithout)}
+	table["core alone, sluice enforcing (3 runs pooled)"] = map[string]any{"p50_ms": quantileOf(pooledWith, 0.5), "p99_ms": pooledP99With, "p999_ms": quantileOf(pooledWith, 0.999), "requests": len(pooledWith)}
+	table["core from the backfill's start to the defended run's end"] = map[string]any{"p50_ms": quantileOf(wholeRun, 0.5), "p99_ms": quantileOf(wholeRun, 0.99), "p999_ms": quantileOf(wholeRun, 0.999), "requests": len(wholeRun)}
+	table["core from the first defended window to the defended run's end"] = map[string]any{"p50_ms": quantileOf(sinceDefended, 0.5), "p99_ms": quantileOf(sinceDefended, 0.99), "p999_ms": quantileOf(sinceDefended, 0.999), "requests": len(sinceDefended)}
+	var heldView []any
+	if held != nil {
+		for _, e := range held.Directions[0].Entities {
+			if e.Name == "backfill" || e.Name == "backfill2" {
+				heldView = append(heldView, map[string]any{"name": e.Name, "rate": e.Rate, "weight": e.Weight, "demand": e.Demand,
+					"dynamic_limit": e.DynamicLimit, "held_by": e.HeldBy})
+			}
+		}
+	}
 	var objectiveView any
 	if end != nil && len(end.Objectives) == 1 {
 		objectiveView = end.Objectives[0]
@@ -220,15 +339,30 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		Name: "latency-testbed",
 		Pass: pass,
 		Measured: map[string]any{"runs": table, "alone_p99_ms_without": aloneWithout, "alone_p99_ms_with": aloneWith,
-			"objective_p99_ms": float64(objective.Microseconds()) / 1000, "backfill_produce_bps_defended": backfillDefended,
-			"opened_after_backfill_s": openedAfter.Seconds(), "opened_state": opened.Objectives[0].State, "objective_at_end": objectiveView,
-			"transitions": transitions, "client_errors": clientErrs, "failed": failed,
-			"measured_at": "the core client's own per-request ReadWait + TimeToRead (franz-go hooks); the backfill's rate from the broker sockets' tcp_info"},
-		Expected: map[string]any{"contended_p99_min_ms": 2 * alone, "defended_p99_max_ms": 2 * alone, "alone_with_sluice_ms": [2]float64{alone - noise, alone + noise},
-			"broker": "disk 8 MB/s first come first served, then 2-4 ms for replicas", "objective": "1.25 x core's alone p99 (median of three)"},
+			"alone_pooled_p99_shift_ms": pooledP99With - pooledP99Without,
+			"objective_p99_ms":          objectiveMs, "defended_p99_over_objective_ms": defended - objectiveMs, "objective_met_by_client": defended <= objectiveMs,
+			"opened_after_backfill_s": openedAfter.Seconds(), "defended_after_backfill_s": defendedAfter,
+			"reconstructed_clock_drift_ms":      drift,
+			"backfill_produce_bps_weights_only": weighted1, "backfill2_produce_bps_weights_only": weighted2,
+			"backfill_produce_bps_defended": defended1, "backfill2_produce_bps_defended": defended2,
+			"backfill_share_defended": defended1 / max(1, weighted1), "best_effort_share_defended": defendedTotal / max(1, weightedTotal),
+			"backfill2_over_backfill_defended": ratio, "released_after_core_stopped_s": releasedAfter, "best_effort_bps_after_core_stopped": releaseRates,
+			"held_at_defended_end": heldView, "opened_state": opened.Objectives[0].State, "objective_at_end": objectiveView,
+			"transitions": transitions, "transition_count": len(transitions), "client_errors": clientErrs, "failed": failed,
+			"measured_at": "the core client's own per-request ReadWait + TimeToRead (franz-go hooks); the best-effort tenants' rates from the broker sockets' tcp_info"},
+		Expected: map[string]any{"contended_p99_min_ms": 2 * alone, "defended_p99_max_ms": defendedBound,
+			"alone_with_sluice_pooled_p99_ms": [2]float64{pooledP99Without - aloneToleranceMs, pooledP99Without + aloneToleranceMs},
+			"opened_after_backfill_s":         [2]float64{openAtLeast.Seconds(), openAtMost.Seconds()},
+			"defended_after_backfill_max_s":   openedAfter.Seconds() + defendWithin.Seconds(),
+			"backfill_produce_bps_min":        floorShare * floorShareOf(weightedTotal, weight1, weight1+weight2, 2), "best_effort_produce_bps_min": floorShare * latencyFloor * weightedTotal,
+			"backfill2_over_backfill_min": 1 + (promisedRatio-1)/2, "backfill2_over_backfill_promised": promisedRatio,
+			"released_after_core_stopped_max_s": releaseWithin.Seconds(), "released_best_effort_bps_min": releasedShare * weightedTotal,
+			"transitions_max": budget,
+			"broker":          "disk 8 MB/s first come first served, then 2-4 ms for replicas", "objective": "core's alone p99 (median of three) + 2 backfill batches on the disk (floorCostMs)"},
 	})
 	if *latencyCDF != "" {
-		data, err := json.MarshalIndent(map[string]any{"runs": runs, "alone_p99_ms": alone, "objective_p99_ms": float64(objective.Microseconds()) / 1000}, "", " ")
+		data, err := json.MarshalIndent(map[string]any{"runs": runs, "alone_p99_ms": alone, "objective_p99_ms": objectiveMs,
+			"defence_in_completion_order": map[string]any{"latencies_ms": warmLatencies, "ends_ms_since_backfill_started": ends, "opened_ms": openedAfter.Milliseconds()}}, "", " ")
 		if err == nil {
 			err = os.WriteFile(*latencyCDF, data, 0o644)
 		}
