@@ -27,7 +27,7 @@ const (
 )
 
 var (
-	clusterLogs   = flag.String("cluster-logs", "", "the cluster budgets scenario: copy the agents' logs into this directory")
+	clusterLogs   = flag.String("cluster-logs", "", "the cluster budgets scenarios (producers, consumers): copy the agents' logs into this directory")
 	clusterSeries = flag.String("cluster-series", "", "the cluster budgets scenario: write the meter's readings and the phases here (JSON), for docs/cluster-budgets.png")
 )
 

@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,6 +23,16 @@ const readerLimit = 6e6
 
 func TestScenarioClusterBudgetConsumers(t *testing.T) {
 	w := newClusterWorld(t)
+	defer func() {
+		if *clusterLogs != "" {
+			for _, b := range w.Brokers {
+				if b.Agent != nil {
+					data, _ := os.ReadFile(b.Agent.Log)
+					os.WriteFile(filepath.Join(*clusterLogs, fmt.Sprintf("consumers-agent-b%d.log", b.ID)), data, 0o644)
+				}
+			}
+		}
+	}()
 	// Leaders 16/2/2: the reader reads partition 2 (broker 0) and 17
 	// (broker 1).
 	leadAs(t, w, [2]int32{16, 2})
