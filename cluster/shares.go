@@ -11,10 +11,6 @@ type BrokerInput struct {
 	Usage    float64
 	HeldBack bool
 	Led      uint32
-	// Applied is the share the broker's data path enforced when it
-	// reported (+Inf: unlimited). A broker held back at it wanted at least
-	// that much, whatever its averaged usage says.
-	Applied float64
 }
 
 // Share is one broker's part of an entity's cluster budget.
@@ -53,7 +49,7 @@ func allocatorConfig(capacity float64) allocator.Config {
 // (evenly when nobody reports leading a partition). The rest, L − R, is
 // water-filled with the allocator's semantics, each broker being one
 // allocator entity: its claim is its demand above its reserved part (when
-// held back, four times what it used or was held at: see heldBackClaim), its cap is
+// held back, four times what it used: see heldBackClaim), its cap is
 // L − its reserved part, its weight its leadership fraction (floored at
 // minLeadWeight). Capacity no claim needs becomes headroom over every live
 // broker by the same weights, so a broker whose demand appears between
@@ -112,7 +108,7 @@ func (s *sharer) shares(ent Entity, in []BrokerInput, minLeadWeight float64, out
 	for i := range in {
 		over := max(0, in[i].Usage-out[i].Reserved)
 		if in[i].HeldBack {
-			over = max(over, heldBackClaim(in[i].Usage, min(in[i].Applied, limit), probe)-out[i].Reserved)
+			over = max(over, heldBackClaim(in[i].Usage, probe)-out[i].Reserved)
 		}
 		// Every live broker must be active to receive headroom; the
 		// allocator calls an entity active when its use is above 0. The
@@ -166,18 +162,9 @@ func (s *sharer) shares(ent Entity, in []BrokerInput, minLeadWeight float64, out
 // times what it could move, and keeps asking while it stays held back.
 const heldBackGrowth = 4
 
-// heldBackClaim is a held-back broker's whole claim: heldBackGrowth × the
-// larger of its usage and the share it was held at, and at least that many
-// probe shares, so a broker held at the probe share with nothing measured
-// still grows.
-//
-// Why the share it was held at: a consumer whose share is too small for its
-// responses stalls (a 1 MiB fetch at 70 kB/s outlives the client's request
-// timeout; it reconnects and asks again), so its usage, averaged over the
-// intervals, sits under the share that held it, and four times that usage
-// is no more than the share: a kfake consumer on a broker leading a tenth
-// of the partitions stayed at 70 kB/s of its 0.67 MB/s for the whole run.
-// Held back at a share, it wanted at least that share.
+// heldBackClaim is a held-back broker's whole claim: heldBackGrowth × its
+// usage, and at least that many probe shares, so a broker held at the probe
+// share with nothing measured still grows.
 //
 // Why not the limit, as the allocator gives a throttled entity on one host:
 // a broker's report is a second old and its client may be a trickle. On a
@@ -192,8 +179,8 @@ const heldBackGrowth = 4
 // broker already near its share in one. Growth 2 took the agent test of a
 // client going quiet (TestClusterBudgetsSplitByLeadershipAndConserve) 5 s
 // to hand its share on, against the 3 s it allows.
-func heldBackClaim(usage, applied, probe float64) float64 {
-	return heldBackGrowth * max(usage, applied, probe)
+func heldBackClaim(usage, probe float64) float64 {
+	return heldBackGrowth * max(usage, probe)
 }
 
 // probeShareFraction is the part of an entity's water-filled budget (its

@@ -168,26 +168,3 @@ func TestSharesProbeShare(t *testing.T) {
 	checkShares(t, ent, []BrokerInput{{Usage: 6 * mb, HeldBack: true, Led: 16}, {Led: 2}, {Led: 2}},
 		[3]float64{0, 0, 0}, [3]float64{6 - 2*probe/mb, probe / mb, probe / mb})
 }
-
-// TestSharesHeldBackClaimsFromTheShareItWasHeldAt is the stalled consumer
-// of the kfake consumers scenario: broker 1 leads a tenth of the
-// partitions, its consumer is held at 70 kB/s and, its 1 MiB responses
-// outliving the request timeout at that rate, moved 17.5 kB/s on average.
-// Claiming four times its usage it stayed at 70 kB/s; claiming four times
-// the share it was held at it grows to 280 kB/s this round.
-func TestSharesHeldBackClaimsFromTheShareItWasHeldAt(t *testing.T) {
-	ent := Entity{ID: "reader", Limit: 6 * mb}
-	in := []BrokerInput{{Usage: 5.9 * mb, HeldBack: true, Led: 16, Applied: 5.91 * mb},
-		{Usage: 17_500, HeldBack: true, Led: 2, Applied: 70_000}, {Led: 2}}
-	out := make([]Share, 3)
-	Shares(ent, in, 0.05, out)
-	if out[1].Target < 4*70_000 {
-		t.Fatalf("broker 1 held at 70 kB/s is given %v, want at least %v", out[1].Target, 4*70_000)
-	}
-	// An unlimited applied share claims no more than the limit.
-	in[1].Applied = math.Inf(1)
-	Shares(ent, in, 0.05, out)
-	if sum := out[0].Target + out[1].Target + out[2].Target; sum > 6*mb {
-		t.Fatalf("shares %v sum above the limit", out)
-	}
-}

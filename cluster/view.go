@@ -446,7 +446,7 @@ func (v *View) computeTargets(round uint64) {
 		v.inputs = v.inputs[:0]
 		for _, i := range v.liveIdx {
 			er := &v.brokers[i].last.Entities[e]
-			v.inputs = append(v.inputs, BrokerInput{Usage: er.Usage, HeldBack: er.HeldBack, Led: er.Led, Applied: er.Applied})
+			v.inputs = append(v.inputs, BrokerInput{Usage: er.Usage, HeldBack: er.HeldBack, Led: er.Led})
 			ent.Limit, ent.Reservation = min(ent.Limit, er.Limit), min(ent.Reservation, er.Reservation)
 		}
 		t.Budgets[e] = Budget{Limit: ent.Limit, Reservation: ent.Reservation}
