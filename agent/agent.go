@@ -203,20 +203,22 @@ type direction struct {
 	// others sums the entities without series of their own
 	// (objectives.Tracker.OwnSeries).
 	others aggregate
-	// held[id] is what the shaper said of the entity this cycle (zero:
-	// nothing): a slice by dense id, not a map rebuilt every cycle.
-	held []shaping.Held
+	// heldList is what the shaper said this cycle (Held), and heldAt[id]
+	// a note of what it said of the entity (zero: nothing; all zero
+	// between cycles).
+	heldList []shaping.Held
+	heldAt   []heldNote
 	// scratch, reused every cycle
 	inputs  []allocator.Entity
 	outputs []allocator.Allocation
 	keys    []entity.Key
 	params  []entity.Params
 	sources []entity.Sources
-	heldOf  []shaping.Held
+	heldIdx []int32 // per input, as heldAt[its id]
 	targets []apply.Target
 	summary allocator.Summary
-	// collected: this cycle refilled inputs, keys, params, sources, heldOf
-	// and outputs; publish then swaps them with pub's.
+	// collected: this cycle refilled inputs, keys, params, sources,
+	// heldIdx and outputs; publish then swaps them with pub's.
 	collected bool
 	// published for status, explain and metrics (built into views on demand)
 	pub published
@@ -233,7 +235,9 @@ type published struct {
 	keys    []entity.Key
 	params  []entity.Params
 	sources []entity.Sources
-	heldOf  []shaping.Held
+	// held is the shaper's answer the inputs' heldIdx point into.
+	held    []shaping.Held
+	heldIdx []int32
 	bytes   []uint64
 	// Per entity (as inputs): held-back bytes the data path counted,
 	// dropped packets, and whether it has metric series of its own.
@@ -370,7 +374,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			lastBytes: make([]uint64, ids),
 			lastHeld:  make([]uint64, ids),
 			dropped:   make([]uint64, ids),
-			held:      make([]shaping.Held, ids),
+			heldAt:    make([]heldNote, ids),
 		}
 	}
 	a.registry.SetUnconfiguredBudget(cfg.MaxUnconfiguredEntities)

@@ -101,16 +101,20 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	if err != nil {
 		return err
 	}
-	clear(dc.held)
-	for _, h := range held {
-		if int(h.Entity) < len(dc.held) { // a class of an id past the registry: not ours to read
-			dc.held[h.Entity] = h
+	// Spread by id, so that the walk below reads them in its own order; it
+	// takes each note out as it reads it, and clears the rest after.
+	noted := 0
+	for j, h := range held {
+		if int(h.Entity) < len(dc.heldAt) { // a class of an id past the registry: not ours to read
+			dc.heldAt[h.Entity] = heldNote{at: int32(j + 1), throttled: h.Throttled, dropped: h.Dropped}
+			noted++
 		}
 	}
+	dc.heldList = held
 	counters := a.gather.counters[dc.dir]
 	w := a.cfg.RateWindow
 	interval := a.gather.elapsed[0]
-	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldOf = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldOf[:0]
+	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldIdx = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldIdx[:0]
 	now := a.deps.Clock.Now()
 	dc.others.entities, dc.others.rate = 0, 0
 	dc.fromCluster = dc.fromCluster[:0]
@@ -132,16 +136,20 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		if delta > 0 {
 			a.registry.Touch(id, now)
 		}
+		h := dc.heldAt[i]
+		if h.at > 0 {
+			dc.heldAt[i] = heldNote{}
+			noted--
+		}
 		if id == entity.UnknownID {
 			return // held to H, outside the allocation
 		}
 		p, src, shared := a.limits.Resolve(id, key, dc.dir)
-		h := dc.held[uint32(id)]
-		dc.dropped[i] += h.Dropped
+		dc.dropped[i] += h.dropped
 		// BPF shapers count what they hold back in the entity's counters.
 		heldDelta := uint64(0)
 		if held := counters[i].HeldBytes; held != dc.lastHeld[i] {
-			h.Throttled = true
+			h.throttled = true
 			if held > dc.lastHeld[i] {
 				heldDelta = held - dc.lastHeld[i]
 			}
@@ -152,26 +160,33 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			dc.others.rate += usage
 			dc.others.bytes += delta
 			dc.others.heldBytes += heldDelta
-			dc.others.droppedPackets += h.Dropped
+			dc.others.droppedPackets += h.dropped
 		}
 		inForce, _ := a.rates.InForce(dir, uint32(id))
-		h.Throttled = h.Throttled && ranAtLimit(float64(delta)/interval, inForce)
+		h.throttled = h.throttled && ranAtLimit(float64(delta)/interval, inForce)
 		if a.limits.Governed(id, dc.dir) { // few entities: the budget's usage
 			if b, ok := a.cluster.BudgetOf(key, dc.dir); ok {
-				a.cluster.Measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterbudget.UsageIntervals)), float64(delta)/interval, h.Throttled)
+				a.cluster.Measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterbudget.UsageIntervals)), float64(delta)/interval, h.throttled)
 			}
 		}
 
 		dc.inputs = append(dc.inputs, allocator.Entity{
 			Slot: uint32(id), Reservation: p.Reservation, Weight: p.Weight, Limit: p.Limit,
-			Usage: usage, Throttled: h.Throttled,
+			Usage: usage, Throttled: h.throttled,
 		})
 		dc.keys = append(dc.keys, key)
 		dc.fromCluster = append(dc.fromCluster, shared)
 		dc.params = append(dc.params, p)
 		dc.sources = append(dc.sources, src)
-		dc.heldOf = append(dc.heldOf, h)
+		dc.heldIdx = append(dc.heldIdx, h.at)
 	})
+	if noted != 0 { // notes of ids the walk did not visit (not registered), or of one id twice
+		for _, h := range held {
+			if int(h.Entity) < len(dc.heldAt) {
+				dc.heldAt[h.Entity] = heldNote{}
+			}
+		}
+	}
 	if cap(dc.outputs) < len(dc.inputs) {
 		dc.outputs = make([]allocator.Allocation, len(dc.inputs), 2*len(dc.inputs))
 	}
@@ -216,6 +231,17 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	a.log.Debug("cycle", "direction", dc.dir.String(), "cycle", a.loop.cycle, "active", summary.Active, "standby", summary.Standby,
 		"promised_ratio", summary.PromisedRatio, "green_ratio", summary.GreenRatio, "rate_updates", written)
 	return nil
+}
+
+// heldNote is what the walk over entities needs of the shaper's Held for
+// one entity: where it is in the shaper's answer (1 + index, 0: not in
+// it), and two of its fields. Spread by id each cycle, a 16-byte note
+// instead of the 56-byte Held, and taken out as it is read instead of a
+// clear of every id's (#47).
+type heldNote struct {
+	at        int32
+	throttled bool
+	dropped   uint64
 }
 
 // windowRate is an entity's rate over the newest filled slots of its

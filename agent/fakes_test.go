@@ -183,7 +183,10 @@ type fakeShaper struct {
 	capacity   [2]float64
 	writes     int
 	throttled  [2]map[uint32]bool
-	removed    []uint32
+	// stats, when set for an entity, is what Held says of it besides
+	// Throttled (queue, drops, bytes sent).
+	stats   [2]map[uint32]shaping.Held
+	removed []uint32
 }
 
 func newFakeShaper() *fakeShaper {
@@ -238,7 +241,9 @@ func (s *fakeShaper) Held(dir maps.Direction) ([]shaping.Held, error) {
 	// sixth of BenchmarkControlCycle's time and most of its allocations.
 	out := make([]shaping.Held, 0, len(s.rates[dir]))
 	for e := range s.rates[dir] {
-		out = append(out, shaping.Held{Entity: e, Throttled: s.throttled[dir][e]})
+		h := s.stats[dir][e]
+		h.Entity, h.Throttled = e, s.throttled[dir][e]
+		out = append(out, h)
 	}
 	return out, nil
 }

@@ -35,7 +35,8 @@ func (a *Agent) publish(now time.Time) {
 			p.keys, dc.keys = dc.keys, p.keys
 			p.params, dc.params = dc.params, p.params
 			p.sources, dc.sources = dc.sources, p.sources
-			p.heldOf, dc.heldOf = dc.heldOf, p.heldOf
+			p.heldIdx, dc.heldIdx = dc.heldIdx, p.heldIdx
+			p.held = dc.heldList // the caller's until the next Held (shaping.Shaper)
 			dc.collected = false
 		}
 		p.bytes, p.heldBytes, p.dropped, p.ownSeries = p.bytes[:0], p.heldBytes[:0], p.dropped[:0], p.ownSeries[:0]
@@ -120,9 +121,13 @@ func (a *Agent) view() *status.Snapshot {
 		}
 		if p.cfg.Enabled() {
 			for i, in := range p.inputs {
-				out, key, h := p.outputs[i], p.keys[i], p.heldOf[i]
+				out, key := p.outputs[i], p.keys[i]
+				var h shaping.Held
+				if at := p.heldIdx[i]; at > 0 {
+					h = p.held[at-1]
+				}
 				held := 0.0
-				if h.Throttled && !math.IsInf(out.Demand, 1) {
+				if in.Throttled && !math.IsInf(out.Demand, 1) {
 					held = math.Max(0, out.Demand-in.Usage)
 				}
 				from := p.sources[i]

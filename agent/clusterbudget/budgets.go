@@ -60,7 +60,8 @@ type Budgets struct {
 	ignoredCount  cluster.Counters
 	lastErr       error
 	log           *slog.Logger
-	// lastDisk: what the state file holds.
+	// state writes the state file; lastDisk: what it holds.
+	state       stateWriter
 	lastDisk    cluster.Disk
 	diskWritten bool
 	// anchorSlack: how far the lease anchor may run ahead of the file's
@@ -93,7 +94,8 @@ const UsageIntervals = 2
 // the shares it holds are the previous agent's).
 func New(cfg config.Config, link Link, now time.Duration, adopted bool, log *slog.Logger) (*Budgets, error) {
 	cb := &Budgets{cfg: cfg.Cluster, budgets: cfg.Cluster.Budgets(), index: map[budgetRef]int{}, link: link, boot: bootID(),
-		ignoredLogged: map[cluster.Verdict]time.Duration{}, log: log, anchorSlack: cfg.RefreshInterval}
+		ignoredLogged: map[cluster.Verdict]time.Duration{}, log: log, anchorSlack: cfg.RefreshInterval,
+		state: stateWriter{path: cfg.Cluster.StateFile}}
 	ccfg := coreConfig(cfg, cb.budgets)
 	for i, b := range cb.budgets {
 		kind := entity.KindClient

@@ -65,12 +65,24 @@ func TestStateFile(t *testing.T) {
 		t.Fatalf("missing file: %+v, %v; want no state and no error", st, err)
 	}
 	want := clusterStateFile{Disk: cluster.Disk{Epoch: 7, ProcessedSent: 41, Boot: 3, Anchored: true}, Applied: []float64{5e6, math.Inf(1)}}
-	if err := writeClusterState(path, want); err != nil {
+	w := stateWriter{path: path}
+	if err := w.write(want); err != nil {
 		t.Fatal(err)
 	}
 	got, err := readClusterState(path)
 	if err != nil || got.Disk != want.Disk || got.Applied[0] != 5e6 || got.Applied[1] != math.MaxFloat64 {
 		t.Fatalf("read back %+v, %v; want %+v with +Inf stored as the largest float", got, err, want)
+	}
+	if !math.IsInf(want.Applied[1], 1) {
+		t.Fatal("writing the state changed the caller's shares")
+	}
+	// The single JSON document earlier agents wrote is still read.
+	legacy := []byte(`{"version":1,"disk":{"Epoch":9,"Boot":3,"Anchor":0,"Anchored":false,"ProcessedSent":12},"applied":[1000]}`)
+	if err := os.WriteFile(path, legacy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readClusterState(path); err != nil || got.Disk.Epoch != 9 || got.Disk.ProcessedSent != 12 || got.Applied[0] != 1000 {
+		t.Fatalf("an earlier agent's file read as %+v, %v", got, err)
 	}
 	if err := os.WriteFile(path, []byte(`{"version": 9}`), 0o600); err != nil {
 		t.Fatal(err)

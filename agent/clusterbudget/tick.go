@@ -109,8 +109,7 @@ func (cb *Budgets) tick(now time.Duration, lower func(i int, share float64) erro
 	}
 	disk := cb.core.Persist()
 	if cb.mustPersist(disk) {
-		applied := append([]float64(nil), cb.core.Applied()...)
-		if err := writeClusterState(cb.cfg.StateFile, clusterStateFile{Disk: disk, Applied: applied}); err != nil {
+		if err := cb.state.write(clusterStateFile{Disk: disk, Applied: cb.core.Applied()}); err != nil {
 			cb.persistFailures++
 			cb.withheld++
 			cb.lastErr = fmt.Errorf("cluster state file: %w", err)

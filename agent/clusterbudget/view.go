@@ -19,10 +19,16 @@ func (cb *Budgets) targetOf(i int) float64 {
 	return 0
 }
 
+// Stop ends the link to the topic and closes the state file (a tick after
+// it would replace the file).
 func (cb *Budgets) Stop() {
-	if cb != nil && cb.link.Stop != nil {
+	if cb == nil {
+		return
+	}
+	if cb.link.Stop != nil {
 		cb.link.Stop()
 	}
+	cb.state.close()
 }
 
 // View is status' picture of the cluster budgets.

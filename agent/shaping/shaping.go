@@ -55,7 +55,8 @@ type Shaper interface {
 	// Remove releases an entity (reclaimed by the registry).
 	Remove(dir maps.Direction, entity uint32) error
 	// Held reports, per entity with a rate, what was held back since the
-	// last call.
+	// last call. The answer is the caller's until its next call (the
+	// agent publishes it for status).
 	Held(dir maps.Direction) ([]Held, error)
 	// Close takes everything the shaper created off the devices.
 	Close() error
