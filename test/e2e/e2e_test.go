@@ -209,7 +209,15 @@ func client(t *testing.T, w *harness.World, s harness.ClientSpec) *harness.Clien
 // sluice's own figure for each entity ref (a diagnostic; nil refs skip it).
 func metered(t *testing.T, w *harness.World, dir int, clients []*harness.Client, refs []harness.Ref) (kernel, own []float64) {
 	t.Helper()
-	time.Sleep(3 * time.Second) // settle
+	// Measured once every client moves and holds its rate (a JVM's start,
+	// a group's join, the first cycles after its identity binds), from the
+	// broker's sockets: a fixed 3 s measured a Java client still starting
+	// on a loaded host.
+	if s, err := w.WaitSteady(dir, time.Minute, clients...); err != nil {
+		t.Fatal(err)
+	} else if !s.Steady {
+		t.Logf("the clients moved after %v but did not settle; measured anyway (last windows %v B/s)", s.MovingAfter, s.LastBps)
+	}
 	var ownErr error
 	done := make(chan struct{})
 	go func() {

@@ -186,7 +186,9 @@ func TestKafkaMultiPartitionProducer(t *testing.T) {
 	roundRobin := "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner"
 	orders := javaProducer(t, w, "orders-producer", "orders-app", "orders", -1, roundRobin)
 	events := javaProducer(t, w, "events-producer", "events-app", "events", eventsAsked, roundRobin)
-	time.Sleep(3 * time.Second) // settle, as metered does
+	if _, err := w.WaitSteady(0, time.Minute, orders, events); err != nil { // as metered does
+		t.Fatal(err)
+	}
 	disk := func() []int64 {
 		out := make([]int64, 6)
 		for p := range out {
@@ -249,8 +251,12 @@ func TestKafkaBrokerQuotaBesideSluice(t *testing.T) {
 	}
 	prod := javaProducer(t, w, "quota-producer", "quota-app", "events", -1)
 	trace := w.TraceClient(0, 250*time.Millisecond, prod)
-	// Settle past Kafka's quota window: the producer's first burst, at
+	// Settle past Kafka's quota window from the producer's first bytes (its
+	// JVM's start is the host's, not the schedule's): the first burst, at
 	// sluice's limit, is paid back in throttling over the window after it.
+	if _, err := w.WaitMoving(0, time.Minute, prod); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(6 * time.Second)
 	portsBefore := clientPorts(t, w, prod)
 	kafkaStricter, err := w.MeterClients(0, 12*time.Second, prod)
@@ -465,7 +471,12 @@ func TestKafkaSCRAMUsers(t *testing.T) {
 		return m["successful-reauthentication-total"]
 	}
 	started := time.Now()
-	time.Sleep(6 * time.Second) // settle past Kafka's quota window (3 s) and the JVMs' start
+	// Measured once the three JVMs move and hold their rates (their start,
+	// the SCRAM login, Kafka's own 3 s quota window): after a fixed 6 s a
+	// loaded host's first window still had alice/app and bob 20-28 % short.
+	if _, err := w.WaitSteady(0, time.Minute, producers...); err != nil {
+		t.Fatal(err)
+	}
 	reauthsBefore := reauths()
 	ports := make([][]uint16, len(producers))
 	for i, p := range producers {

@@ -1,0 +1,108 @@
+package harness
+
+import (
+	"fmt"
+	"time"
+)
+
+// Steadiness is what WaitSteady saw: how long the clients took to move
+// and then to hold a rate, and the last windows' rates.
+type Steadiness struct {
+	MovingAfter time.Duration `json:"moving_after_s"`
+	SteadyAfter time.Duration `json:"steady_after_s"`
+	Steady      bool          `json:"steady"`
+	LastBps     [][]float64   `json:"last_windows_bps"`
+}
+
+// steadyWindow is one reading of the clients' rates; steadyBand is how
+// far a client's rate may move between two windows and still be steady.
+const (
+	steadyWindow = time.Second
+	steadyBand   = 0.10
+	// steadyMinWindows counts windows from the first in which every client
+	// moved: the client's first requests bind its identity and the agent's
+	// next cycles (one a second) set its rate, so the first window may mix
+	// before and after.
+	steadyMinWindows = 3
+	// steadyMaxWindows bounds the wait once every client moves: a client
+	// whose rate wanders (a random load, a breaker probing) is measured
+	// anyway, and the measurement judges it.
+	steadyMaxWindows = 12
+)
+
+// WaitSteady waits, from the broker's sockets, until every client moves
+// bytes in a direction at a rate that holds: at least steadyMinWindows
+// one-second windows since the first in which all of them moved, the last
+// two within steadyBand of each other for each client. A JVM still
+// starting or a pipeline still filling is not measured yet. It is an error
+// when a client has moved nothing within the timeout; clients that move
+// but do not settle within steadyMaxWindows are left to the measurement to
+// judge (Steady is false).
+func (w *World) WaitSteady(dir int, timeout time.Duration, clients ...*Client) (Steadiness, error) {
+	return w.waitRates(dir, timeout, true, clients)
+}
+
+// WaitMoving waits, from the broker's sockets, for the first one-second
+// window in which every client moved bytes in a direction: for a client
+// whose rate is not meant to hold still (Kafka's own throttling pays a
+// burst back over its window), where the test's schedule starts from.
+func (w *World) WaitMoving(dir int, timeout time.Duration, clients ...*Client) (Steadiness, error) {
+	return w.waitRates(dir, timeout, false, clients)
+}
+
+func (w *World) waitRates(dir int, timeout time.Duration, steady bool, clients []*Client) (Steadiness, error) {
+	pids := make([]int, len(clients))
+	for i, c := range clients {
+		pids[i] = c.Pid()
+	}
+	began := time.Now()
+	var s Steadiness
+	var since int // windows since every client first moved; 0 while one has not
+	for since < steadyMaxWindows && (since > 0 || time.Since(began) < timeout) {
+		rates, err := w.SocketRates(dir, steadyWindow, pids...)
+		if err != nil {
+			return s, err
+		}
+		s.LastBps = append(s.LastBps, rates)
+		if len(s.LastBps) > 2 {
+			s.LastBps = s.LastBps[1:]
+		}
+		if since == 0 {
+			if !allMoved(rates) {
+				continue
+			}
+			s.MovingAfter = time.Since(began)
+			if !steady {
+				return s, nil
+			}
+		}
+		since++
+		if since >= steadyMinWindows && len(s.LastBps) == 2 && allMoved(s.LastBps[0]) && allMoved(rates) &&
+			withinBand(s.LastBps[0], rates, steadyBand) {
+			s.SteadyAfter, s.Steady = time.Since(began), true
+			return s, nil
+		}
+	}
+	if since == 0 {
+		return s, fmt.Errorf("a client moved nothing in %v (last window %v B/s, pids %v)", timeout, s.LastBps, pids)
+	}
+	return s, nil
+}
+
+func allMoved(rates []float64) bool {
+	for _, r := range rates {
+		if r <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func withinBand(a, b []float64, band float64) bool {
+	for i := range a {
+		if d := b[i] - a[i]; d > band*a[i] || -d > band*a[i] {
+			return false
+		}
+	}
+	return true
+}
