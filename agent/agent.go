@@ -192,10 +192,9 @@ type direction struct {
 	alloc *allocator.Allocator
 	// fromCluster[i]: inputs[i]'s limit is a cluster share this cycle.
 	fromCluster []bool
-	// Per entity id: the rate window (bytes per interval), the last counter
-	// reading, and the rate last written to the shaper (NaN: none yet).
-	window    []float64
-	filled    []uint8
+	// Per entity id: the rate window (bytes per interval) and the last
+	// counter reading.
+	window    rateWindows
 	lastBytes []uint64
 	lastHeld  []uint64 // held-back bytes the data path counted (edt, police)
 	// dropped[id] counts the packets the shaper dropped (Held.Dropped summed).
@@ -369,8 +368,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 			dir:       d,
 			cfg:       dc,
 			alloc:     alloc,
-			window:    make([]float64, ids*cfg.RateWindow),
-			filled:    make([]uint8, ids),
+			window:    newRateWindows(ids, cfg.RateWindow),
 			lastBytes: make([]uint64, ids),
 			lastHeld:  make([]uint64, ids),
 			dropped:   make([]uint64, ids),

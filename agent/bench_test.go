@@ -147,7 +147,14 @@ func BenchmarkControlCycle(b *testing.B) {
 	dir := b.TempDir()
 	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
 	log := &loopLog{clock: clock}
-	r := newRigWith(&testing.T{}, baseConfig+fmt.Sprintf(`
+	// The default rate window, not the rig's one interval: keeping the
+	// default's samples per entity and direction is part of the second.
+	window := config.Default().RateWindow
+	base := strings.Replace(baseConfig, "rate_window: 1\n", fmt.Sprintf("rate_window: %d\n", window), 1)
+	if base == baseConfig && window != 1 {
+		b.Fatal("baseConfig no longer sets rate_window: 1; the benchmark cannot set the default")
+	}
+	r := newRigWith(&testing.T{}, base+fmt.Sprintf(`
 max_entities: 20000
 cluster:
   name: bench
@@ -203,11 +210,14 @@ entities:
 		}
 		return r.a.Cycle()
 	}
-	for range 3 { // the window fills, the budget's first rounds close
+	for range max(3, window+1) { // the window fills, the budget's first rounds close
 		traffic()
 		if err := second(); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if r.a.cfg.RateWindow != window {
+		b.Fatalf("the rig runs rate_window %d, not the default %d", r.a.cfg.RateWindow, window)
 	}
 	if s := r.a.Snapshot(); s.Cluster == nil || r.a.registry.Len() < entities || r.a.identity.learner.Connections() != connections {
 		b.Fatalf("the rig is not what it measures: cluster %v, %d entities, %d connections", s.Cluster != nil, r.a.registry.Len(), r.a.identity.learner.Connections())

@@ -112,7 +112,6 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	}
 	dc.heldList = held
 	counters := a.gather.counters[dc.dir]
-	w := a.cfg.RateWindow
 	interval := a.gather.elapsed[0]
 	dc.inputs, dc.keys, dc.params, dc.sources, dc.heldIdx = dc.inputs[:0], dc.keys[:0], dc.params[:0], dc.sources[:0], dc.heldIdx[:0]
 	now := a.deps.Clock.Now()
@@ -126,13 +125,8 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			delta = cur // counters were reset
 		}
 		dc.lastBytes[i] = cur
-		slot := dc.window[i*w : (i+1)*w]
-		copy(slot[1:], slot[:w-1])
-		slot[0] = float64(delta)
-		if int(dc.filled[i]) < w {
-			dc.filled[i]++
-		}
-		usage := a.windowRate(slot, int(dc.filled[i]))
+		dc.window.push(i, delta)
+		usage := a.windowRate(dc.window.window(i))
 		if delta > 0 {
 			a.registry.Touch(id, now)
 		}
@@ -166,7 +160,7 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		h.throttled = h.throttled && ranAtLimit(float64(delta)/interval, inForce)
 		if a.limits.Governed(id, dc.dir) { // few entities: the budget's usage
 			if b, ok := a.cluster.BudgetOf(key, dc.dir); ok {
-				a.cluster.Measure(b, a.windowRate(slot, min(int(dc.filled[i]), clusterbudget.UsageIntervals)), float64(delta)/interval, h.throttled)
+				a.cluster.Measure(b, a.windowRate(dc.window.newest(i, clusterbudget.UsageIntervals)), float64(delta)/interval, h.throttled)
 			}
 		}
 
@@ -244,17 +238,13 @@ type heldNote struct {
 	dropped   uint64
 }
 
-// windowRate is an entity's rate over the newest filled slots of its
-// window: their bytes over the time they covered.
-func (a *Agent) windowRate(slot []float64, filled int) float64 {
+// windowRate is the rate of the bytes of an entity's newest filled
+// intervals (rateWindows.window, newest): over the time they covered.
+func (a *Agent) windowRate(bytes uint64, filled int) float64 {
 	if filled == 0 {
 		return 0
 	}
-	var sum float64
-	for _, v := range slot[:filled] {
-		sum += v
-	}
-	return sum / a.gather.elapsedSum[filled]
+	return float64(bytes) / a.gather.elapsedSum[filled]
 }
 
 // atLimitFraction: an entity the shaper held back counts as throttled only
@@ -390,9 +380,8 @@ func (a *Agent) clearEntity(id uint32) error {
 	}
 	for _, dc := range a.dirs {
 		dc.alloc.Forget(id)
-		w := a.cfg.RateWindow
-		clear(dc.window[int(id)*w : (int(id)+1)*w])
-		dc.filled[id], dc.lastBytes[id], dc.lastHeld[id] = 0, 0, 0
+		dc.window.clear(int(id))
+		dc.lastBytes[id], dc.lastHeld[id] = 0, 0
 		dc.dropped[id] = 0
 	}
 	a.limits.Forget(entity.ID(id))

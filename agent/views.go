@@ -53,8 +53,7 @@ func (a *Agent) publish(now time.Time) {
 		}
 		p.others = dc.others
 		p.unknown.bytes = a.gather.counters[dc.dir][entity.UnknownID].Bytes
-		w, u := a.cfg.RateWindow, int(entity.UnknownID)
-		p.unknown.rate = a.windowRate(dc.window[u*w:(u+1)*w], int(dc.filled[u]))
+		p.unknown.rate = a.windowRate(dc.window.window(int(entity.UnknownID)))
 	}
 }
 
