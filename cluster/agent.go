@@ -18,7 +18,8 @@ const (
 	// computes) until a report of its own lands again.
 	ModeFallback
 	// ModeFenced: another agent process reports this broker id in this or a
-	// newer epoch. The agent stops reporting and applies its floor share.
+	// newer epoch. The agent stops reporting and lowers to its floor share
+	// (a share already below it stays).
 	ModeFenced
 )
 
@@ -217,9 +218,16 @@ func (a *Agent) Observe(r *Report) Verdict {
 	if a.epoch != 0 && a.mode != ModeFenced && mutant != MutantNoFencing {
 		epoch, instance := a.view.Epoch(a.me)
 		if epoch > a.epoch || (epoch == a.epoch && instance != a.instance) {
+			// Lower to the floor share, never raise to it: the other
+			// process now holds the broker's target, and the others raise
+			// against its reports, so all that may stand beside them is
+			// what this one already held (§5, two processes on one id).
+			// Raising a share held below the floor (simulation seeds
+			// 203983, 523911, 894405: 7.2 -> 13.5, 17.5 -> 21.25 and
+			// 7.9 -> 20.8 MB/s) put that much over L + the allowance.
 			a.mode = ModeFenced
 			for e := range a.applied {
-				a.applied[e] = a.floorShare(e)
+				a.applied[e] = min(a.applied[e], a.floorShare(e))
 			}
 		}
 	}

@@ -167,6 +167,34 @@ func TestAnotherAgentWithOurBrokerIDFencesUs(t *testing.T) {
 	}
 }
 
+// TestFencedLowersNeverRaises: a fenced agent lowers to its floor share but
+// keeps a share already below it. The other process holds the broker's
+// target and the others raise against its reports, so beside them stands
+// only what this one held; raising it to the floor put Σ over L + that
+// allowance in simulation seeds 203983, 523911 and 894405 (a share of 7.2
+// raised to 13.5 MB/s, 17.5 to 21.25, 7.9 to 20.8).
+func TestFencedLowersNeverRaises(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		applied, want float64
+	}{
+		{"above the floor share", 25 * mb, 2 * mb},
+		{"at the floor share", 2 * mb, 2 * mb},
+		{"below the floor share", 1.5 * mb, 1.5 * mb},
+		{"at zero", 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig() // floor share: 6 MB/s reserved ÷ 3 brokers
+			a := startAgent(t, cfg, 1, c.applied, 0)
+			a.Step(0, nil)
+			a.Observe(report(1, 3, 1, 1, 0, 0)) // another process, newer epoch
+			if a.Mode() != ModeFenced || a.Applied()[0] != c.want {
+				t.Fatalf("held %v, fenced: %v with %v, want fenced at %v", c.applied, a.Mode(), a.Applied(), c.want)
+			}
+		})
+	}
+}
+
 // TestRestartWithoutDiskLearnsEpochAndLeaseFromTopic: an agent without its
 // state file starts at its fallback share (it cannot know whether its lease
 // ran out); its previous life's reports on the topic give the next epoch and

@@ -92,7 +92,7 @@ func (cb *Budgets) why(i int, hasPending bool, holders []status.ClusterRaiseHold
 	applied := core.Applied()[i]
 	switch {
 	case core.Mode() == cluster.ModeFenced:
-		return "fenced: another agent reports this broker id; holding the floor share"
+		return "fenced: another agent reports this broker id; holding at most the floor share"
 	case core.Mode() == cluster.ModeFallback:
 		return fmt.Sprintf("fallback (%s): no report of this host landed for the lease (%v)", cb.cfg.Fallback, cb.cfg.Lease)
 	case core.Rebuilding():

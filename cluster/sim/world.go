@@ -323,10 +323,21 @@ func (w *world) stepHost(i int) {
 // junk makes a report no agent may apply: foreign, malformed, from an
 // unknown broker, a round far ahead, or a replay of a landed report under
 // an older epoch, an older sequence number or another process's instance.
+//
+// It copies a report still in the log: one landed since the log was last
+// emptied. A View tells a replay by the report it copies (§3), and one that
+// began on the emptied log never read a report from before; a copy of one,
+// with its round a million ahead, was to it the first report of a life,
+// which may carry any round (§3a (c)), so it followed that round and every
+// other View ignored its reports as round_jump for good (seed 811373). No
+// producer lands a copy of a report after retention dropped the report
+// (a duplicate lands within MaxDelivery of its send, retention keeps more
+// than that); as for retention (stepHost), a replay and the report it
+// copies are in the log together or not at all.
 func (w *world) junk() (*cluster.Report, int) {
 	var base cluster.Report
 	at := len(w.log)
-	for k := len(w.log) - 1; k >= 0; k-- {
+	for k := len(w.log) - 1; k >= w.logStart; k-- {
 		if w.log[k].genuine {
 			base, at = *w.log[k].report, k
 			break
