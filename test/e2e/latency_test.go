@@ -120,11 +120,14 @@ func latencyAccuracy(t *testing.T, name string, perSecond float64, delay bool) {
 	// lies inside the client's, so it reads below it, by 8-22 % in 16 runs
 	// (2026-12-06), around the 1 ms the symmetric bound allows, which it
 	// then missed in half of them. There the NIC must not read above the
-	// client's (plus the bound), nor below 0.7 of it; docs/latency.md
-	// states the blind spot.
+	// client's (plus the bound), nor below it by more than max(1 ms, 30 %)
+	// of it: the bound's own 1 ms floor, since a client p99 under a
+	// millisecond is mostly the client's scheduling (a loaded CI run: the
+	// client's 0.89 ms, the NIC's 0.54, 0.7 of it failing on 0.09 ms);
+	// docs/latency.md states the blind spot.
 	p99OK := within(sluice.P99MinuteMillis, p99)
 	if !delay {
-		p99OK = sluice.P99MinuteMillis <= p99+math.Max(1, 0.1*p99) && sluice.P99MinuteMillis >= 0.7*p99
+		p99OK = sluice.P99MinuteMillis <= p99+math.Max(1, 0.1*p99) && sluice.P99MinuteMillis >= p99-math.Max(1, 0.3*p99)
 	}
 	errs, ok := noErrors(clients...)
 	pass := ok && clientRate >= 0.6*perSecond && sluice.RequestsMinute >= 100 &&
@@ -137,6 +140,6 @@ func latencyAccuracy(t *testing.T, name string, perSecond float64, delay bool) {
 			"sluice_p50_ms": sluice.P50MinuteMillis, "sluice_p99_ms": sluice.P99MinuteMillis, "client_errors": errs, "datapath": diagnostics,
 			"measured_at": "the clients' own per-request ReadWait + TimeToRead (franz-go hooks) against sluice's status"},
 		Expected: map[string]any{"client_requests_per_s_asked": perSecond, "client_requests_per_s_min": 0.6 * perSecond, "sluice_requests_measured_min": 100,
-			"tolerance": "max(1 ms, 10 % of the client's); with no broker delay the p99 between 0.7 x the client's and the client's + that", "broker_produce_delay": map[bool]string{true: "1-9 ms uniform", false: "none"}[delay]},
+			"tolerance": "max(1 ms, 10 % of the client's); with no broker delay the p99 between the client's - max(1 ms, 30 %) and the client's + the bound", "broker_produce_delay": map[bool]string{true: "1-9 ms uniform", false: "none"}[delay]},
 	})
 }
