@@ -101,13 +101,11 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	if err != nil {
 		return err
 	}
-	// Spread by id, so that the walk below reads them in its own order; it
-	// takes each note out as it reads it, and clears the rest after.
-	noted := 0
+	// Spread by id, so that the walk below reads them in its own order;
+	// cleared after it through the same list.
 	for j, h := range held {
 		if int(h.Entity) < len(dc.heldAt) { // a class of an id past the registry: not ours to read
 			dc.heldAt[h.Entity] = heldNote{at: int32(j + 1), throttled: h.Throttled, dropped: h.Dropped}
-			noted++
 		}
 	}
 	dc.heldList = held
@@ -131,10 +129,6 @@ func (a *Agent) cycleDirection(dc *direction) error {
 			a.registry.Touch(id, now)
 		}
 		h := dc.heldAt[i]
-		if h.at > 0 {
-			dc.heldAt[i] = heldNote{}
-			noted--
-		}
 		if id == entity.UnknownID {
 			return // held to H, outside the allocation
 		}
@@ -174,11 +168,9 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		dc.sources = append(dc.sources, src)
 		dc.heldIdx = append(dc.heldIdx, h.at)
 	})
-	if noted != 0 { // notes of ids the walk did not visit (not registered), or of one id twice
-		for _, h := range held {
-			if int(h.Entity) < len(dc.heldAt) {
-				dc.heldAt[h.Entity] = heldNote{}
-			}
+	for _, h := range held { // every note back to zero for the next cycle
+		if int(h.Entity) < len(dc.heldAt) {
+			dc.heldAt[h.Entity] = heldNote{}
 		}
 	}
 	if cap(dc.outputs) < len(dc.inputs) {
@@ -230,8 +222,8 @@ func (a *Agent) cycleDirection(dc *direction) error {
 // heldNote is what the walk over entities needs of the shaper's Held for
 // one entity: where it is in the shaper's answer (1 + index, 0: not in
 // it), and two of its fields. Spread by id each cycle, a 16-byte note
-// instead of the 56-byte Held, and taken out as it is read instead of a
-// clear of every id's (#47).
+// instead of the 56-byte Held, and cleared through the shaper's answer
+// instead of a clear of every id's (#47).
 type heldNote struct {
 	at        int32
 	throttled bool
