@@ -523,12 +523,8 @@ func meterPorts(w *harness.World, over time.Duration, ports []uint16) ([]float64
 	if len(ports) == 0 {
 		return nil, nil
 	}
-	// Each reading is dated at the middle of the ss call that took it.
-	read := func() (map[uint16]harness.SocketCounts, time.Time, error) {
-		t0 := time.Now()
-		s, err := w.BrokerSockets()
-		return s, t0.Add(time.Since(t0) / 2), err
-	}
+	// Each reading is dated at the middle of the sock_diag call that took it.
+	read := w.BrokerSockets
 	first, from, err := read()
 	if err != nil {
 		return nil, err
@@ -567,7 +563,7 @@ func timeline(w *harness.World, cases []*longIDCase, seconds int) map[string][]s
 		if r.owners, err = w.ClientPorts(); err != nil {
 			return r, err
 		}
-		if r.socks, err = w.BrokerSockets(); err != nil {
+		if r.socks, _, err = w.BrokerSockets(); err != nil {
 			return r, err
 		}
 		r.snap, _ = w.Status()

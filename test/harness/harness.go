@@ -49,6 +49,9 @@ type World struct {
 	mu     sync.Mutex
 	procs  []*exec.Cmd // clients
 	agents []*Agent
+	// brokerMeter reads the broker's sockets (BrokerSockets), opened on
+	// first use.
+	brokerMeter *ListenerMeter
 }
 
 // Options shape the world.
@@ -298,6 +301,12 @@ func (w *World) Close() error {
 	if w.bpffs != "" {
 		unix.Unmount(w.bpffs, unix.MNT_DETACH)
 	}
+	w.mu.Lock()
+	if w.brokerMeter != nil {
+		w.brokerMeter.Close()
+		w.brokerMeter = nil
+	}
+	w.mu.Unlock()
 	errs = append(errs, w.Pair.Delete())
 	return errors.Join(errs...)
 }

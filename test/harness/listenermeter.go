@@ -34,9 +34,50 @@ func NewListenerMeter(ns *netns.NS) (*ListenerMeter, error) {
 // it (IPv4 and IPv6): bytes received (produce) and bytes the peer acknowledged (fetch).
 // at is the middle of the reading. Connections that closed are not in it.
 func (m *ListenerMeter) Totals(ports ...uint16) (totals map[uint16]SocketCounts, at time.Time, err error) {
+	socks, at, err := m.read()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	want := map[uint16]bool{}
+	for _, p := range ports {
+		want[p] = true
+	}
+	totals = map[uint16]SocketCounts{}
+	for _, s := range socks {
+		if !want[s.InetDiagMsg.ID.SourcePort] {
+			continue
+		}
+		t := totals[s.InetDiagMsg.ID.SourcePort]
+		t.Received += s.TCPInfo.Bytes_received
+		t.Acked += s.TCPInfo.Bytes_acked
+		totals[s.InetDiagMsg.ID.SourcePort] = t
+	}
+	return totals, at, nil
+}
+
+// Peers reads every connection to one local port, keyed by the peer's
+// port; at is the middle of the reading.
+func (m *ListenerMeter) Peers(port uint16) (peers map[uint16]SocketCounts, at time.Time, err error) {
+	socks, at, err := m.read()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	peers = map[uint16]SocketCounts{}
+	for _, s := range socks {
+		if s.InetDiagMsg.ID.SourcePort == port {
+			peers[s.InetDiagMsg.ID.DestinationPort] = SocketCounts{Received: s.TCPInfo.Bytes_received, Acked: s.TCPInfo.Bytes_acked}
+		}
+	}
+	return peers, at, nil
+}
+
+// read takes every TCP socket's tcp_info (IPv4 and IPv6: servers listening
+// on [::] hold IPv4 peers in IPv6 sockets), timed by the middle of the
+// reading.
+func (m *ListenerMeter) read() ([]*netlink.InetDiagTCPInfoResp, time.Time, error) {
 	before := time.Now()
 	socks, err := m.h.SocketDiagTCPInfo(unix.AF_INET)
-	if err == nil { // servers listening on [::] hold IPv4 peers in IPv6 sockets
+	if err == nil {
 		var six []*netlink.InetDiagTCPInfoResp
 		six, err = m.h.SocketDiagTCPInfo(unix.AF_INET6)
 		socks = append(socks, six...)
@@ -45,21 +86,13 @@ func (m *ListenerMeter) Totals(ports ...uint16) (totals map[uint16]SocketCounts,
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("sock_diag: %w", err)
 	}
-	want := map[uint16]bool{}
-	for _, p := range ports {
-		want[p] = true
-	}
-	totals = map[uint16]SocketCounts{}
+	kept := socks[:0]
 	for _, s := range socks {
-		if s.InetDiagMsg == nil || s.TCPInfo == nil || !want[s.InetDiagMsg.ID.SourcePort] {
-			continue
+		if s.InetDiagMsg != nil && s.TCPInfo != nil {
+			kept = append(kept, s)
 		}
-		t := totals[s.InetDiagMsg.ID.SourcePort]
-		t.Received += s.TCPInfo.Bytes_received
-		t.Acked += s.TCPInfo.Bytes_acked
-		totals[s.InetDiagMsg.ID.SourcePort] = t
 	}
-	return totals, before.Add(after.Sub(before) / 2), nil
+	return kept, before.Add(after.Sub(before) / 2), nil
 }
 
 // Close closes the socket.

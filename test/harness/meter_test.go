@@ -6,26 +6,6 @@ import (
 	"time"
 )
 
-func TestParseBrokerSockets(t *testing.T) {
-	out := []byte("ESTAB 0      0      198.18.0.1:9092 198.18.0.2:45196\n" +
-		"\t bbr wscale:10,10 rto:204 bytes_sent:5000 bytes_acked:4000 bytes_received:100000 segs_out:4\n" +
-		"ESTAB 0      0      [::ffff:198.18.0.1]:9092 [::ffff:198.18.0.2]:45200\n" +
-		"\t cubic wscale:7,7 rto:201 segs_out:1\n")
-	socks, err := parseBrokerSockets(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := socks[45196]; got != (SocketCounts{Received: 100000, Acked: 4000}) {
-		t.Errorf("port 45196: %+v", got)
-	}
-	if got, ok := socks[45200]; !ok || got != (SocketCounts{}) {
-		t.Errorf("port 45200 (no byte counters yet): %+v %v", got, ok)
-	}
-	if _, err := parseBrokerSockets([]byte("garbage\n")); err == nil {
-		t.Error("a line that is not a socket was accepted")
-	}
-}
-
 func TestParseClientSockets(t *testing.T) {
 	out := []byte("0      0      198.18.11.1:40100 198.18.11.2:9092\n" + // ss -H with a state filter: no state column
 		"\t cubic wscale:7,7 rto:204 bytes_sent:5000 bytes_acked:4000 bytes_received:100000 segs_out:4\n" +
