@@ -9,7 +9,6 @@ package harness
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -467,16 +466,12 @@ func (w *ClusterWorld) startLoadgen(mode, name, clientID string, partition int, 
 // to one broker, as the client host's sockets see it.
 type LinkKey struct{ From, To netip.Addr }
 
-// ClientSocketBytes reads, from the client host's kernel (tcp_info of every
-// connection to a listener on 9092), the bytes each connection's peer has
-// acknowledged (bytes_acked: what a producer delivered), keyed by
-// connection.
-func (w *ClusterWorld) ClientSocketBytes() (map[netip.AddrPort]LinkBytes, error) {
-	out, err := exec.Command("ip", "netns", "exec", w.Clients.Name, "ss", "-tniH", "state", "established", "( dport = :9092 )").Output()
-	if err != nil {
-		return nil, fmt.Errorf("ss in the client host: %w", err)
-	}
-	return parseSockets(out, func(local, _ netip.AddrPort) netip.AddrPort { return local })
+// ClientSocketBytes reads, from the client host's kernel, every
+// established connection to a broker's 9092, keyed by the client's end;
+// at is the middle of the reading (in process, through sock_diag: see
+// World.BrokerSockets).
+func (w *ClusterWorld) ClientSocketBytes() (map[netip.AddrPort]LinkBytes, time.Time, error) {
+	return establishedSockets(w.Clients, func(local, peer netip.AddrPort) (netip.AddrPort, bool) { return local, peer.Port() == 9092 })
 }
 
 // ListenerSockets reads, from broker host b's kernel, every established
@@ -484,12 +479,50 @@ func (w *ClusterWorld) ClientSocketBytes() (map[netip.AddrPort]LinkBytes, error)
 // another broker's replica fetcher): bytes_received is what the peer sent,
 // bytes_acked what it received.
 func (b *BrokerHost) ListenerSockets() (map[netip.AddrPort]LinkBytes, error) {
-	out, err := exec.Command("ip", "netns", "exec", b.NS.Name, "ss", "-tniH", "state", "established", "( sport = :9092 )").Output()
+	socks, _, err := establishedSockets(b.NS, func(local, peer netip.AddrPort) (netip.AddrPort, bool) { return peer, local.Port() == 9092 })
 	if err != nil {
-		return nil, fmt.Errorf("ss in broker host %d: %w", b.ID, err)
+		return nil, fmt.Errorf("broker host %d: %w", b.ID, err)
 	}
-	return parseSockets(out, func(_, peer netip.AddrPort) netip.AddrPort { return peer })
+	return socks, nil
 }
+
+// establishedSockets reads every established TCP connection of ns that
+// pick keeps, keyed by what it picks of the two ends (addresses unmapped:
+// a JVM's sockets are dual-stack).
+func establishedSockets(ns *netns.NS, pick func(local, peer netip.AddrPort) (netip.AddrPort, bool)) (map[netip.AddrPort]LinkBytes, time.Time, error) {
+	m, err := NewListenerMeter(ns)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer m.Close()
+	all, at, err := m.read()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%s: %w", ns.Name, err)
+	}
+	socks := map[netip.AddrPort]LinkBytes{}
+	for _, s := range all {
+		if s.InetDiagMsg.State != tcpEstablished {
+			continue
+		}
+		id := s.InetDiagMsg.ID
+		la, ok1 := netip.AddrFromSlice(id.Source)
+		pa, ok2 := netip.AddrFromSlice(id.Destination)
+		if !ok1 || !ok2 {
+			continue
+		}
+		local, peer := netip.AddrPortFrom(la.Unmap(), id.SourcePort), netip.AddrPortFrom(pa.Unmap(), id.DestinationPort)
+		k, keep := pick(local, peer)
+		if !keep {
+			continue
+		}
+		socks[k] = LinkBytes{Link: LinkKey{From: local.Addr(), To: peer.Addr()},
+			LinkCounts: LinkCounts{Acked: s.TCPInfo.Bytes_acked, Received: s.TCPInfo.Bytes_received}}
+	}
+	return socks, at, nil
+}
+
+// tcpEstablished is TCP_ESTABLISHED, the state sock_diag reports.
+const tcpEstablished = 1
 
 // LinkBytes is one connection's link and acknowledged bytes.
 type LinkBytes struct {
@@ -501,57 +534,6 @@ type LinkBytes struct {
 // the client host: Acked is what producers delivered, Received what
 // consumers read.
 type LinkCounts struct{ Acked, Received uint64 }
-
-func parseUnmapped(s string) (netip.AddrPort, error) {
-	a, err := netip.ParseAddrPort(s)
-	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()), err
-}
-
-// parseSockets reads `ss -tniH` output into each connection's link and
-// counters, keyed by what key picks of its two ends.
-func parseSockets(out []byte, key func(local, peer netip.AddrPort) netip.AddrPort) (map[netip.AddrPort]LinkBytes, error) {
-	socks := map[netip.AddrPort]LinkBytes{}
-	var local, peer netip.AddrPort
-	haveSocket := false
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
-		if line[0] != ' ' && line[0] != '\t' {
-			f := strings.Fields(line)
-			haveSocket = false
-			if len(f) < 4 {
-				continue
-			}
-			var err1, err2 error
-			// A JVM's sockets are dual-stack: ss prints [::ffff:a.b.c.d].
-			local, err1 = parseUnmapped(f[2])
-			peer, err2 = parseUnmapped(f[3])
-			haveSocket = err1 == nil && err2 == nil
-			continue
-		}
-		if !haveSocket {
-			continue
-		}
-		lb := LinkBytes{Link: LinkKey{From: local.Addr(), To: peer.Addr()}}
-		for _, field := range strings.Fields(line) {
-			for prefix, dst := range map[string]*uint64{"bytes_acked:": &lb.Acked, "bytes_received:": &lb.Received} {
-				if v, ok := strings.CutPrefix(field, prefix); ok {
-					n, err := strconv.ParseUint(v, 10, 64)
-					if err != nil {
-						return nil, fmt.Errorf("ss: %q: %w", field, err)
-					}
-					*dst = n
-				}
-			}
-		}
-		socks[key(local, peer)] = lb
-		haveSocket = false
-	}
-	return socks, sc.Err()
-}
 
 // LinkMeter follows the client host's connections and sums, per link, the
 // bytes acknowledged since it started (a connection that closes keeps what
@@ -566,22 +548,21 @@ type LinkMeter struct {
 // NewLinkMeter takes the first reading.
 func (w *ClusterWorld) NewLinkMeter() (*LinkMeter, error) {
 	m := &LinkMeter{w: w, total: map[LinkKey]LinkCounts{}}
-	socks, err := w.ClientSocketBytes()
+	socks, at, err := w.ClientSocketBytes()
 	if err != nil {
 		return nil, err
 	}
-	m.last, m.at = socks, time.Now()
+	m.last, m.at = socks, at
 	return m, nil
 }
 
 // Read takes a reading and returns the totals per link since the start, and
 // when the reading was taken.
 func (m *LinkMeter) Read() (map[LinkKey]LinkCounts, time.Time, error) {
-	socks, err := m.w.ClientSocketBytes()
+	socks, at, err := m.w.ClientSocketBytes()
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	at := time.Now()
 	for port, now := range socks {
 		before, seen := m.last[port]
 		t := m.total[now.Link]

@@ -1,29 +1,9 @@
 package harness
 
 import (
-	"net/netip"
 	"testing"
 	"time"
 )
-
-func TestParseClientSockets(t *testing.T) {
-	out := []byte("0      0      198.18.11.1:40100 198.18.11.2:9092\n" + // ss -H with a state filter: no state column
-		"\t cubic wscale:7,7 rto:204 bytes_sent:5000 bytes_acked:4000 bytes_received:100000 segs_out:4\n" +
-		"0      0      198.18.11.3:40200 198.18.11.2:9092\n" +
-		"\t cubic wscale:7,7 rto:201 segs_out:1\n")
-	socks, err := parseSockets(out, func(local, _ netip.AddrPort) netip.AddrPort { return local })
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := socks[netip.MustParseAddrPort("198.18.11.1:40100")]
-	if one.Link != (LinkKey{From: netip.MustParseAddr("198.18.11.1"), To: netip.MustParseAddr("198.18.11.2")}) ||
-		one.LinkCounts != (LinkCounts{Acked: 4000, Received: 100000}) {
-		t.Errorf("first socket: %+v", one)
-	}
-	if two, ok := socks[netip.MustParseAddrPort("198.18.11.3:40200")]; !ok || two.LinkCounts != (LinkCounts{}) {
-		t.Errorf("a socket without byte counters yet: %+v %v", two, ok)
-	}
-}
 
 func TestMeterRates(t *testing.T) {
 	t0 := time.Unix(100, 0)
