@@ -192,6 +192,8 @@ type direction struct {
 	alloc *allocator.Allocator
 	// fromCluster[i]: inputs[i]'s limit is a cluster share this cycle.
 	fromCluster []bool
+	// unknownLimit is what the last cycle held the unknown entity to.
+	unknownLimit float64
 	// Per entity id: the rate window (bytes per interval) and the last
 	// counter reading.
 	window    rateWindows
@@ -246,8 +248,8 @@ type published struct {
 	heldBy    map[uint32]string
 	others    aggregate
 	unknown   struct {
-		rate  float64
-		bytes uint64
+		rate, limit float64
+		bytes       uint64
 	}
 }
 

@@ -27,7 +27,7 @@ type bindRecord struct {
 }
 
 // unsampledGrace is how long a connection may stay bound to no entity
-// (charged to unknown, at the headroom H) before a scan holds it to the
+// (charged to unknown, at the strictest limit in force) before a scan holds it to the
 // unresolved entity. The data path samples a connection's first requests
 // whenever their headers are plausible, and the agent binds it at its
 // first sample, within a poll; one that is still unbound a scan later
@@ -40,7 +40,7 @@ const unsampledGrace = 10 * time.Second
 // holdUnsampled binds to the unresolved entity each connection in unbound
 // (the live entries a scan found bound to no entity) that an earlier scan,
 // at least unsampledGrace before now, found unbound too, so no client can
-// stay at the headroom H by sending nothing a request could be read from.
+// stay with unknown by sending nothing a request could be read from.
 // Each such connection counts once in the learner's Stats.Unresolved, and
 // its bytes in the unresolved entity's (alert SluiceUnresolvedTraffic). A
 // request read later still moves it to its entity. A failed write is
@@ -156,7 +156,7 @@ func (a *Agent) rule(id uint32) string {
 	case maps.NotGoverned:
 		return "exempt peer (exempt_peers): never governed"
 	case maps.EntityUnknown:
-		return "not known yet: no request has decided it (held with the unknown entity to the headroom H)"
+		return "not known yet: no request has decided it (held with the unknown entity to the strictest limit in force)"
 	case uint32(entity.OverflowID):
 		return "overflow: the registry or new_entities_per_peer was full when it was decided"
 	}

@@ -200,12 +200,13 @@ func (a *Agent) cycleDirection(dc *direction) error {
 		}
 	}
 	// Apply: the rates the allocation decided, the unknown entity's first.
-	// It is held to the headroom H (or the floor if that is higher) and
-	// guaranteed H: the capacity's share no reservation is taken from. A
-	// cluster share that went down is written however little it moved: the
-	// report this cycle sends says it is in force.
+	// It is held to the strictest limit in force (unknownLimit) and
+	// guaranteed at most H, the capacity's share no reservation is taken
+	// from. A cluster share that went down is written however little it
+	// moved: the report this cycle sends says it is in force.
+	dc.unknownLimit = unknownLimit(dc.alloc.Config(), dc.outputs)
 	dc.targets = append(dc.targets[:0], apply.Target{Entity: uint32(entity.UnknownID),
-		Rate: dc.alloc.Config().UnknownLimit(), Guaranteed: dc.alloc.Config().Headroom()})
+		Rate: dc.unknownLimit, Guaranteed: min(dc.unknownLimit, dc.alloc.Config().Headroom())})
 	for i, in := range dc.inputs {
 		dc.targets = append(dc.targets, apply.Target{Entity: in.Slot, Rate: dc.outputs[i].DynamicLimit,
 			Guaranteed: dc.outputs[i].EffectiveReservation, LowerExactly: dc.fromCluster[i]})

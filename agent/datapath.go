@@ -50,7 +50,7 @@ func (a *Agent) dirConfigs() [2]config.Direction {
 
 // capacities are what each direction's governed traffic is capped at in
 // the shaper's hierarchy (htb): Σ effective reservations ≤ C and the
-// unknown entity's guarantee H make up at most the capacity, so every
+// unknown entity's guarantee (at most H) make up at most the capacity, so every
 // guarantee can be kept while the rest is lent out up to the ceilings.
 // A disabled direction is not capped.
 func (a *Agent) capacities(cfgs [2]config.Direction) [2]float64 {

@@ -47,7 +47,7 @@ func (a *Agent) Learn(s maps.Sample) error {
 			ids[d] = s.Bound[d]
 		case !decided:
 			// Bound to nothing yet (the unknown entity): a connection is
-			// never left at the headroom H for want of a decision.
+			// never left with unknown for want of a decision.
 			if unresolved == 0 {
 				unresolved = a.entityID(entity.UnresolvedKey, s.Conn.Peer.Addr(), now)
 			}

@@ -205,7 +205,7 @@ func newCollector(a *Agent, dp DataPath, info MetricsInfo) *collector {
 
 		capacity:      d("capacity_bytes_per_second", "The direction's configured capacity.", dir...),
 		distributable: d("distributable_capacity_bytes_per_second", "C = capacity × safety_ratio: what reservations and weights share.", dir...),
-		headroom:      d("headroom_bytes_per_second", "H = capacity − C: the share no reservation takes (the unknown entity's).", dir...),
+		headroom:      d("headroom_bytes_per_second", "H = capacity − C: the share no reservation takes (the most the unknown entity is guaranteed; it is held to the strictest limit in force).", dir...),
 		promised:      d("promised_ratio", "Sum of active entities' reservations over C (above 1: overcommitted on paper).", dir...),
 		green:         d("green_ratio", "Sum of green shares (reserved bytes in real use) over C.", dir...),
 		overcommit:    d("overcommit", "1 while reservations exceed C (after confirmation) and are scaled down.", dir...),

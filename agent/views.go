@@ -54,6 +54,7 @@ func (a *Agent) publish(now time.Time) {
 		p.others = dc.others
 		p.unknown.bytes = a.gather.counters[dc.dir][entity.UnknownID].Bytes
 		p.unknown.rate = a.windowRate(dc.window.window(int(entity.UnknownID)))
+		p.unknown.limit = dc.unknownLimit
 	}
 }
 
@@ -143,10 +144,13 @@ func (a *Agent) view() *status.Snapshot {
 					Latency: a.objectives.Latency(now, dc.dir, entity.ID(in.Slot)), HeldBy: p.heldBy[in.Slot],
 				})
 			}
-			unknownLimit := status.Bps(allocatorConfig(p.cfg).UnknownLimit())
+			unknownLimit := status.Bps(p.unknown.limit)
+			if p.unknown.limit == 0 { // before the first cycle
+				unknownLimit = status.Bps(allocatorConfig(p.cfg).UnknownLimit())
+			}
 			v.Entities = append(v.Entities, status.EntityView{ID: uint32(entity.UnknownID), Kind: "unknown", State: "standby",
 				Rate: status.Bps(p.unknown.rate), Bytes: p.unknown.bytes, Weight: 1, Limit: unknownLimit, DynamicLimit: unknownLimit,
-				Sources:   status.SourcesView{Reservation: "headroom H", Weight: "headroom H", Limit: "headroom H"},
+				Sources:   status.SourcesView{Reservation: "headroom H", Weight: "headroom H", Limit: "the strictest limit in force"},
 				OwnSeries: true, Latency: a.objectives.Latency(now, dc.dir, entity.UnknownID)})
 			sort.Slice(v.Entities, func(i, j int) bool {
 				if v.Entities[i].Kind != v.Entities[j].Kind {

@@ -307,7 +307,7 @@ type Sources struct{ Reservation, Weight, Limit Source }
 // only place that sets reservations and weights. Finally reservation =
 // min(res, limit). Overflow entities take the client templates (they stand
 // for unconfigured clients); unknown entities take the global defaults
-// (the agent holds them to the headroom H).
+// (the agent holds them to the strictest limit in force).
 func (p *Policy) Explain(k Key, d Direction) (Params, Sources) {
 	var own, kafkaOwn, template, kafkaTemplate config.Quota
 	switch k.Kind {

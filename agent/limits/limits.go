@@ -11,7 +11,8 @@
 // The latency objectives are not a source of limits: they cap what the
 // allocator distributes to best-effort entities (an allocation input,
 // allocator.Trim). The unknown entity is outside the allocation (held to
-// the headroom H), and so outside this package.
+// the strictest limit in force, agent/unknownlimit.go), and so outside
+// this package.
 package limits
 
 import (

@@ -216,8 +216,13 @@ func TestKafkaReplicationExempt(t *testing.T) {
 // a held-back broker's claim was bounded (cluster/shares.go heldBackClaim),
 // the shares flipped every third round to a broker whose link carried
 // nothing and the total fell to 4.7-5.5 MB/s; the per-broker series and
-// every agent's share each second are recorded to show where the budget
-// went.
+// every agent's share and produce bytes by entity each second are
+// recorded to show where the budget went. Before the unknown entity was
+// held to the strictest limit in force (agent/unknownlimit.go), the
+// producer's reconnects to broker 2 (each time a request held at its
+// 20 kB/s probe share outlived request.timeout.ms) sent their first
+// Produce unbound at H: 0.26-3.5 MB in a second through broker 2, and a
+// 2-second peak of 6.8 and 7.5 MB/s over the bound in 2 of 5 runs.
 func TestKafkaClusterBudgets(t *testing.T) {
 	// A dead broker is fenced after 2 s, not 9: until then its partition
 	// has no leader, and the producer waits for Kafka, not for sluice.
@@ -269,7 +274,7 @@ func TestKafkaClusterBudgets(t *testing.T) {
 	}
 	moved := time.Now()
 	sharesKill := run.followShares(killed, 16*time.Second)
-	resumedKill := run.resumed(moved, w, newLeaders(before, leadersOf(t, w, "history")))
+	resumedKill := run.resumed(moved)
 	afterKill := run.totalBetween(resumedKill.Add(3*time.Second), resumedKill.Add(10*time.Second))
 	peakKill := run.peakTotal(killed, time.Now(), 2*time.Second)
 	killEnd := time.Now()
@@ -294,7 +299,7 @@ func TestKafkaClusterBudgets(t *testing.T) {
 		t.Fatalf("kafka-leader-election: %v\n%s", err, out)
 	}
 	sharesElection := run.followShares(elected, 16*time.Second)
-	resumedElection := run.resumed(elected, w, newLeaders(beforeElection, leadersOf(t, w, "history")))
+	resumedElection := run.resumed(elected)
 	afterElection := run.totalBetween(resumedElection.Add(3*time.Second), resumedElection.Add(10*time.Second))
 	peakElection := run.peakTotal(elected, time.Now(), 2*time.Second)
 	seriesElection := run.seconds(elected, time.Now())
@@ -317,7 +322,7 @@ func TestKafkaClusterBudgets(t *testing.T) {
 		Pass: within(steady, limit, 0.03) && afterChange(afterKill) && afterChange(afterElection) &&
 			peakKill <= peakBound && peakElection <= peakBound && coordRF == 3 && coordISR >= 2 && !prod.ExitedEarly(),
 		Measured: map[string]any{"steady_total_bps": steady, "after_kill_total_bps": afterKill, "after_election_total_bps": afterElection,
-			"peak_2s_after_kill_bps": peakKill, "peak_2s_after_election_bps": peakElection, "leaders_after_election": leaders,
+			"peak_2s_after_kill_bps": peakKill, "peak_2s_after_election_bps": peakElection, "leaders_before_election": beforeElection, "leaders_after_election": leaders,
 			"kafka_failover_s": moved.Sub(killed).Seconds(), "producer_resumed_s_after_failover": resumedKill.Sub(moved).Seconds(),
 			"producer_resumed_s_after_election": resumedElection.Sub(elected).Seconds(), "totals_each_second_after_kill_bps": seriesKill, "totals_each_second_after_election_bps": seriesElection,
 			"coordination_topic_replicas": coordRF, "coordination_topic_isr": coordISR, "coordination_topic_by_kafka_tools": coordSettings,
@@ -330,36 +335,30 @@ func TestKafkaClusterBudgets(t *testing.T) {
 	})
 }
 
-// newLeaders are the brokers (node ids) that lead a partition in after they
-// did not in before.
-func newLeaders(before, after []int32) []int32 {
-	var out []int32
-	for p := range after {
-		if p < len(before) && after[p] != before[p] && !slices.Contains(out, after[p]) {
-			out = append(out, after[p])
-		}
-	}
-	return out
-}
-
-// resumed is when the producer resumed on a new leader after a leadership
-// change at from: the first reading after from at which a link to one of
-// nodes carried a batch (256 KiB, the producer's batch.size) since the one
-// before. The Java producer moves nothing for 2-3 s after a leader change
-// while it refreshes its metadata and retries; the ±3 % window opens from
-// here, so it judges sluice's shares, not the client's recovery, which is
-// recorded beside. With no such reading it is the last one: the window is
-// then empty and the test fails.
-func (c *clusterRun) resumed(from time.Time, w *harness.ClusterWorld, nodes []int32) time.Time {
+// resumed is when the producer resumed after a leadership change at from:
+// the first reading after from at which its links together carried a
+// batch (256 KiB, the producer's batch.size) since the one before. The
+// Java producer moves nothing for 2-3 s after a broker dies while it
+// refreshes its metadata and retries: that is the client's recovery, not
+// sluice's, and it is recorded beside; the window opens from here. Where
+// its bytes go next is the shares' business: a new leader is held to its
+// probe share until its demand shows, so the window must not wait for a
+// batch on the new leader's link (it was once seen there only because a
+// reconnect's first Produce went unbound at H: agent/unknownlimit.go).
+// With no such reading it is the last one: the window is then empty and
+// the test fails.
+func (c *clusterRun) resumed(from time.Time) time.Time {
 	const batch = 256 << 10
 	for i := 1; i < len(c.points); i++ {
 		if c.points[i].at.Before(from) {
 			continue
 		}
-		for b, br := range w.Brokers {
-			if slices.Contains(nodes, int32(br.ID)) && c.points[i].tenant[b]-c.points[i-1].tenant[b] >= batch {
-				return c.points[i].at
-			}
+		var moved uint64
+		for b := range c.points[i].tenant {
+			moved += c.points[i].tenant[b] - c.points[i-1].tenant[b]
+		}
+		if moved >= batch {
+			return c.points[i].at
 		}
 	}
 	return c.points[len(c.points)-1].at
@@ -443,6 +442,9 @@ type shareSample struct {
 	T      float64   `json:"t"` // seconds after the phase began
 	Shares []float64 `json:"shares_bps"`
 	Why    []string  `json:"why"`
+	// ProduceBytes: each agent's produce counters by entity (kind:name),
+	// cumulative: which entity carried a broker's bytes (a diagnostic).
+	ProduceBytes []map[string]uint64 `json:"produce_bytes_by_entity"`
 }
 
 // followShares reads the meter as follow does for d, and each second asks
@@ -456,9 +458,14 @@ func (c *clusterRun) followShares(from time.Time, d time.Duration) []shareSample
 		s := shareSample{T: math.Round(time.Since(from).Seconds()*10) / 10}
 		for _, b := range c.w.Brokers {
 			share, why := -1.0, "no answer"
+			bytes := map[string]uint64{}
 			if st, err := b.Status(); err == nil && st.Cluster != nil && len(st.Cluster.Budgets) > 0 {
 				share, why = float64(st.Cluster.Budgets[0].Share), st.Cluster.Budgets[0].Why
+				for _, e := range st.Directions[0].Entities {
+					bytes[e.Kind+":"+e.Name] = e.Bytes
+				}
 			}
+			s.ProduceBytes = append(s.ProduceBytes, bytes)
 			s.Shares, s.Why = append(s.Shares, math.Round(share/1e3)*1e3), append(s.Why, why)
 		}
 		out = append(out, s)
