@@ -138,6 +138,18 @@ const (
 	// later by the cycle's phase, a cycle to apply the full level, and up
 	// to two 1 s meter windows to see it (the release lands inside one).
 	releaseWithin = 24 * time.Second
+	// releaseRecoveredWithin, after the backfill left while core runs (the
+	// breaker having just tripped at full level): half open after the
+	// cool-down (10 s after the last bad window), it probes up to a step
+	// under the level that failed (0.8, Step × 1) and no higher until
+	// MaxCoolDown (80 s) after the trip, then rises 0.05 an evaluation to
+	// full level (4 s) and closes at the next good window (1 s). Each is
+	// one evaluation a cycle, the first up to a cycle after the 80 s, and
+	// the status is polled every 100 ms: 86.1 s when every cycle is on
+	// time; 4 s more for cycles that run late on a loaded host. Measured:
+	// 77.7 s (the backfill's 13 clients took a few seconds to stop, and
+	// the clock starts once they have).
+	releaseRecoveredWithin = 90 * time.Second
 	// releasedShare: released, the best-effort tenants are back to what
 	// the disk takes, as with weights only; 0.85 is above any level a held
 	// breaker can sit at in the 80 s after its trip (0.8: a probe never

@@ -59,6 +59,10 @@ var latencyCDF = flag.String("latency-cdf", "", "the latency testbed: write each
 //     at least halfway to what the weights promise;
 //   - core stops with the backfills running: their rate back to 85 % of
 //     what they moved with weights only within 24 s (the quiet release);
+//   - core runs again until the breaker opens again, then the backfills
+//     stop: the breaker closes within 90 s (the recovered release:
+//     releaseRecoveredWithin), and the backfills, started again at once,
+//     move at least 85 % of what they moved with weights only;
 //   - the breaker's log lines within what its cool-downs allow.
 func TestScenarioLatencyTestbed(t *testing.T) {
 	const (
@@ -135,6 +139,9 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	}
 	stopBackfill := func() {
 		for _, c := range append(append(backfill, backfill2...), backfillReader) {
+			if c == nil { // stopped already
+				continue
+			}
 			c.Stop()
 			clientErrs += c.Errors()
 		}
@@ -245,7 +252,6 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		}
 	}
 	end, _ := w.Status()
-	stopBackfill()
 	log, _ := os.ReadFile(a.Log)
 	var transitions []string
 	for _, line := range strings.Split(string(log), "\n") {
@@ -253,6 +259,43 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 			transitions = append(transitions, line)
 		}
 	}
+	openFor := time.Since(backfillStarted).Seconds() - openedAfter.Seconds()
+	// Release after the load leaves: core runs again, the breaker opens
+	// again on the backfill, and the backfill stops. With nothing left to
+	// cut, the breaker probes after its cool-down, a step under the level
+	// that failed until MaxCoolDown after the trip, and closes at full
+	// level (releaseRecoveredWithin). Sluice's status is the trigger; the
+	// judge is the backfill itself, started again at once: released, it
+	// moves what it moved with weights only (the breaker needs Trip
+	// disjoint windows, 19 s or more, to hold it again).
+	var recovered struct {
+		reopenedAfter, releasedAfter, rate float64
+		why                                string
+	}
+	recovered.reopenedAfter, recovered.releasedAfter = -1, -1
+	again, againOut := startCore()
+	coreAgain := time.Now()
+	if _, err := w.WaitFor(60*time.Second, func(s *status.Snapshot) bool {
+		return len(s.Objectives) == 1 && s.Objectives[0].State == "open"
+	}); err == nil {
+		recovered.reopenedAfter = time.Since(coreAgain).Seconds()
+		stopBackfill()
+		backfillLeft := time.Now()
+		if s, err := w.WaitFor(releaseRecoveredWithin+10*time.Second, func(s *status.Snapshot) bool {
+			return len(s.Objectives) == 1 && s.Objectives[0].State == "closed"
+		}); err == nil {
+			recovered.releasedAfter = time.Since(backfillLeft).Seconds()
+			recovered.why = s.Objectives[0].Why
+			startBackfill()
+			if _, err := w.WaitMoving(0, 10*time.Second, append(slices.Clone(backfill), backfill2...)...); err != nil {
+				t.Fatal(err)
+			}
+			r1, r2 := meterBackfill(2 * time.Second)
+			recovered.rate = r1 + r2
+		}
+	}
+	stopCore(again, againOut)
+	stopBackfill()
 
 	// Time to defend, on the warm core's own requests: the first 10 s
 	// window after the breaker opened whose p99 is within the defended
@@ -290,7 +333,6 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	defendedTotal, weightedTotal := defended1+defended2, weighted1+weighted2
 	ratio := defended2 / max(1, defended1)
 	promisedRatio := weightedRatio(defendedTotal, produceMinLimit, weight1, weight2)
-	openFor := time.Since(backfillStarted).Seconds() - openedAfter.Seconds()
 	budget := transitionBudget(openFor)
 	checks := map[string]bool{
 		"contended_at_least_2x_alone":   contended >= 2*alone,
@@ -304,6 +346,8 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 		"heavier_tenant_gets_more":      ratio >= 1+(promisedRatio-1)/2,
 		"released_when_core_idle":       releasedAfter >= 0 && releasedAfter <= releaseWithin.Seconds(),
 		"transitions_within_budget":     len(transitions) <= budget,
+		"released_after_backfill_left":  recovered.releasedAfter >= 0 && recovered.releasedAfter <= releaseRecoveredWithin.Seconds(),
+		"backfill_free_once_released":   recovered.rate >= releasedShare*weightedTotal,
 	}
 	pass := true
 	var failed []string
@@ -347,6 +391,8 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 			"backfill_produce_bps_defended": defended1, "backfill2_produce_bps_defended": defended2,
 			"backfill_share_defended": defended1 / max(1, weighted1), "best_effort_share_defended": defendedTotal / max(1, weightedTotal),
 			"backfill2_over_backfill_defended": ratio, "released_after_core_stopped_s": releasedAfter, "best_effort_bps_after_core_stopped": releaseRates,
+			"reopened_after_core_restarted_s": recovered.reopenedAfter, "released_after_backfill_stopped_s": recovered.releasedAfter,
+			"best_effort_bps_restarted_once_released": recovered.rate, "release_after_backfill_left_why": recovered.why,
 			"held_at_defended_end": heldView, "opened_state": opened.Objectives[0].State, "objective_at_end": objectiveView,
 			"transitions": transitions, "transition_count": len(transitions), "client_errors": clientErrs, "failed": failed,
 			"measured_at": "the core client's own per-request ReadWait + TimeToRead (franz-go hooks); the best-effort tenants' rates from the broker sockets' tcp_info"},
@@ -357,8 +403,9 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 			"backfill_produce_bps_min":        floorShare * floorShareOf(weightedTotal, weight1, weight1+weight2, 2), "best_effort_produce_bps_min": floorShare * latencyFloor * weightedTotal,
 			"backfill2_over_backfill_min": 1 + (promisedRatio-1)/2, "backfill2_over_backfill_promised": promisedRatio,
 			"released_after_core_stopped_max_s": releaseWithin.Seconds(), "released_best_effort_bps_min": releasedShare * weightedTotal,
-			"transitions_max": budget,
-			"broker":          "disk 8 MB/s first come first served, then 2-4 ms for replicas", "objective": "core's alone p99 (median of three) + 2 backfill batches on the disk (floorCostMs)"},
+			"released_after_backfill_stopped_max_s": releaseRecoveredWithin.Seconds(),
+			"transitions_max":                       budget,
+			"broker":                                "disk 8 MB/s first come first served, then 2-4 ms for replicas", "objective": "core's alone p99 (median of three) + 2 backfill batches on the disk (floorCostMs)"},
 	})
 	if *latencyCDF != "" {
 		data, err := json.MarshalIndent(map[string]any{"runs": runs, "alone_p99_ms": alone, "objective_p99_ms": objectiveMs,
