@@ -393,7 +393,7 @@ func (h *HTB) adopt(dev, ifb netlink.Link) error {
 		}
 		for minor, cl := range existing {
 			if !used[minor] {
-				h.nl.ClassDel(cl)
+				h.deleteClass(cl) // a class no entity uses: best effort, it holds nobody
 			}
 		}
 		for minor := uint16(firstMinor); minor < t.next; minor++ {
@@ -654,12 +654,12 @@ func (h *HTB) addClass(dir maps.Direction, t *htbTree, entity uint32, guaranteed
 		return nil, fmt.Errorf("htb: add class for entity %d: %w", entity, err)
 	}
 	if err := t.leaf(minor, c.queue).replace(); err != nil {
-		netlink.ClassDel(t.htbClass(minor, guaranteed, wire))
+		h.deleteClass(t.htbClass(minor, guaranteed, wire))
 		t.free = append(t.free, minor)
 		return nil, fmt.Errorf("htb: add queue for entity %d: %w", entity, err)
 	}
 	if err := h.classes.SetClass(dir, entity, netlink.MakeHandle(rootMajor, minor)); err != nil {
-		netlink.ClassDel(t.htbClass(minor, guaranteed, wire))
+		h.deleteClass(t.htbClass(minor, guaranteed, wire))
 		t.free = append(t.free, minor)
 		return nil, err
 	}
@@ -744,10 +744,21 @@ func (h *HTB) remove(dir maps.Direction, entity uint32) error {
 		return err
 	}
 	delete(t.entity, entity)
-	if err := h.nl.ClassDel(t.htbClass(c.minor, c.guaranteed, c.wire)); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := h.deleteClass(t.htbClass(c.minor, c.guaranteed, c.wire)); err != nil {
 		return fmt.Errorf("htb: remove class of entity %d: %w", entity, err)
 	}
 	t.free = append(t.free, c.minor)
+	return nil
+}
+
+// deleteClass is the one place an entity class of sluice's tree is
+// deleted (its leaf queue goes with it), through the tree's netlink
+// socket; a class already gone is not an error. Only classes under
+// sluice's own root (found by identity, treeOf) come here.
+func (h *HTB) deleteClass(cl *netlink.HtbClass) error {
+	if err := h.nl.ClassDel(cl); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
 	return nil
 }
 
