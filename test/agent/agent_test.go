@@ -137,11 +137,24 @@ func TestAgentIntegrationLearnCountLimitFailOpen(t *testing.T) {
 
 	// kill -9: the pinned links keep the programs and the trees keep the
 	// rates until the heartbeat is stale (3 s), then nothing is held back.
+	// Held or not is read from the broker socket (tcp_info bytes_received,
+	// which the ingress shaper paces): the client's own counts come in
+	// bursts of acknowledged batches, and one 2 s window of them read
+	// 2.32 MB/s under the 2 MB/s limit on a CI host.
 	killed := time.Now()
 	proc.Kill()
-	time.Sleep(6 * time.Second)
-	stillLimited := prod.Rate(killed.Add(500*time.Millisecond), killed.Add(2500*time.Millisecond))
-	open := prod.Rate(killed.Add(4*time.Second), time.Now())
+	time.Sleep(time.Until(killed.Add(500 * time.Millisecond))) // the schedule: the window starts 0.5 s after the kill
+	held, err := w.MeterClients(0, 2*time.Second, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stillLimited := held[0]
+	time.Sleep(time.Until(killed.Add(4 * time.Second))) // stale_after (3 s) has passed
+	freed, err := w.MeterClients(0, 2*time.Second, prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := freed[0]
 	t.Logf("after kill -9: %.2f MB/s in the first 2.5 s, %.2f MB/s after stale_after (3 s)", stillLimited/1e6, open/1e6)
 	if stillLimited > 2.3e6 {
 		t.Errorf("rate %.0f B/s right after kill -9: the last rate should hold until stale_after", stillLimited)
