@@ -204,13 +204,15 @@ func (a *Agent) cycleDirection(dc *direction) error {
 	// guaranteed at most H, the capacity's share no reservation is taken
 	// from. A cluster share that went down is written however little it
 	// moved: the report this cycle sends says it is in force.
-	dc.unknownLimit = unknownLimit(dc.alloc.Config(), dc.outputs)
-	dc.targets = append(dc.targets[:0], apply.Target{Entity: uint32(entity.UnknownID),
-		Rate: dc.unknownLimit, Guaranteed: min(dc.unknownLimit, dc.alloc.Config().Headroom())})
+	dc.targets = append(dc.targets[:0], apply.Target{Entity: uint32(entity.UnknownID)}) // its rate once the strictest is known
+	strictest := math.Inf(1)
 	for i, in := range dc.inputs {
+		strictest = stricter(strictest, dc.outputs[i].DynamicLimit)
 		dc.targets = append(dc.targets, apply.Target{Entity: in.Slot, Rate: dc.outputs[i].DynamicLimit,
 			Guaranteed: dc.outputs[i].EffectiveReservation, LowerExactly: dc.fromCluster[i]})
 	}
+	dc.unknownLimit = unknownLimit(dc.alloc.Config(), strictest)
+	dc.targets[0].Rate, dc.targets[0].Guaranteed = dc.unknownLimit, min(dc.unknownLimit, dc.alloc.Config().Headroom())
 	written, err := a.rates.Apply(dir, dc.targets)
 	if err != nil {
 		return err

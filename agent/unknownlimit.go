@@ -1,10 +1,6 @@
 package agent
 
-import (
-	"math"
-
-	"github.com/sluice-dev/sluice/allocator"
-)
+import "github.com/sluice-dev/sluice/allocator"
 
 // unknownFloor is the least the unknown entity is held to: a new
 // connection's first requests (ApiVersions, a SASL handshake: a few
@@ -13,8 +9,9 @@ import (
 const unknownFloor = 64 << 10
 
 // unknownLimit is what the unknown entity (connections no sample has bound
-// yet) is held to: the strictest limit in force in the direction, between
-// unknownFloor and max(H, min_limit).
+// yet) is held to: the strictest limit in force in the direction (the
+// least dynamic limit, folded by stricter), between unknownFloor and
+// max(H, min_limit).
 //
 // Why not H: a client binds at its connection's first sample, which the
 // agent reads a little after the data path saw it, and the Java client
@@ -27,12 +24,17 @@ const unknownFloor = 64 << 10
 // Held to the strictest limit any entity has, a reconnect gains nothing
 // over the limit it left; what passes before the bind is bounded by the
 // floor times the bind's delay and the class's burst.
-func unknownLimit(cfg allocator.Config, outputs []allocator.Allocation) float64 {
-	strictest := math.Inf(1)
-	for i := range outputs {
-		if l := outputs[i].DynamicLimit; l > 0 {
-			strictest = min(strictest, l)
-		}
-	}
+func unknownLimit(cfg allocator.Config, strictest float64) float64 {
 	return min(cfg.UnknownLimit(), max(unknownFloor, strictest))
+}
+
+// stricter folds one entity's dynamic limit into the strictest so far
+// (start from +Inf): a zero is no allocation, not a limit. The cycle folds
+// them in the loop that builds the shaper's targets, not in a pass of its
+// own.
+func stricter(strictest, limit float64) float64 {
+	if limit > 0 {
+		return min(strictest, limit)
+	}
+	return strictest
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"testing"
 
 	"github.com/sluice-dev/sluice/allocator"
@@ -24,11 +25,11 @@ func TestUnknownLimit(t *testing.T) {
 		{"a zero (no allocation) is not a limit", []float64{0, 5e6}, 5e6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := make([]allocator.Allocation, len(tc.limits))
-			for i, l := range tc.limits {
-				out[i].DynamicLimit = l
+			strictest := math.Inf(1)
+			for _, l := range tc.limits {
+				strictest = stricter(strictest, l)
 			}
-			if got := unknownLimit(cfg, out); got != tc.want {
+			if got := unknownLimit(cfg, strictest); got != tc.want {
 				t.Errorf("unknown held to %v, want %v", got, tc.want)
 			}
 		})
