@@ -18,6 +18,10 @@ GENERATED  := maps/sluice_bpfel.go maps/sluice_bpfel.o
 # `make adversarial` and `make kafka-check` (real Apache Kafka) run.
 # Three modules in one workspace (go.work): the agent (.), and test/ and
 # deploy/, which hold what only builds and tests it.
+# The scenario tiers run under faildigest: it prints the tests' output as
+# -v does and ends with each failed test's last lines, where CI's cut of a
+# long log shows them.
+GO_TEST_DIGEST = $(GO) run ./test/faildigest -- $(GO) test -json
 PKGS    = $(shell $(GO) list ./... ./test/... ./deploy/... | grep -v /test/e2e)
 # Debian packages the tests need on a fresh machine (CI runs as root).
 # prometheus: promtool checks deploy/prometheus' rules, and a real server
@@ -156,7 +160,7 @@ test: deps vet check-generated check-clone ## run every test (unit, fuzz seeds, 
 
 .PHONY: e2e
 e2e: $(BPF_OBJ) ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
-	$(GO) test -count=1 -v -timeout 20m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
+	$(GO_TEST_DIGEST) -count=1 -timeout 20m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
 
 .PHONY: latency-plot
 latency-plot: $(BPF_OBJ) ## the latency testbed's four runs as tail CDFs: docs/latency.png and latency-results.json (root)
@@ -174,11 +178,11 @@ bench-once: $(BPF_OBJ) ## run every benchmark once (-benchtime 1x): a benchmark 
 
 .PHONY: kafka-check
 kafka-check: $(BPF_OBJ) kafka-deps ## the scenarios on real Apache Kafka with the Java client; writes kafka-results.json (root)
-	$(GO) test -count=1 -v -timeout 30m -run '^TestKafka' ./test/e2e/ -args -results $(CURDIR)/kafka-results.json -kafka-libs $(CURDIR)/$(KAFKA_LIB)
+	$(GO_TEST_DIGEST) -count=1 -timeout 30m -run '^TestKafka' ./test/e2e/ -args -results $(CURDIR)/kafka-results.json -kafka-libs $(CURDIR)/$(KAFKA_LIB)
 
 .PHONY: adversarial
 adversarial: $(BPF_OBJ) ## hostile clients: forged replication, churn of ids and connections, floods, the floor; writes adversarial-results.json (root)
-	$(GO) test -count=1 -v -timeout 30m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json
+	$(GO_TEST_DIGEST) -count=1 -timeout 30m -run '^TestAdversarial' ./test/e2e/ -args -results $(CURDIR)/adversarial-results.json
 
 .PHONY: systemd-check
 systemd-check: $(BPF_OBJ) ## the unit under this machine's own systemd, booted in a PID+mount+net namespace: install, start, reload, restart, kill -9, stop (root)

@@ -50,6 +50,7 @@ func (m *ListenerMeter) Totals(ports ...uint16) (totals map[uint16]SocketCounts,
 		t := totals[s.InetDiagMsg.ID.SourcePort]
 		t.Received += s.TCPInfo.Bytes_received
 		t.Acked += s.TCPInfo.Bytes_acked
+		t.Sent += s.TCPInfo.Bytes_sent
 		totals[s.InetDiagMsg.ID.SourcePort] = t
 	}
 	return totals, at, nil
@@ -65,7 +66,7 @@ func (m *ListenerMeter) Peers(port uint16) (peers map[uint16]SocketCounts, at ti
 	peers = map[uint16]SocketCounts{}
 	for _, s := range socks {
 		if s.InetDiagMsg.ID.SourcePort == port {
-			peers[s.InetDiagMsg.ID.DestinationPort] = SocketCounts{Received: s.TCPInfo.Bytes_received, Acked: s.TCPInfo.Bytes_acked}
+			peers[s.InetDiagMsg.ID.DestinationPort] = SocketCounts{Received: s.TCPInfo.Bytes_received, Acked: s.TCPInfo.Bytes_acked, Sent: s.TCPInfo.Bytes_sent}
 		}
 	}
 	return peers, at, nil

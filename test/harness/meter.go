@@ -26,12 +26,21 @@ import (
 type SocketCounts struct {
 	Received uint64 // bytes_received: what the client delivered (produce)
 	Acked    uint64 // bytes_acked: what the client received (fetch)
+	Sent     uint64 // bytes_sent: what the broker's TCP handed down, retransmissions included
 }
 
-// Of returns the counter of a direction (0 produce, 1 fetch).
+// FetchSent is the counter Of reads for what the broker's TCP sent, as the
+// egress hooks see it leave (before any qdisc): bytes_acked lags it by
+// what sits in the qdisc and in flight, up to tcp_limit_output_bytes (4 MiB).
+const FetchSent = 2
+
+// Of returns the counter of a direction (0 produce, 1 fetch, FetchSent).
 func (s SocketCounts) Of(dir int) uint64 {
-	if dir == 0 {
+	switch dir {
+	case 0:
 		return s.Received
+	case FetchSent:
+		return s.Sent
 	}
 	return s.Acked
 }
