@@ -421,10 +421,7 @@ func (a *Attachment) Detach() error {
 	if a.Mode == TCX {
 		var errs []error
 		for _, l := range a.links {
-			if err := l.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
-			errs = append(errs, l.Close())
+			errs = append(errs, detachLink(l))
 		}
 		a.links = nil
 		return errors.Join(errs...)
@@ -618,15 +615,14 @@ func AdoptAt(dir string, ifindex int, ingress, egress *ebpf.Program, pos Positio
 			a.closeLinks()
 			return nil, fmt.Errorf("move the %s link on %s to the %s position: %w", hooks[i].name, a.Interface, pos, err)
 		}
-		if err := l.Unpin(); err != nil {
+		a.links[i] = nil
+		if err := detachLink(l); err != nil { // the old position
 			if moved != nil {
 				moved.Close()
 			}
 			a.closeLinks()
-			return nil, fmt.Errorf("move the %s link on %s: unpin the old one: %w", hooks[i].name, a.Interface, err)
+			return nil, fmt.Errorf("move the %s link on %s: detach the old one: %w", hooks[i].name, a.Interface, err)
 		}
-		l.Close() // the old position: detached
-		a.links[i] = nil
 		if sameProgram {
 			// Break before make: the program could not run twice.
 			if moved, err = link.AttachTCX(opts); err != nil {
@@ -701,12 +697,23 @@ func DetachPinned(dir string, ifindex int) error {
 			errs = append(errs, fmt.Errorf("open pinned link %s: %w", path, err))
 			continue
 		}
-		if err := l.Unpin(); err != nil {
-			errs = append(errs, err)
-		}
-		errs = append(errs, l.Close()) // the last reference: detached
+		errs = append(errs, detachLink(l))
 	}
 	return errors.Join(errs...)
+}
+
+// detachLink is the one place a TCX link of sluice's leaves the kernel: its
+// pin removed (already gone is fine), then its last reference closed,
+// which detaches the program.
+func detachLink(l link.Link) error {
+	if l == nil {
+		return nil
+	}
+	var errs []error
+	if err := l.Unpin(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("unpin: %w", err))
+	}
+	return errors.Join(append(errs, l.Close())...)
 }
 
 // linkPinName names link i (0 ingress, 1 egress) in the pin directory,

@@ -468,7 +468,7 @@ func ReplaceForeignRoot(ifindex int, in func(func() error) error) (replaced stri
 		}
 		for _, q := range qdiscs {
 			if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && a.Handle != 0 {
-				if err := netlink.QdiscDel(q); err != nil {
+				if err := deleteRootQdisc(q); err != nil {
 					return fmt.Errorf("replace_root_qdisc: delete %s's root %s %x:: %w", dev.Attrs().Name, q.Type(), a.Handle>>16, err)
 				}
 				replaced = fmt.Sprintf("%s %x: on %s", q.Type(), a.Handle>>16, dev.Attrs().Name)
@@ -542,10 +542,17 @@ func deleteRoot(link netlink.Link) error {
 		if !ownTree(link) && !ownRoot(link, "fq") {
 			return fmt.Errorf("%w: %s root is %s %x:: left as it is", ErrForeignRootQdisc, link.Attrs().Name, q.Type(), a.Handle>>16)
 		}
-		if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-			return err
-		}
-		return nil
+		return deleteRootQdisc(q)
+	}
+	return nil
+}
+
+// deleteRootQdisc is the one place a root qdisc leaves a device: sluice's
+// own tree (deleteRoot), or an operator's that replace_root_qdisc named.
+// Already gone is done.
+func deleteRootQdisc(q netlink.Qdisc) error {
+	if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return err
 	}
 	return nil
 }
