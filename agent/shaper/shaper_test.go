@@ -50,7 +50,10 @@ func tcState(t testing.TB, ns *netns.NS, dev string) string {
 	if err != nil {
 		t.Fatalf("tc: %v %s", err, out)
 	}
-	links, _ := exec.Command("ip", "netns", "exec", ns.Name, "ip", "-o", "link").CombinedOutput()
+	// Standard output only: ip prints "Peer netns reference is invalid."
+	// to standard error for a veth whose peer's namespace another test is
+	// deleting, and those words read as link names.
+	links, _ := exec.Command("ip", "netns", "exec", ns.Name, "ip", "-o", "link").Output()
 	var names []string
 	for _, l := range strings.Split(string(links), "\n") {
 		if f := strings.Fields(l); len(f) > 1 {
