@@ -148,8 +148,11 @@ const (
 	// the status is polled every 100 ms: 86.1 s when every cycle is on
 	// time; 4 s more for cycles that run late on a loaded host. Measured:
 	// 77.7 s (the backfill's 13 clients took a few seconds to stop, and
-	// the clock starts once they have).
-	releaseRecoveredWithin = 90 * time.Second
+	// the clock starts once they have). A probe can still miss after the
+	// backfill left, while its last batches drain through the testbed's
+	// 8 MB/s disk: the next waits MaxCoolDown again. So two cool-downs and
+	// the climb: a CI run of 7b0dc43 was not released within 100 s.
+	releaseRecoveredWithin = 2*80*time.Second + 10*time.Second
 	// releasedShare: released, the best-effort tenants are back to what
 	// the disk takes, as with weights only; 0.85 is above any level a held
 	// breaker can sit at in the 80 s after its trip (0.8: a probe never
