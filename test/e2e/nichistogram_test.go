@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/sluice-dev/sluice/test/harness"
 )
@@ -15,7 +16,10 @@ import (
 // exports it (sluice_request_duration_seconds), by upper bound in seconds.
 type nicBuckets map[float64]float64
 
-var produceBucketLine = regexp.MustCompile(`^sluice_request_duration_seconds_bucket\{(.*)\} (\S+)$`)
+var (
+	produceBucketLine = regexp.MustCompile(`^sluice_request_duration_seconds_bucket\{(.*)\} (\S+)$`)
+	bucketBound       = regexp.MustCompile(`le="([^"]+)"`)
+)
 
 // scrapeNICBuckets reads the produce-latency histogram of one client id
 // from sluice's metrics, or nil. A diagnostic: sluice's own figure.
@@ -24,20 +28,16 @@ func scrapeNICBuckets(w *harness.World, clientID string) nicBuckets {
 	if err != nil {
 		return nil
 	}
-	want := []string{`api="produce"`, `direction="produce"`, `entity="` + clientID + `"`, `entity_type="client"`}
+	labels := []string{`api="produce"`, `direction="produce"`, `entity="` + clientID + `"`, `entity_type="client"`}
 	b := nicBuckets{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		m := produceBucketLine.FindStringSubmatch(sc.Text())
-		if m == nil {
+		if m == nil || !hasAll(m[1], labels) {
 			continue
 		}
-		all := true
-		for _, w := range want {
-			all = all && bytes.Contains([]byte(m[1]), []byte(w))
-		}
-		le := regexp.MustCompile(`le="([^"]+)"`).FindStringSubmatch(m[1])
-		if !all || le == nil {
+		le := bucketBound.FindStringSubmatch(m[1])
+		if le == nil {
 			continue
 		}
 		bound, err1 := strconv.ParseFloat(le[1], 64)
@@ -50,6 +50,15 @@ func scrapeNICBuckets(w *harness.World, clientID string) nicBuckets {
 		return nil
 	}
 	return b
+}
+
+func hasAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }
 
 // nicQuantileMs is the q-quantile, in ms, of what the histogram counted
