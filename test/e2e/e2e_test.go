@@ -204,16 +204,30 @@ func client(t *testing.T, w *harness.World, s harness.ClientSpec) *harness.Clien
 	return c
 }
 
-// metered measures, over the same 5 s after a 3 s settle, each client's
+// metered measures, over the same 5 s once the clients hold their rates, each client's
 // rate from the kernel's broker-side sockets (the judge) and, beside it,
 // sluice's own figure for each entity ref (a diagnostic; nil refs skip it).
 func metered(t *testing.T, w *harness.World, dir int, clients []*harness.Client, refs []harness.Ref) (kernel, own []float64) {
+	t.Helper()
+	return meteredSteady(t, w, dir, 0, clients, refs)
+}
+
+// meteredSteady is metered waiting, first, for the clients' one-second
+// rates to hold within band of each other (0: the harness's 10 %), the
+// band a test judges at.
+func meteredSteady(t *testing.T, w *harness.World, dir int, band float64, clients []*harness.Client, refs []harness.Ref) (kernel, own []float64) {
 	t.Helper()
 	// Measured once every client moves and holds its rate (a JVM's start,
 	// a group's join, the first cycles after its identity binds), from the
 	// broker's sockets: a fixed 3 s measured a Java client still starting
 	// on a loaded host.
-	if s, err := w.WaitSteady(dir, time.Minute, clients...); err != nil {
+	wait := w.WaitSteady
+	if band > 0 {
+		wait = func(dir int, timeout time.Duration, clients ...*harness.Client) (harness.Steadiness, error) {
+			return w.WaitSteadyWithin(dir, timeout, band, clients...)
+		}
+	}
+	if s, err := wait(dir, time.Minute, clients...); err != nil {
 		t.Fatal(err)
 	} else if !s.Steady {
 		t.Logf("the clients moved after %v but did not settle; measured anyway (last windows %v B/s)", s.MovingAfter, s.LastBps)

@@ -363,7 +363,9 @@ func TestKafkaDesignScenarios(t *testing.T) {
 		if err != nil {
 			t.Logf("phase %s: the greedy producers were not all held within 30 s: %v", name, err)
 		}
-		got, own := metered(t, w, 0, clients, refs)
+		// Steady within the ±3 % it is judged at: the hot spot's JVM was
+		// once measured still climbing (12.7 → 13.1 of 13.9 MB/s).
+		got, own := meteredSteady(t, w, 0, 0.03, clients, refs)
 		pass := want != nil
 		said := map[string]javaReport{}
 		for i, cl := range clients {
@@ -379,18 +381,26 @@ func TestKafkaDesignScenarios(t *testing.T) {
 		return map[string]any{"phase": name, "pass": pass, "kernel_bps": got, "oracle_bps": want, "producers_said": said,
 			"sluice_vs_kernel": differences(got, own), "sluice_limits": limits}
 	}
+	// Every producer here may keep more than the path's bandwidth-delay
+	// product in flight, so that what holds it is sluice, not its own
+	// window: at the defaults (five requests of one 16 KB batch) a broker
+	// answering in 15 ms caps a producer at 5.3 MB/s. The hot spot read 3 %
+	// short of its 13.9, and the paced core, catching up on a slow start
+	// (the tool paces the average since it began), read 5.3 of its 4 for
+	// the whole measurement.
+	wideWindow := []string{"batch.size=131072", "linger.ms=10"}
 	const coreRecords = 3906 // a second: 4 MB/s of values
 	const coreAsks = coreRecords * recordSize
-	core := javaProducer(t, w, "core-paced", "core-producer", "events", coreRecords)
+	core := javaProducer(t, w, "core-paced", "core-producer", "events", coreRecords, wideWindow...)
 	idle := phase("idle", []*harness.Client{core}, []float64{coreAsks})
-	hot := javaProducer(t, w, "hot-spot", "hot-producer", "events", -1)
+	hot := javaProducer(t, w, "hot-spot", "hot-producer", "events", -1, wideWindow...)
 	hotSpot := phase("hot-spot", []*harness.Client{core, hot}, nil, hot)
 	got := hotSpot["kernel_bps"].([]float64)
 	hotSpot["oracle_bps"] = []float64{coreAsks, c - got[0]}
 	hotSpot["pass"] = within(got[0], coreAsks, 0.03) && within(got[1], c-got[0], 0.03) && !hot.ExitedEarly() && !core.ExitedEarly()
 	core.Stop()
-	coreGreedy := javaProducer(t, w, "core-greedy", "core-producer", "events", -1)
-	backfill := javaProducer(t, w, "backfill", "backfill-producer", "events", -1)
+	coreGreedy := javaProducer(t, w, "core-greedy", "core-producer", "events", -1, wideWindow...)
+	backfill := javaProducer(t, w, "backfill", "backfill-producer", "events", -1, wideWindow...)
 	coreShare := res + (c-res-2*floor)/2.1
 	contention := phase("contention", []*harness.Client{coreGreedy, hot, backfill}, nil, coreGreedy, hot, backfill)
 	got = contention["kernel_bps"].([]float64)
@@ -401,8 +411,8 @@ func TestKafkaDesignScenarios(t *testing.T) {
 	for _, cl := range []*harness.Client{coreGreedy, hot, backfill} {
 		cl.Stop()
 	}
-	a := javaProducer(t, w, "ordersA", "orders-a-app", "ordersA", -1)
-	b := javaProducer(t, w, "ordersB", "orders-b-app", "ordersB", -1)
+	a := javaProducer(t, w, "ordersA", "orders-a-app", "ordersA", -1, wideWindow...)
+	b := javaProducer(t, w, "ordersB", "orders-b-app", "ordersB", -1, wideWindow...)
 	overcommit := phase("overcommit", []*harness.Client{a, b}, []float64{c / 2, c / 2}, a, b)
 	s, err := w.WaitFor(5*time.Second, func(s *status.Snapshot) bool { return s.Directions[0].Overcommit })
 	raised := err == nil && s.Directions[0].Overcommit
