@@ -265,6 +265,25 @@ func (b *Breaker) release(now time.Time) {
 	b.setLevel(now, 1)
 }
 
+// Trip opens a closed breaker at now, as Trip bad windows would: the
+// caller has that evidence already. A latency objective whose own
+// direction's trim proved ineffective holds the other direction's
+// best-effort traffic with a breaker of its own, opened this way, since
+// the windows that proved the first trim ineffective were over the
+// objective. A breaker that is not closed is left as it is (Changed
+// false).
+func (b *Breaker) Trip(now time.Time, why string) Verdict {
+	from := b.state
+	if b.state != Closed {
+		return Verdict{State: b.state, Level: b.level, From: from, Why: why}
+	}
+	b.state, b.lastBad, b.decided = Open, now, now
+	b.failed, b.failedAt = b.level, now
+	b.setLevel(now, max(b.obj.Floor, b.obj.Step))
+	return Verdict{State: b.state, Level: b.level, From: from, Changed: true, Judged: true,
+		Why: fmt.Sprintf("%s: best-effort traffic held to %.2f", why, b.level)}
+}
+
 // Verdict is one evaluation's outcome.
 type Verdict struct {
 	State State

@@ -569,3 +569,30 @@ func TestBreakerReleaseBounds(t *testing.T) {
 		t.Errorf("an hour over the objective at any level: %d ineffective, held %d s; want 6, at most 6 %% of the hour", n, held)
 	}
 }
+
+// Trip opens a closed breaker at once, at the first level down, judged
+// from the second after it; it then runs as any open breaker (lower on a
+// bad window, probe after the cool-down). A breaker that is not closed
+// is not tripped.
+func TestBreakerTrip(t *testing.T) {
+	o := DefaultObjective(50 * time.Millisecond)
+	b := NewBreaker(o)
+	t0 := time.Unix(1_800_000_000, 0)
+	v := b.Trip(t0, "the produce trim was ineffective")
+	if !v.Changed || v.From != Closed || v.State != Open || v.Level != 0.8 || b.Level() != 0.8 ||
+		!strings.Contains(v.Why, "produce trim was ineffective") {
+		t.Fatalf("tripped: %+v, level %v", v, b.Level())
+	}
+	if since := b.Since(t0.Add(time.Second)); !since.Equal(t0.Add(time.Second)) {
+		t.Errorf("judged from %v, want the second after the trip", since)
+	}
+	if again := b.Trip(t0.Add(time.Second), "again"); again.Changed || b.Level() != 0.8 {
+		t.Errorf("an open breaker tripped again: %+v, level %v", again, b.Level())
+	}
+	if v := b.Evaluate(t0.Add(2*time.Second), 80*time.Millisecond, 100); v.State != Open || math.Abs(v.Level-0.64) > 1e-9 {
+		t.Errorf("a bad window after the trip: %+v, want open at 0.64", v)
+	}
+	if v := b.Evaluate(t0.Add(12*time.Second), 40*time.Millisecond, 100); v.State != HalfOpen {
+		t.Errorf("10 s with no bad window after the trip: %+v, want probing", v)
+	}
+}

@@ -17,6 +17,9 @@ const (
 // Directions lists both, in index order.
 var Directions = [...]Direction{Produce, Fetch}
 
+// Other is the opposite direction.
+func (d Direction) Other() Direction { return 1 - d }
+
 func (d Direction) String() string {
 	if d == Produce {
 		return "produce"

@@ -18,7 +18,10 @@
 // objective has held three windows, the last at full level. The cap is an
 // input to the allocation (allocator.Trim), so reservations, floors and
 // weights among best-effort tenants keep their meaning: only best-effort
-// traffic gives, each tenant by weight.
+// traffic gives, each tenant by weight. When holding its own direction
+// proves ineffective, an objective holds the other direction's best-effort
+// traffic instead, and leads with it once that brought the p99 back
+// (cross.go).
 //
 // A Tracker is not safe for concurrent use: its owner serialises calls.
 package objectives
@@ -60,16 +63,42 @@ type Tracker struct {
 
 type objective struct {
 	entity.Objective
-	breaker *latency.Breaker
-	// base is the direction's best-effort usage when the breaker opened:
-	// the level is a fraction of it.
-	base    float64
-	verdict latency.Verdict
-	p99     time.Duration
-	samples int
-	// releases counts the breaker's releases by reason (latency.Release).
+	// breakers[d] defends the objective by holding direction d's
+	// best-effort traffic; trims is the one that holds this episode, lead
+	// the one an episode starts with: the objective's own direction, until
+	// holding the other one is what brought its p99 back (cross.go).
+	breakers [2]*latency.Breaker
+	trims    entity.Direction
+	lead     entity.Direction
+	// crossed: this episode moved to the other direction after its first
+	// trim proved ineffective.
+	crossed bool
+	// base is the trimmed direction's best-effort usage when the breaker
+	// opened: the level is a fraction of it. basePending: it opened, and
+	// the trimmed direction's next Trim takes it.
+	base        float64
+	basePending bool
+	// countedUsage[d] is what the objective's own entity added to d's
+	// best-effort usage in d's last Trim (it is protected only in the
+	// direction it holds): not traffic the objective could hold.
+	countedUsage [2]float64
+	verdict     latency.Verdict
+	p99         time.Duration
+	samples     int
+	// releases counts the breakers' releases by reason (latency.Release).
 	releases map[string]uint64
 }
+
+func newObjective(o entity.Objective) *objective {
+	obj := &objective{Objective: o, trims: o.Direction, lead: o.Direction, releases: map[string]uint64{}}
+	for d := range obj.breakers {
+		obj.breakers[d] = latency.NewBreaker(latency.DefaultObjective(o.P99))
+	}
+	return obj
+}
+
+// breaker is the breaker holding this episode.
+func (o *objective) breaker() *latency.Breaker { return o.breakers[o.trims] }
 
 // hold is one direction's trim in the last cycle: the objective that held
 // it (Trim's), whom it trimmed and by how much (NoteTrim's).
@@ -78,6 +107,10 @@ type hold struct {
 	// heldBy[id]: why the entity's limit was trimmed this cycle (status:
 	// held_by).
 	heldBy map[uint32]string
+	// bestEffort is the direction's best-effort usage in its last Trim (0:
+	// none, or the direction is not allocated): an objective moves its
+	// hold here only when there is traffic to hold.
+	bestEffort float64
 	// The allocator's account of the trim, for metrics.
 	trim     allocator.Trim
 	trimmed  float64
@@ -115,7 +148,7 @@ func (t *Tracker) Sync(e config.Entities) {
 			}
 		}
 		if o == nil {
-			o = &objective{Objective: w, breaker: latency.NewBreaker(latency.DefaultObjective(w.P99)), releases: map[string]uint64{}}
+			o = newObjective(w)
 		}
 		kept = append(kept, o)
 	}
@@ -187,59 +220,87 @@ func (t *Tracker) Observe(now time.Time, ev maps.LatencyEvent) {
 
 // Trim evaluates dir's objectives on this cycle's input (before
 // allocation) and returns what the allocator is to hold the direction's
-// best-effort traffic to: the lowest of the held objectives' level ×
-// best-effort usage when its breaker opened (nothing when none holds).
-// It marks every objective entity of the direction in inputs Protected
-// first, so no objective is defended by trimming another objective's
-// tenant and none counts in the best-effort usage.
+// best-effort traffic to: the lowest level × best-effort usage when the
+// breaker opened of the objectives holding dir (nothing when none does).
+// An objective holds its own direction, or the other one when holding its
+// own proved ineffective (cross.go). Trim marks every objective entity of
+// the direction in inputs Protected first (that of an objective holding
+// the direction from the other one too), so no objective is defended by
+// trimming another objective's tenant, or its own tenant's other
+// direction, and none counts in the best-effort usage.
 func (t *Tracker) Trim(dir entity.Direction, inputs []allocator.Entity, entities Entities, now time.Time) allocator.Trim {
-	trim := allocator.Trim{}
-	var holder *objective
 	for _, o := range t.list {
-		if o.Direction != dir {
-			continue
-		}
+		protect := o.Direction == dir || o.trims == dir
+		o.countedUsage[dir] = 0
 		if id, ok := entities.Lookup(o.Key); ok {
 			// Inputs are few compared with a cycle's work and objectives
 			// fewer: a scan per objective costs less than an index kept
 			// in step with the registry.
 			for i := range inputs {
-				if entity.ID(inputs[i].Slot) == id {
+				if entity.ID(inputs[i].Slot) != id {
+					continue
+				}
+				if protect {
 					inputs[i].Protected = true
+				} else if inputs[i].BestEffort() {
+					o.countedUsage[dir] = inputs[i].Usage
 				}
 			}
 		}
 	}
+	t.dirs[dir].bestEffort = allocator.BestEffortUsage(inputs)
 	for _, o := range t.list {
-		if o.Direction != dir {
+		if o.Direction == dir {
+			t.evaluate(o, entities, now)
+		}
+	}
+	trim := allocator.Trim{}
+	var holder *objective
+	for _, o := range t.list {
+		if o.trims != dir || o.breaker().Level() >= 1 {
 			continue
 		}
-		o.p99, o.samples = t.judgedLatency(o, entities, now)
-		o.verdict = o.breaker.Evaluate(now, o.p99, o.samples)
-		if o.verdict.Released != latency.NotReleased {
-			o.releases[o.verdict.Released.String()]++
-			if o.verdict.Released == latency.ReleasedIneffective {
-				t.log.Warn("latency objective released as ineffective: best-effort traffic was held to the floor and the p99 stayed over the objective; its cause is elsewhere (disk, GC, the tenant's own load)",
-					"entity", o.Key.String(), "direction", dir.String(), "objective_p99", o.P99, "p99", o.p99)
-			}
+		if o.basePending {
+			o.base, o.basePending = t.dirs[dir].bestEffort, false
 		}
-		if o.verdict.Changed {
-			t.transitions++
-			if o.verdict.State == latency.Open && o.verdict.From == latency.Closed {
-				o.base = allocator.BestEffortUsage(inputs)
-			}
-			t.log.Info("latency objective "+o.verdict.State.String(), "entity", o.Key.String(), "direction", dir.String(),
-				"objective_p99", o.P99, "p99", o.p99, "requests", o.samples, "level", o.verdict.Level, "why", o.verdict.Why)
-		}
-		if o.verdict.Level >= 1 {
-			continue
-		}
-		if c := o.verdict.Level * o.base; !trim.Enabled || c < trim.Cap {
+		if c := o.breaker().Level() * o.base; !trim.Enabled || c < trim.Cap {
 			trim, holder = allocator.Trim{Enabled: true, Cap: c}, o
 		}
 	}
 	t.dirs[dir].holder = holder
 	return trim
+}
+
+// evaluate judges an objective's latency at now with the breaker holding
+// this episode, and moves the hold to the other direction (or back) on
+// what it decided.
+func (t *Tracker) evaluate(o *objective, entities Entities, now time.Time) {
+	o.p99, o.samples = t.judgedLatency(o, entities, now)
+	o.verdict = o.breaker().Evaluate(now, o.p99, o.samples)
+	if o.verdict.Released != latency.NotReleased {
+		o.releases[o.verdict.Released.String()]++
+	}
+	t.logVerdict(o)
+	if o.verdict.Released != latency.NotReleased {
+		t.afterRelease(o, now)
+	}
+}
+
+// logVerdict logs a breaker's transition (and counts it), and warns of an
+// ineffective release.
+func (t *Tracker) logVerdict(o *objective) {
+	if o.verdict.Released == latency.ReleasedIneffective {
+		t.log.Warn("latency objective released as ineffective: best-effort traffic was held to the floor and the p99 stayed over the objective",
+			"entity", o.Key.String(), "direction", o.Direction.String(), "trimmed", o.trims.String(), "objective_p99", o.P99, "p99", o.p99)
+	}
+	if o.verdict.Changed {
+		t.transitions++
+		if o.verdict.State == latency.Open && o.verdict.From == latency.Closed {
+			o.basePending = true
+		}
+		t.log.Info("latency objective "+o.verdict.State.String(), "entity", o.Key.String(), "direction", o.Direction.String(), "trimmed", o.trims.String(),
+			"objective_p99", o.P99, "p99", o.p99, "requests", o.samples, "level", o.verdict.Level, "why", o.verdict.Why)
+	}
 }
 
 // judgedLatency is the p99 and request count an objective's breaker
@@ -264,7 +325,7 @@ func (t *Tracker) judgedLatency(o *objective, entities Entities, now time.Time) 
 	if api == APIFetch {
 		w = &s.withData
 	}
-	return w.QuantileSince(now, o.breaker.Since(now), 0.99)
+	return w.QuantileSince(now, o.breaker().Since(now), 0.99)
 }
 
 // NoteTrim records, after the allocation Trim's cap went into, which
@@ -284,7 +345,10 @@ func (t *Tracker) NoteTrim(dir entity.Direction, summary allocator.Summary, inpu
 	if h.holder == nil {
 		return
 	}
-	why := fmt.Sprintf("%s's %s latency objective (p99 %v)", h.holder.Key.Name, dir, h.holder.P99)
+	why := fmt.Sprintf("%s's %s latency objective (p99 %v)", h.holder.Key.Name, h.holder.Direction, h.holder.P99)
+	if h.holder.Direction != dir {
+		why += fmt.Sprintf(", holding %s: holding %s did not bring its p99 under", dir, h.holder.Direction)
+	}
 	for i := range outputs {
 		if outputs[i].Trimmed > 0 {
 			h.heldBy[inputs[i].Slot] = why
@@ -302,7 +366,7 @@ func (t *Tracker) Views() []status.ObjectiveView {
 	for _, o := range t.list {
 		out = append(out, status.ObjectiveView{Entity: o.Key.String(), Direction: o.Direction.String(),
 			ObjectiveMillis: float64(o.P99) / float64(time.Millisecond), P99Millis: float64(o.p99) / float64(time.Millisecond),
-			Requests: o.samples, State: o.breaker.State().String(), Level: o.breaker.Level(), Why: o.verdict.Why,
+			Requests: o.samples, State: o.breaker().State().String(), Level: o.breaker().Level(), Trims: o.trims.String(), Why: o.verdict.Why,
 			Releases: stdmaps.Clone(o.releases)})
 	}
 	return out

@@ -27,14 +27,14 @@ func TestSyncKeepsUnchangedBreakers(t *testing.T) {
 	tr.Sync(objectivesOf(map[string]time.Duration{"core": 50 * time.Millisecond, "ledger": 20 * time.Millisecond}))
 	breakers := map[string]any{}
 	for _, o := range tr.list {
-		breakers[o.Key.Name] = o.breaker
+		breakers[o.Key.Name] = o.breakers[o.Direction]
 	}
 	tr.Sync(objectivesOf(map[string]time.Duration{"core": 50 * time.Millisecond, "ledger": 30 * time.Millisecond, "new": 10 * time.Millisecond}))
 	if len(tr.list) != 3 {
 		t.Fatalf("objectives %+v, want core, ledger and new", tr.list)
 	}
 	for _, o := range tr.list {
-		if kept := breakers[o.Key.Name] == any(o.breaker); kept != (o.Key.Name == "core") {
+		if kept := breakers[o.Key.Name] == any(o.breakers[o.Direction]); kept != (o.Key.Name == "core") {
 			t.Errorf("%s's breaker kept %v: only the unchanged core's is", o.Key.Name, kept)
 		}
 	}

@@ -91,7 +91,11 @@ type ObjectiveView struct {
 	Requests        int     `json:"requests"`
 	State           string  `json:"state"` // closed, open, half_open, ineffective
 	Level           float64 `json:"level"` // what best-effort traffic is held to (1: nothing)
-	Why             string  `json:"why"`
+	// Trims is the direction whose best-effort traffic the breaker holds:
+	// the objective's own, or the other one when holding its own did not
+	// bring the p99 under (docs/latency.md).
+	Trims string `json:"trims"`
+	Why   string `json:"why"`
 	// Releases counts the times the breaker gave best-effort traffic its
 	// full level back, by reason (recovered, quiet, ineffective).
 	Releases map[string]uint64 `json:"releases,omitempty"`
