@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -498,24 +496,12 @@ type tcxOrder struct {
 // HTB class or in flight (a CI run's tcx-egress read 1.005 x acked).
 func meterBoth(t *testing.T, w *harness.World, producer, consumer *harness.Client) (produce, fetch, sent float64) {
 	t.Helper()
-	var rates [3][]float64
-	var errs [3]error
-	var metered sync.WaitGroup
-	for i, m := range []struct {
-		dir int
-		c   *harness.Client
-	}{{0, producer}, {1, consumer}, {harness.FetchSent, consumer}} {
-		metered.Add(1)
-		go func() {
-			defer metered.Done()
-			rates[i], errs[i] = w.MeterClients(m.dir, 5*time.Second, m.c)
-		}()
-	}
-	metered.Wait()
-	if err := errors.Join(errs[:]...); err != nil {
+	rates, err := w.SocketRatesOf(5*time.Second, harness.SocketQuery{Dir: 0, Pid: producer.Pid()},
+		harness.SocketQuery{Dir: 1, Pid: consumer.Pid()}, harness.SocketQuery{Dir: harness.FetchSent, Pid: consumer.Pid()})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return rates[0][0], rates[1][0], rates[2][0]
+	return rates[0], rates[1], rates[2]
 }
 
 // tcxChains lists the programs of each TCX hook of the broker's interface,

@@ -138,12 +138,39 @@ func (w *World) ReadMeter() (MeterReading, error) {
 // after a read deadline passes, loses at most that much); connections opened
 // during the window count from zero. An underestimate, never an overestimate.
 func (w *World) SocketRates(dir int, over time.Duration, pids ...int) ([]float64, error) {
-	tally := newConnTally(dir)
+	queries := make([]SocketQuery, len(pids))
+	for i, pid := range pids {
+		queries[i] = SocketQuery{Dir: dir, Pid: pid}
+	}
+	return w.SocketRatesOf(over, queries...)
+}
+
+// SocketQuery is one rate SocketRatesOf measures: a process's in a
+// direction (0 produce, 1 fetch, FetchSent).
+type SocketQuery struct {
+	Dir, Pid int
+}
+
+// SocketRatesOf is SocketRates for rates of several directions over the
+// same window, from the same readings: a producer's and a consumer's, or
+// what the broker sent a consumer beside what it acknowledged.
+func (w *World) SocketRatesOf(over time.Duration, queries ...SocketQuery) ([]float64, error) {
+	tallies := map[int]*connTally{}
+	for _, q := range queries {
+		if tallies[q.Dir] == nil {
+			tallies[q.Dir] = newConnTally(q.Dir)
+		}
+	}
+	add := func(r MeterReading) {
+		for _, t := range tallies {
+			t.add(r)
+		}
+	}
 	first, err := w.ReadMeter()
 	if err != nil {
 		return nil, err
 	}
-	tally.add(first)
+	add(first)
 	last := first
 	tick := time.NewTicker(meterEvery)
 	defer tick.Stop()
@@ -152,12 +179,12 @@ func (w *World) SocketRates(dir int, over time.Duration, pids ...int) ([]float64
 		if last, err = w.ReadMeter(); err != nil {
 			return nil, err
 		}
-		tally.add(last)
+		add(last)
 	}
 	secs := last.at.Sub(first.at).Seconds()
-	rates := make([]float64, len(pids))
-	for i, pid := range pids {
-		rates[i] = float64(tally.bytes(pid)) / secs
+	rates := make([]float64, len(queries))
+	for i, q := range queries {
+		rates[i] = float64(tallies[q.Dir].bytes(q.Pid)) / secs
 	}
 	return rates, nil
 }
