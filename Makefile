@@ -160,7 +160,7 @@ test: deps vet check-generated check-clone ## run every test (unit, fuzz seeds, 
 
 .PHONY: e2e
 e2e: $(BPF_OBJ) ## end-to-end scenarios with franz-go, sarama and kafka-go; writes e2e-results.json (root)
-	$(GO_TEST_DIGEST) -count=1 -timeout 20m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
+	$(GO_TEST_DIGEST) -count=1 -timeout 25m -run '^TestScenario' ./test/e2e/ -args -results $(CURDIR)/e2e-results.json
 
 .PHONY: latency-plot
 latency-plot: $(BPF_OBJ) ## the latency testbed's four runs as tail CDFs: docs/latency.png and latency-results.json (root)

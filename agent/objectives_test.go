@@ -3,6 +3,7 @@ package agent
 import (
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,5 +283,43 @@ func TestObjectiveEntityAlwaysHasSeries(t *testing.T) {
 	}
 	if held > 3 {
 		t.Errorf("%d entities with series, want the budget of 2 and the objective's", held)
+	}
+}
+
+// A produce objective whose p99 only the fetch direction's best-effort
+// traffic moves (catch-up reads on the broker's disk): through the
+// cycle, the produce hold proves ineffective (no best-effort producer to
+// hold), the objective then holds fetch, so the reader's fetch limit
+// comes down with held_by naming core's produce objective, core's own
+// fetches untouched; status says fetch is held.
+func TestLatencyObjectiveHoldsTheOtherDirection(t *testing.T) {
+	r := newRig(t, "entities: {clients: {core: {producer_byte_reservation: 100, produce_latency_objective: {p99: 50ms}}}}\n")
+	core := r.learn(46000, "core", apiVersions())
+	reader := r.learn(46001, "reader", apiVersions())
+	r.cycle()
+	var s *status.Snapshot
+	free := 0.0
+	for i := 0; i < 300; i++ {
+		r.dp.add(maps.Fetch, reader.Fetch, 800)
+		r.dp.add(maps.Fetch, core.Fetch, 50)
+		d := 200 * time.Millisecond
+		if s != nil && s.Objectives[0].Trims == "fetch" && entityView(s, entity.Fetch, "reader").DynamicLimit <= 500 {
+			d = 5 * time.Millisecond // held, the reader's reads leave the disk to core
+		}
+		s = stepProduce(r, map[maps.Binding]uint64{core: 100}, map[maps.Binding]time.Duration{core: d})
+		if i == 0 {
+			free = float64(entityView(s, entity.Fetch, "reader").DynamicLimit)
+		}
+		if s.Objectives[0].Trims == "fetch" && d == 5*time.Millisecond {
+			break
+		}
+	}
+	o := s.Objectives[0]
+	rd, cf := entityView(s, entity.Fetch, "reader"), entityView(s, entity.Fetch, "core")
+	if o.Trims != "fetch" || o.Releases["ineffective"] != 1 || float64(rd.DynamicLimit) > 500 || float64(rd.DynamicLimit) >= free {
+		t.Fatalf("after 300 s: objective %+v, reader's fetch limit %v (free %v)", o, rd.DynamicLimit, free)
+	}
+	if !strings.Contains(rd.HeldBy, "core's produce latency objective") || !strings.Contains(rd.HeldBy, "holding fetch") || cf.HeldBy != "" {
+		t.Errorf("reader held by %q, core's fetch by %q: want the reader by core's produce objective, holding fetch; core's fetch not", rd.HeldBy, cf.HeldBy)
 	}
 }

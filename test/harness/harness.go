@@ -83,6 +83,15 @@ type Options struct {
 	// then delays every other's produce, inside the broker, where the NIC
 	// sees it: the latency testbed's bottleneck.
 	DiskBytesPerSecond float64
+	// FetchReadsDisk, with a disk, makes every Fetch read its response's
+	// records from it first, in the same queue as the writes: a consumer
+	// catching up on history whose reads miss the page cache, and whose
+	// reads delay every producer's writes (cross-direction contention).
+	FetchReadsDisk bool
+	// FetchBatchBytes is the size of the synthetic record batch a fetch
+	// serves copies of (default 128 KiB, eight 16 KiB records); a fetch
+	// carries as many as its max bytes allow, at least one.
+	FetchBatchBytes int
 	// RealKafka, when set, is the class path directory of Apache Kafka
 	// (KafkaLibs): the broker namespace runs a real KRaft broker on
 	// 198.18.0.1:9092 instead of kfake, with Topics created at start (one
@@ -206,7 +215,7 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 		// file and has no such stall.
 		kopts = append(kopts, kfake.BrokerConfigs(map[string]string{"log.segment.bytes": strconv.Itoa(segmentBytes)}))
 	} else {
-		kopts = append(kopts, kfake.BlackholeProduce(), kfake.SyntheticFetch(kfake.SyntheticBatch{RecordBytes: 16 << 10, Records: 8, RandomFrac: 1}))
+		kopts = append(kopts, kfake.BlackholeProduce(), kfake.SyntheticFetch(kfake.SyntheticBatch{RecordBytes: o.fetchBatchBytes() / 8, Records: 8, RandomFrac: 1}))
 	}
 	w.Kafka, err = kfake.NewCluster(kopts...)
 	if err != nil {
@@ -224,6 +233,15 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 			c.SleepControl(func() { time.Sleep(d) })
 			return nil, nil, false // handled by kfake as usual, after the delay
 		})
+		if o.FetchReadsDisk {
+			batch := o.fetchBatchBytes()
+			c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				d := disk.read(time.Now(), fetchBytes(req.(*kmsg.FetchRequest), batch))
+				c.SleepControl(func() { time.Sleep(d) })
+				return nil, nil, false
+			})
+		}
 	}
 	if len(o.SASL) > 0 && !o.TLS { // (asking a TLS listener would need a handshake; no world has both)
 		if err := advertiseSaslHandshakeV0(w.Kafka, pair.Broker.Dial, w.Bootstrap()); err != nil {
@@ -254,10 +272,44 @@ func (d *disk) write(now time.Time, req *kmsg.ProduceRequest) time.Duration {
 			n += len(p.Records)
 		}
 	}
+	return d.read(now, n)
+}
+
+// read queues n bytes of reads (or writes: one queue, first come first
+// served) at now and answers how long until they are done (0 with no
+// disk).
+func (d *disk) read(now time.Time, n int) time.Duration {
+	if d.bytesPerSecond <= 0 || n <= 0 {
+		return 0
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.free = later(d.free, now).Add(time.Duration(float64(n) / d.bytesPerSecond * float64(time.Second)))
 	return d.free.Sub(now)
+}
+
+// fetchBytes is what a synthetic fetch answers with: per partition as
+// many batches as its max bytes allow, at least one, within the
+// request's max bytes (the first batch whatever it says, as Kafka does).
+func fetchBytes(req *kmsg.FetchRequest, batch int) int {
+	total := 0
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			n := max(1, int(p.PartitionMaxBytes)/batch) * batch
+			if req.MaxBytes > 0 && total > 0 && total+n > int(req.MaxBytes) {
+				n = max(0, (int(req.MaxBytes)-total)/batch) * batch
+			}
+			total += n
+		}
+	}
+	return total
+}
+
+func (o Options) fetchBatchBytes() int {
+	if o.FetchBatchBytes > 0 {
+		return o.FetchBatchBytes
+	}
+	return 128 << 10
 }
 
 func later(a, b time.Time) time.Time {
