@@ -596,3 +596,49 @@ func TestBreakerTrip(t *testing.T) {
 		t.Errorf("10 s with no bad window after the trip: %+v, want probing", v)
 	}
 }
+
+// A breaker whose probes missed releases within a bound the objective
+// states, once the load that made them miss leaves: its last bad window
+// at L doubled the cool-down to at most MaxCoolDown, the level may climb
+// only to a step under the one that failed until MaxCoolDown after L,
+// then by Raise a window from wherever it is (the floor at worst) to full
+// level, and Recover good windows close it: released by L + MaxCoolDown
+// + ⌈(1 − Floor) ÷ Raise⌉ + Recover seconds at one evaluation a second.
+// Here best-effort traffic hurts the objective above level 0.3 until
+// 300 s, so every probe past it misses.
+func TestBreakerReleasesAfterMissedProbes(t *testing.T) {
+	o := DefaultObjective(50 * ms)
+	bad, good := steady(100, 80*ms), steady(100, 5*ms)
+	s := newSim(o)
+	const loadUntil = 300
+	last := -1 // the last second the load made slow
+	s.run(600, func(sec int) []time.Duration {
+		if sec < loadUntil && s.b.Level() > 0.3 {
+			last = sec
+			return bad
+		}
+		return good
+	})
+	missed := 0
+	for _, v := range s.verdicts {
+		if v.Changed && v.From == HalfOpen && v.State == Open {
+			missed++
+		}
+	}
+	rel := -1
+	for sec, v := range s.verdicts {
+		if sec > last && v.Released == ReleasedRecovered {
+			rel = sec
+			break
+		}
+	}
+	climb := int(math.Ceil((1 - o.Floor) / o.Raise))
+	bound := last + int(o.MaxCoolDown/time.Second) + climb + o.Recover
+	if missed < 3 || rel < 0 || rel > bound {
+		t.Fatalf("%d probes missed (want 3 or more), the last bad window at %d s, released at %d s: want by %d", missed, last, rel, bound)
+	}
+	if s.b.State() != Closed || s.b.Level() != 1 {
+		t.Errorf("at the end: %v at %v, want closed at full level", s.b.State(), s.b.Level())
+	}
+	t.Logf("%d probes missed, last bad window %d s, released %d s (bound %d)", missed, last, rel, bound)
+}
