@@ -56,3 +56,35 @@ func TestOneDeleterPerKernelObject(t *testing.T) {
 		}
 	}
 }
+
+// Pins (bpffs files of sluice's maps and their directories) have one
+// deleter too: removePin and removeOwnPinTree in maps/pindir.go, which
+// Unpin, the retired pins' removal and the loads' clean-ups all go
+// through; Unpin spares what is not sluice's.
+func TestOneDeleterOfPins(t *testing.T) {
+	call := regexp.MustCompile(`os\.(Remove|RemoveAll)\(`)
+	entries, err := os.ReadDir("../maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("../maps", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(call.FindAllString(string(data), -1))
+		if name == "pindir.go" {
+			seen = n
+		} else if n > 0 {
+			t.Errorf("maps/%s removes files %d times: pins are deleted only by maps/pindir.go's removePin and removeOwnPinTree", name, n)
+		}
+	}
+	if seen == 0 {
+		t.Error("no removal found in maps/pindir.go: the scan no longer sees the pins' deleter")
+	}
+}

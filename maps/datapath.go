@@ -227,7 +227,7 @@ var retiredPins = []string{
 
 func removeRetiredPins(dir string) error {
 	for _, name := range retiredPins {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removePin(filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("remove retired pin: %w", err)
 		}
 	}
@@ -267,7 +267,7 @@ func Load(opts Options) (*Datapath, error) {
 		lock, err := lockDir(pinPath)
 		if err != nil {
 			if tmp != "" {
-				os.RemoveAll(tmp)
+				removeOwnPinTree(tmp)
 			}
 			return nil, err
 		}
@@ -277,7 +277,7 @@ func Load(opts Options) (*Datapath, error) {
 	if err := spec.LoadAndAssign(&d.objs, &collOpts); err != nil {
 		d.unlock()
 		if tmp != "" {
-			os.RemoveAll(tmp)
+			removeOwnPinTree(tmp)
 		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			if opts.Migrate && tmp == "" {
@@ -301,12 +301,12 @@ func Load(opts Options) (*Datapath, error) {
 		// whole, pins and mark, or not at all.
 		if err := markOwned(tmp); err != nil {
 			d.Close()
-			os.RemoveAll(tmp)
+			removeOwnPinTree(tmp)
 			return nil, err
 		}
 		if err := os.Rename(tmp, opts.PinDir); err != nil {
 			d.Close()
-			os.RemoveAll(tmp)
+			removeOwnPinTree(tmp)
 			return nil, fmt.Errorf("move pins into place: %w", err)
 		}
 	} else if err := removeRetiredPins(opts.PinDir); err != nil {

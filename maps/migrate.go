@@ -45,14 +45,14 @@ func migrate(opts Options, spec *ebpf.CollectionSpec, old *os.File, why error) (
 	}
 	lock, err := lockDir(tmp)
 	if err != nil {
-		os.RemoveAll(tmp)
+		removeOwnPinTree(tmp)
 		return nil, err
 	}
 	d := &Datapath{opts: opts, pinDir: opts.PinDir, lock: lock, adopted: true, listenerPorts: map[uint16]bool{}, exemptSet: map[sluiceExemptKey]bool{}, peerSet: map[sluicePeerKey]bool{}}
 	defer func() {
 		if err != nil {
 			d.Close()
-			os.RemoveAll(tmp)
+			removeOwnPinTree(tmp)
 			err = fmt.Errorf("%w (%s): %v; could not migrate: %w", ErrIncompatiblePins, opts.PinDir, why, err)
 		}
 	}()
@@ -141,7 +141,7 @@ func migrate(opts Options, spec *ebpf.CollectionSpec, old *os.File, why error) (
 	}
 	// The old maps live on while the old programs hold them (until the
 	// links are updated); their pins go now.
-	os.RemoveAll(retired)
+	removeOwnPinTree(retired)
 	d.migrated = carried
 	return d, nil
 }

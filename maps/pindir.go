@@ -195,6 +195,23 @@ func halfBuilt(dir string) []string {
 	return out
 }
 
+// removePin removes one of sluice's pins (a map's, or the directory's
+// mark): the one place a pin is deleted. Gone already is no error.
+func removePin(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// removeOwnPinTree removes a pin directory sluice made and no agent uses:
+// the temporary one a load or migration builds before the rename that
+// puts it in place, or the old one a migration set aside. Never the
+// directory in place (Unpin's, which spares what is not sluice's).
+func removeOwnPinTree(dir string) {
+	os.RemoveAll(dir) // best effort: the pins' maps live on while programs hold them
+}
+
 func unpinDir(dir string, rep *UnpinReport, keep []string) error {
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -221,7 +238,7 @@ func unpinDir(dir string, rep *UnpinReport, keep []string) error {
 			foreign++
 			continue
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removePin(path); err != nil {
 			return fmt.Errorf("unpin %s: %w", path, err)
 		}
 		rep.Removed = append(rep.Removed, path)
@@ -229,10 +246,10 @@ func unpinDir(dir string, rep *UnpinReport, keep []string) error {
 	if foreign > 0 {
 		return nil // not empty: the directory stays with what is not sluice's, and the mark with it
 	}
-	if err := os.Remove(filepath.Join(dir, DirMarkerPin)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := removePin(filepath.Join(dir, DirMarkerPin)); err != nil {
 		return fmt.Errorf("unpin %s: %w", dir, err)
 	}
-	if err := os.Remove(dir); err != nil {
+	if err := removePin(dir); err != nil {
 		return fmt.Errorf("unpin %s: %w", dir, err)
 	}
 	rep.Removed = append(rep.Removed, dir)
