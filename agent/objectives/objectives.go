@@ -82,9 +82,9 @@ type objective struct {
 	// best-effort usage in d's last Trim (it is protected only in the
 	// direction it holds): not traffic the objective could hold.
 	countedUsage [2]float64
-	verdict     latency.Verdict
-	p99         time.Duration
-	samples     int
+	verdict      latency.Verdict
+	p99          time.Duration
+	samples      int
 	// releases counts the breakers' releases by reason (latency.Release).
 	releases map[string]uint64
 }
