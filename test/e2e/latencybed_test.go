@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -81,38 +80,9 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	)
 	w := world(t, harness.Options{Topics: []string{"core", "backfill", "backfill2"}, DiskBytesPerSecond: diskRate,
 		ProduceDelay: func() time.Duration { return 2*time.Millisecond + rand.N(2*time.Millisecond) }})
-	seq := 0
-	startCore := func() (*harness.Client, string) {
-		seq++
-		out := filepath.Join(w.Dir, fmt.Sprintf("core-latency-%d.json", seq))
-		return client(t, w, harness.ClientSpec{Name: fmt.Sprintf("core-%d", seq), Lib: "franz", Mode: "produce", ClientID: "core", Topic: "core",
-			Rate: coreRate * coreBytes, Args: []string{"-value-bytes", fmt.Sprint(coreBytes), "-latency-out", out}}), out
-	}
 	var clientErrs int64
-	// stopCore stops a core client and returns its latencies (ms) in the
-	// order its requests completed.
-	stopCoreInOrder := func(c *harness.Client, out string) []float64 {
-		c.Stop() // flushes, then writes its latencies
-		clientErrs += c.Errors()
-		data, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatalf("the core client's latencies: %v", err)
-		}
-		var micros []float64
-		if err := json.Unmarshal(data, &micros); err != nil {
-			t.Fatal(err)
-		}
-		ms := make([]float64, len(micros))
-		for i, v := range micros {
-			ms[i] = v / 1000
-		}
-		return ms
-	}
-	stopCore := func(c *harness.Client, out string) []float64 {
-		ms := stopCoreInOrder(c, out)
-		slices.Sort(ms)
-		return ms
-	}
+	core := newCoreTenant(t, w, coreRate, coreBytes, &clientErrs)
+	startCore, stopCoreInOrder, stopCore := core.start, core.stopInOrder, core.stop
 	runCore := func(d time.Duration) []float64 {
 		c, out := startCore()
 		time.Sleep(d) // the measured run: a bounded load, not a readiness wait
@@ -205,18 +175,9 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	var weighted1, weighted2 float64 // the tenants' rates with sluice enforcing weights only: the disk's, shared first come first served
 	runs["core + backfill, sluice weights only"], weighted1, weighted2 = loaded(loadedFor)
 	stopBackfill()
-	if err := a.Stop(); err != nil {
-		t.Fatal(err)
-	}
 
 	alone := median(aloneWithout)
-	objective := time.Duration((alone+floorCostMs)*1000) * time.Microsecond
-	objectiveMs := float64(objective.Microseconds()) / 1000
-	a, err = w.StartAgent(config("objective", fmt.Sprintf(", produce_latency_objective: {p99: %dus}", objective.Microseconds())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	a, objectiveMs := restartWithObjective(t, w, a, config, alone, floorCostMs)
 	// The warm core runs from before the backfill starts until the
 	// defended run ends: its requests, put back on a clock, are what
 	// time-to-defend is judged on.

@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,32 +67,9 @@ func TestScenarioLatencyCrossDirection(t *testing.T) {
 	const heldBelow = 0.9
 	w := world(t, harness.Options{Topics: []string{"core", "history"}, DiskBytesPerSecond: diskRate, FetchReadsDisk: true, FetchBatchBytes: readBytes,
 		ProduceDelay: func() time.Duration { return 2*time.Millisecond + rand.N(2*time.Millisecond) }})
-	seq := 0
-	startCore := func() (*harness.Client, string) {
-		seq++
-		out := filepath.Join(w.Dir, fmt.Sprintf("core-latency-%d.json", seq))
-		return client(t, w, harness.ClientSpec{Name: fmt.Sprintf("core-%d", seq), Lib: "franz", Mode: "produce", ClientID: "core", Topic: "core",
-			Rate: coreRate * coreBytes, Args: []string{"-value-bytes", fmt.Sprint(coreBytes), "-latency-out", out}}), out
-	}
 	var clientErrs int64
-	stopCore := func(c *harness.Client, out string) []float64 {
-		c.Stop() // flushes, then writes its latencies
-		clientErrs += c.Errors()
-		data, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatalf("the core client's latencies: %v", err)
-		}
-		var micros []float64
-		if err := json.Unmarshal(data, &micros); err != nil {
-			t.Fatal(err)
-		}
-		ms := make([]float64, len(micros))
-		for i, v := range micros {
-			ms[i] = v / 1000
-		}
-		slices.Sort(ms)
-		return ms
-	}
+	core := newCoreTenant(t, w, coreRate, coreBytes, &clientErrs)
+	startCore, stopCore := core.start, core.stop
 	var reading []*harness.Client
 	stopReaders := func() {
 		for _, c := range reading {
@@ -145,18 +119,9 @@ func TestScenarioLatencyCrossDirection(t *testing.T) {
 	free := meterReaders(loadedFor)
 	contended := quantileOf(stopCore(c, out), 0.99)
 	stopReaders()
-	if err := a.Stop(); err != nil {
-		t.Fatal(err)
-	}
 
 	aloneP99 := median(alone)
-	objective := time.Duration((aloneP99+crossReadsMs)*1000) * time.Microsecond
-	objectiveMs := float64(objective.Microseconds()) / 1000
-	a, err = w.StartAgent(config("objective", fmt.Sprintf(", produce_latency_objective: {p99: %dus}", objective.Microseconds())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
+	a, objectiveMs := restartWithObjective(t, w, a, config, aloneP99, crossReadsMs)
 	warm, warmOut := startCore()
 	startReaders()
 	readersStarted := time.Now()
