@@ -39,8 +39,9 @@ type Deps struct {
 	NewShaper ShaperFactory
 	// Metrics, when set, is the process's metrics listener, which a reload
 	// moves when metrics_address or metrics.web_config_file change (the
-	// daemon opens and closes it). Without it those keys need a restart.
-	Metrics *MetricsListener
+	// daemon owns it: opens it at start, closes it at exit). Without it
+	// those keys need a restart.
+	Metrics MetricsMover
 	// LogLevel, when set, follows log_level on reload.
 	LogLevel *slog.LevelVar
 	// NewMetadata, when set, builds the metadata client (topic IDs, and the

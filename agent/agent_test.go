@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/entity"
 	kt "github.com/sluice-dev/sluice/agent/kafka/kafkatest"
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/internal/metricslistener"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -797,7 +798,7 @@ func TestAgentOwnsItsShaperAndMetadataClient(t *testing.T) {
 // and keeps the old; one opened for a reload refused later is closed again.
 func TestAgentReloadMovesTheMetricsListener(t *testing.T) {
 	open := map[string]bool{}
-	listener := NewMetricsListener(func(addr, _ string) (func(), error) {
+	listener := metricslistener.New(func(addr, _ string) (func(), error) {
 		if addr == "busy:1" {
 			return nil, errors.New("address already in use")
 		}

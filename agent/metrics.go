@@ -111,7 +111,7 @@ func (m *Metrics) Serve(l net.Listener) error {
 }
 
 // Open listens on addr and serves /metrics there until stop is called: the
-// agent's MetricsOpener, so that a reloaded metrics_address or
+// daemon's metrics listener opens it (metricslistener.Opener), so that a reloaded metrics_address or
 // metrics.web_config_file reopens it. With a web configuration file
 // (Prometheus exporter-toolkit's: TLS, basic auth, headers) every
 // connection is served by its rules, read again for each new connection,

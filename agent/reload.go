@@ -120,9 +120,10 @@ type reloadTx struct {
 	old, next config.Config
 
 	// prepared
-	metricsMove *metricsMove // the new metrics listener (nil: unchanged)
-	metadata    *Metadata    // the new metadata client (nil: unchanged)
-	policy      kafkaquotas.Compiled
+	// The new metrics listener's commit and abort (nil: unchanged).
+	metricsCommit, metricsAbort func()
+	metadata                    *Metadata // the new metadata client (nil: unchanged)
+	policy                      kafkaquotas.Compiled
 
 	// what commit changed, for the undo
 	settingsBefore maps.Settings
@@ -178,11 +179,11 @@ func (tx *reloadTx) prepare() error {
 		return err
 	}
 	if a.deps.Metrics != nil {
-		move, err := a.deps.Metrics.prepareMove(old, next)
+		commit, abort, err := a.deps.Metrics.PrepareMove(old, next)
 		if err != nil {
 			return err
 		}
-		tx.metricsMove = move
+		tx.metricsCommit, tx.metricsAbort = commit, abort
 	}
 	if err := tx.fault(stepMetadata); err != nil {
 		return err
@@ -207,9 +208,9 @@ func (tx *reloadTx) prepare() error {
 
 // discard ends what prepare built for a reload that is refused.
 func (tx *reloadTx) discard() {
-	if tx.metricsMove != nil {
-		tx.metricsMove.abort()
-		tx.metricsMove = nil
+	if tx.metricsAbort != nil {
+		tx.metricsAbort()
+		tx.metricsCommit, tx.metricsAbort = nil, nil
 	}
 	if tx.metadata != nil {
 		tx.metadata.stop()()
@@ -508,9 +509,9 @@ func (tx *reloadTx) swap() {
 	if a.deps.LogLevel != nil {
 		a.deps.LogLevel.Set(next.LogLevel)
 	}
-	if tx.metricsMove != nil {
-		tx.metricsMove.commit()
-		tx.metricsMove = nil
+	if tx.metricsCommit != nil {
+		tx.metricsCommit()
+		tx.metricsCommit, tx.metricsAbort = nil, nil
 		a.log.Info("metrics listener reopened", "metrics_address", next.MetricsAddress, "web_config_file", next.Metrics.WebConfigFile)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
+	"github.com/sluice-dev/sluice/internal/metricslistener"
 	sluicemaps "github.com/sluice-dev/sluice/maps"
 )
 
@@ -83,7 +84,7 @@ type txRig struct {
 func newTxRig(t *testing.T) *txRig {
 	t.Helper()
 	tr := &txRig{store: newStoringDataPath(), metadata: map[string]bool{}, listeners: map[string]bool{}, level: new(slog.LevelVar)}
-	metrics := NewMetricsListener(func(addr, _ string) (func(), error) {
+	metrics := metricslistener.New(func(addr, _ string) (func(), error) {
 		if tr.rig != nil && tr.faults.hit("open metrics") {
 			return nil, errPartway
 		}

@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/agent/metadata"
 	"github.com/sluice-dev/sluice/agent/shaper"
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/internal/metricslistener"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -136,7 +137,7 @@ type daemon struct {
 	adopted []bool
 	// metrics is the process's metrics listener (nil until the agent is
 	// built); the teardown closes it.
-	metrics *agent.MetricsListener
+	metrics *metricslistener.Listener
 	// metricsHold holds metrics_address from the preflight until the
 	// agent's metrics listener takes it over.
 	metricsHold net.Listener
@@ -397,7 +398,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	// The process's metrics listener: the daemon opens and closes it; a
 	// reload moves it. It serves the agent's metrics, built once the agent is.
 	var metrics *agent.Metrics
-	r.metrics = agent.NewMetricsListener(func(addr, webConfigFile string) (func(), error) {
+	r.metrics = metricslistener.New(func(addr, webConfigFile string) (func(), error) {
 		if r.metricsHold != nil { // the preflight's: the agent's listener takes the port over
 			r.metricsHold.Close()
 			r.metricsHold = nil
