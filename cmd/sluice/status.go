@@ -135,8 +135,12 @@ func writeStatus(w io.Writer, s *status.Snapshot) {
 		writeCluster(w, c)
 	}
 	for _, o := range s.Objectives {
-		fmt.Fprintf(w, "latency objective %s %s p99 %.0f ms: %s, p99 %.1f ms over 10 s (%d requests), best-effort %s held to %.2f: %s\n",
-			o.Entity, o.Direction, o.ObjectiveMillis, o.State, o.P99Millis, o.Requests, o.Trims, o.Level, o.Why)
+		held := "best-effort"
+		if o.Trims != "" && o.Trims != o.Direction { // the other direction's, when its own did not help
+			held += " " + o.Trims
+		}
+		fmt.Fprintf(w, "latency objective %s %s p99 %.0f ms: %s, p99 %.1f ms over 10 s (%d requests), %s held to %.2f: %s\n",
+			o.Entity, o.Direction, o.ObjectiveMillis, o.State, o.P99Millis, o.Requests, held, o.Level, o.Why)
 	}
 	if len(s.Objectives) > 0 {
 		fmt.Fprintln(w)

@@ -196,6 +196,15 @@ func TestStatusShowsObjectives(t *testing.T) {
 	if !strings.Contains(out.String(), "latency objective client:core produce p99 50 ms: open, p99 210.0 ms over 10 s (300 requests), best-effort held to 0.64") {
 		t.Errorf("status:\n%s", out.String())
 	}
+	// Holding the other direction, it says which.
+	snap.Objectives[0].Trims = "fetch"
+	out.Reset()
+	if err := run(context.Background(), []string{"status", "--socket", serveStatus(t, snap)}, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "(300 requests), best-effort fetch held to 0.64") {
+		t.Errorf("status, holding fetch:\n%s", out.String())
+	}
 	out.Reset()
 	if err := run(context.Background(), []string{"explain", "--socket", sock, "bulk"}, &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
