@@ -160,10 +160,13 @@ func TestKafkaJavaClientLimits(t *testing.T) {
     java-producer: {producer_byte_rate: %s}
     java-consumer: {consumer_byte_rate: %s}
 `, itoa(produceLimit), itoa(fetchLimit))})
-	prod := javaProducer(t, w, "java-producer", "java-producer", "events", -1)
-	p, _ := metered(t, w, 0, []*harness.Client{prod}, []harness.Ref{{Kind: "client", Name: "java-producer"}})
+	// A wide window, and measured once steady within the ±3 % judged: a
+	// CI run's producer at the default window read 7.69 of 8 MB/s, its own
+	// reports swinging 6.3-7.6 with its buffer full.
+	prod := javaProducer(t, w, "java-producer", "java-producer", "events", -1, wideWindow...)
+	p, _ := meteredSteady(t, w, 0, 0.03, []*harness.Client{prod}, []harness.Ref{{Kind: "client", Name: "java-producer"}})
 	cons := javaConsumer(t, w, "java-consumer", "java-consumer", "events")
-	c, own := metered(t, w, 1, []*harness.Client{cons}, []harness.Ref{{Kind: "client", Name: "java-consumer"}})
+	c, own := meteredSteady(t, w, 1, 0.03, []*harness.Client{cons}, []harness.Ref{{Kind: "client", Name: "java-consumer"}})
 	early := prod.ExitedEarly() || cons.ExitedEarly()
 	record(t, Result{
 		Name: "kafka-java-client-limits",
