@@ -34,7 +34,7 @@ func (t *Tracker) afterRelease(o *objective, now time.Time) {
 		o.crossed, o.trims = true, other
 		o.breakers[other] = latency.NewBreaker(latency.DefaultObjective(o.P99))
 		o.verdict = o.breakers[other].Trip(now, fmt.Sprintf("holding %s's best-effort traffic did not bring the p99 under: holding %s's", from, other))
-		t.logVerdict(o)
+		t.noteVerdict(o)
 	case o.crossed:
 		// The episode ends where it moved. Recovered there: that
 		// direction leads the next episodes, and the one that proved

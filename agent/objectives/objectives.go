@@ -248,6 +248,10 @@ func (t *Tracker) Trim(dir entity.Direction, inputs []allocator.Entity, entities
 			}
 		}
 	}
+	if len(t.list) == 0 {
+		t.dirs[dir].holder = nil
+		return allocator.Trim{} // no objective: no pass over the inputs
+	}
 	t.dirs[dir].bestEffort = allocator.BestEffortUsage(inputs)
 	for _, o := range t.list {
 		if o.Direction == dir {
@@ -280,15 +284,17 @@ func (t *Tracker) evaluate(o *objective, entities Entities, now time.Time) {
 	if o.verdict.Released != latency.NotReleased {
 		o.releases[o.verdict.Released.String()]++
 	}
-	t.logVerdict(o)
+	t.noteVerdict(o)
 	if o.verdict.Released != latency.NotReleased {
 		t.afterRelease(o, now)
 	}
 }
 
-// logVerdict logs a breaker's transition (and counts it), and warns of an
-// ineffective release.
-func (t *Tracker) logVerdict(o *objective) {
+// noteVerdict acts on what a breaker decided besides the level: counts
+// and logs a transition, warns of an ineffective release, and on an
+// opening marks the trimmed direction's best-effort usage to be taken as
+// the base (by that direction's next Trim).
+func (t *Tracker) noteVerdict(o *objective) {
 	if o.verdict.Released == latency.ReleasedIneffective {
 		t.log.Warn("latency objective released as ineffective: best-effort traffic was held to the floor and the p99 stayed over the objective",
 			"entity", o.Key.String(), "direction", o.Direction.String(), "trimmed", o.trims.String(), "objective_p99", o.P99, "p99", o.p99)

@@ -221,13 +221,7 @@ func meteredSteady(t *testing.T, w *harness.World, dir int, band float64, client
 	// a group's join, the first cycles after its identity binds), from the
 	// broker's sockets: a fixed 3 s measured a Java client still starting
 	// on a loaded host.
-	wait := w.WaitSteady
-	if band > 0 {
-		wait = func(dir int, timeout time.Duration, clients ...*harness.Client) (harness.Steadiness, error) {
-			return w.WaitSteadyWithin(dir, timeout, band, clients...)
-		}
-	}
-	if s, err := wait(dir, time.Minute, clients...); err != nil {
+	if s, err := w.WaitSteadyWithin(dir, time.Minute, band, clients...); err != nil {
 		t.Fatal(err)
 	} else if !s.Steady {
 		t.Logf("the clients moved after %v but did not settle; measured anyway (last windows %v B/s)", s.MovingAfter, s.LastBps)

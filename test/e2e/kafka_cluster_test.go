@@ -335,12 +335,11 @@ func TestKafkaClusterBudgets(t *testing.T) {
 	// recorded. What is gated: the total converges, a 7-s window within
 	// the steady state's ±3 % starting at most convergeBy after the
 	// producer resumed (convergedAfter), and never rises over the bound.
-	afterChange := func(convergedAfter float64) bool { return convergedAfter >= 0 }
 	// Read after the run so Kafka's JVM tools take no CPU from it.
 	coordSettings := coordTopicSettings(t, w, "__sluice_cluster_budgets")
 	record(t, Result{
 		Name: "kafka-cluster-budgets",
-		Pass: steadyAfter >= 0 && within(steady, limit, 0.03) && afterChange(convergedKill) && afterChange(convergedElection) &&
+		Pass: steadyAfter >= 0 && within(steady, limit, 0.03) && convergedKill >= 0 && convergedElection >= 0 &&
 			peakKill <= peakBound && peakElection <= peakBound && coordRF == 3 && coordISR >= 2 && !prod.ExitedEarly(),
 		Measured: map[string]any{"steady_total_bps": steady, "steady_s_after_settle": steadyAfter, "totals_each_second_steady_bps": steadySeries, "after_kill_total_bps": afterKill, "after_election_total_bps": afterElection,
 			"converged_s_after_kill": convergedKill, "converged_s_after_election": convergedElection,

@@ -237,7 +237,7 @@ func New(dir, sluice, loadgen string, o Options) (*World, error) {
 			batch := o.fetchBatchBytes()
 			c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 				c.KeepControl()
-				d := disk.read(time.Now(), fetchBytes(req.(*kmsg.FetchRequest), batch))
+				d := disk.queue(time.Now(), fetchBytes(req.(*kmsg.FetchRequest), batch))
 				c.SleepControl(func() { time.Sleep(d) })
 				return nil, nil, false
 			})
@@ -272,13 +272,13 @@ func (d *disk) write(now time.Time, req *kmsg.ProduceRequest) time.Duration {
 			n += len(p.Records)
 		}
 	}
-	return d.read(now, n)
+	return d.queue(now, n)
 }
 
-// read queues n bytes of reads (or writes: one queue, first come first
-// served) at now and answers how long until they are done (0 with no
-// disk).
-func (d *disk) read(now time.Time, n int) time.Duration {
+// queue puts n bytes of writes or reads (one queue, first come first
+// served) on the disk at now and answers how long until they are done (0
+// with no disk).
+func (d *disk) queue(now time.Time, n int) time.Duration {
 	if d.bytesPerSecond <= 0 || n <= 0 {
 		return 0
 	}

@@ -39,7 +39,7 @@ const (
 // but do not settle within steadyMaxWindows are left to the measurement to
 // judge (Steady is false).
 func (w *World) WaitSteady(dir int, timeout time.Duration, clients ...*Client) (Steadiness, error) {
-	return w.waitRates(dir, timeout, steadyBand, clients)
+	return w.WaitSteadyWithin(dir, timeout, 0, clients...)
 }
 
 // WaitSteadyWithin is WaitSteady with the band a test judges at: a test
@@ -48,6 +48,9 @@ func (w *World) WaitSteady(dir int, timeout time.Duration, clients ...*Client) (
 // 12.7 → 13.1 of 13.9 MB/s and was measured 5.7 % short, with the 10 %
 // band).
 func (w *World) WaitSteadyWithin(dir int, timeout time.Duration, band float64, clients ...*Client) (Steadiness, error) {
+	if band <= 0 {
+		band = steadyBand
+	}
 	return w.waitRates(dir, timeout, band, clients)
 }
 
