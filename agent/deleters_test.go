@@ -20,7 +20,7 @@ func TestOneDeleterPerKernelObject(t *testing.T) {
 		// deleteRoot (sluice's htb tree or fq), ReplaceForeignRoot (what
 		// replace_root_qdisc: true asks for), deleteClsact (a clsact
 		// sluice recorded adding, with no filter left).
-		"QdiscDel": {"agent/shaper/htb.go", "agent/attach/attach.go"},
+		"QdiscDel": {"agent/shaper/htbroot.go", "agent/attach/legacy.go"},
 	}
 	call := regexp.MustCompile(`\.(LinkDel|FilterDel|QdiscDel)\(`)
 	found := map[string]int{}

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -393,24 +391,6 @@ type reloadState struct {
 	intervalChanged chan time.Duration
 }
 
-// pendingWrites are writes the data path refused that the agent tolerates
-// and tries again every cycle (retryPending).
-type pendingWrites struct {
-	// forget: connections an applied reload must forget (their exemption
-	// or listener changed).
-	forget []maps.ConnKey
-	// exempt: an applied exempt_peers change whose connections could not
-	// be listed yet (nil: none).
-	exempt *exemptChange
-	// unsaved: entities whose names the data path refused to persist: a
-	// name not persisted is an identity the next start cannot restore.
-	unsaved map[entity.ID]struct{}
-}
-
-// exemptChange is what an exempt_peers change added to and removed from
-// the table, and the table it made.
-type exemptChange struct{ added, removed, prefixes []netip.Prefix }
-
 // shaperStep replaces the backend: the data path stops steering to the old
 // one, the old one is closed (its tree must leave the device before
 // another can take it), the new one is built and given every rate in
@@ -514,91 +494,4 @@ func (tx *reloadTx) swap() {
 		tx.metricsCommit, tx.metricsAbort = nil, nil
 		a.log.Info("metrics listener reopened", "metrics_address", next.MetricsAddress, "web_config_file", next.Metrics.WebConfigFile)
 	}
-}
-
-// metadataChanges says which of the metadata client's keys differ.
-func metadataChanges(old, next config.Config) map[string]bool {
-	return map[string]bool{
-		"bootstrap": !slices.Equal(old.Bootstrap, next.Bootstrap), "sasl": old.SASL != next.SASL, "tls": old.TLS != next.TLS,
-		"metadata_refresh": old.MetadataRefresh != next.MetadataRefresh, "kafka_quotas": old.KafkaQuotas != next.KafkaQuotas,
-	}
-}
-
-func anyChanged(keys map[string]bool) bool {
-	for _, changed := range keys {
-		if changed {
-			return true
-		}
-	}
-	return false
-}
-
-// restartOnly names the keys that differ between two configurations and
-// cannot change while the agent runs (the metadata client's can when
-// metadataLive: the agent rebuilds it; metrics_address when metricsLive).
-func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []string {
-	var keys []string
-	if !slices.Equal(old.Interfaces, next.Interfaces) {
-		keys = append(keys, "interfaces")
-	}
-	if !metadataLive {
-		for name, changed := range metadataChanges(old, next) {
-			if changed {
-				keys = append(keys, name)
-			}
-		}
-	}
-	for name, changed := range map[string]bool{
-		"pin_path": old.PinPath != next.PinPath, "attach": old.Attach != next.Attach, "attach_position": old.AttachPosition != next.AttachPosition,
-		"replace_root_qdisc": old.ReplaceRootQdisc != next.ReplaceRootQdisc,
-		"max_entities":       old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
-		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
-		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
-		"metrics.web_config_file": !metricsLive && old.Metrics.WebConfigFile != next.Metrics.WebConfigFile,
-		"log_format":              old.LogFormat != next.LogFormat,
-		// Every agent of the cluster must split budgets with the same
-		// inputs and period: a cluster change is a coordinated restart.
-		"cluster": !reflect.DeepEqual(old.Cluster, next.Cluster),
-		"refresh_interval (with a cluster section)": old.Cluster.Enabled && old.RefreshInterval != next.RefreshInterval,
-		"stale_after (with a cluster section)":      old.Cluster.Enabled && old.StaleAfter != next.StaleAfter,
-	} {
-		if changed {
-			keys = append(keys, name)
-		}
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// retryPending writes again, each cycle, what earlier writes left undone
-// and the agent tolerated: connections to forget, entity names to persist.
-func (a *Agent) retryPending() {
-	a.forgetPending()
-	a.persistUnsaved()
-}
-
-// forgetPending forgets the connections an applied reload left to forget;
-// what fails stays pending for the next cycle.
-func (a *Agent) forgetPending() {
-	if c := a.pending.exempt; c != nil {
-		var stale []maps.ConnKey
-		err := a.deps.DataPath.EachBinding(func(b maps.Binding) {
-			if maps.ExemptionChanged(b, c.added, c.removed, c.prefixes) {
-				stale = append(stale, b.Conn)
-			}
-		})
-		if err != nil {
-			a.log.Warn("list the connections exempt_peers changed; tried again next cycle", "err", err)
-		} else {
-			a.pending.forget, a.pending.exempt = append(a.pending.forget, stale...), nil
-		}
-	}
-	if len(a.pending.forget) == 0 {
-		return
-	}
-	if err := a.deps.DataPath.ForgetConns(a.pending.forget); err != nil {
-		a.log.Warn("forget connections a reload changed; tried again next cycle", "connections", len(a.pending.forget), "err", err)
-		return
-	}
-	a.pending.forget = nil
 }
