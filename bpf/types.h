@@ -39,6 +39,14 @@
 // a bpf_loop callback).
 #define HASH_CHUNK 256
 
+// The bytes a stream that lost its position probes for a request start
+// (kafka.h's PROBE_BYTES offsets, each with a header's HEADER_BYTES),
+// copied to struct scratch once a segment: a header check per offset on
+// packet bytes was two helper calls on the paged segments GRO builds.
+// 512: a length masked to 511, plus one, fits whatever clang keeps of a
+// tighter bound (PROBE_BYTES + HEADER_BYTES, 270, are used).
+#define PROBE_WINDOW 512
+
 // A cut sample's client-id bytes past CLIENT_ID_KEPT, hashed as the
 // segments that carry them go by (kafka.h): 8-byte words from the first
 // cut byte, a word cut by a segment end carried to the next. Kept apart
@@ -169,6 +177,8 @@ struct scratch {
 	// bytes one segment holds from first to last.
 	__u64 buf[HASH_CHUNK / 8];
 	struct cut_id local;
+	// kafka.h: the first bytes of a segment probed for a request start.
+	__u8 probe[PROBE_WINDOW];
 	// tc.c, benchmarks only (bench_rewind): tracking to put back.
 	struct track track;
 	struct latency_track lat;

@@ -34,6 +34,12 @@ import (
 //     sampled, as most request starts of a busy connection are
 //   - request-start-cut: request-start with a 1000-byte client-id, sampled
 //     as its header, the client-id's kept head and what follows
+//   - position-probed: a segment of a connection that lost its request
+//     position, probed for a request start (budget allowing): its first
+//     256 offsets checked for a header, none plausible (zeros), the worst
+//     a stream of junk costs per probed segment
+//   - position-lost: the same with the sample budget spent: only the
+//     segment's start is checked, what every segment of such a stream costs
 //   - response-start: an egress segment at which a response starts, no
 //     request of the connection pending: response tracking follows the
 //     boundary (bpf/latency.h)
@@ -97,6 +103,21 @@ func BenchmarkDatapath(b *testing.B) {
 				h.d.SetSettings(Settings{Shaper: ShaperHTB, IFBIndex: 1, StaleAfter: 10 * time.Second, SamplesPerSecond: 0})
 			},
 			seg: requestStart(40000),
+		},
+		{
+			name:  "position-probed",
+			opts:  func(o *Options) { o.benchRewind = true },
+			setup: func(h *harness) { positionLost(h, 40000) },
+			seg:   toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload),
+		},
+		{
+			name: "position-lost",
+			opts: func(o *Options) { o.benchRewind = true },
+			setup: func(h *harness) {
+				positionLost(h, 40000)
+				h.d.SetSettings(Settings{Shaper: ShaperHTB, IFBIndex: 1, StaleAfter: 10 * time.Second, SamplesPerSecond: 0})
+			},
+			seg: toBroker(client4, broker4, 40000, 100, flagACK|flagPSH, payload),
 		},
 		{
 			name:  "response-start",
@@ -211,12 +232,32 @@ func BenchmarkDatapath(b *testing.B) {
 				if st.ResponseDesyncs != 0 || st.LatencyEvents != 0 {
 					b.Fatalf("%s: %d desyncs, %d measurements: it must follow a response start and measure nothing", c.name, st.ResponseDesyncs, st.LatencyEvents)
 				}
+			case "position-probed", "position-lost":
+				if st.Samples != 0 {
+					b.Fatalf("%s sampled %d: it must find no request start in zeros", c.name, st.Samples)
+				}
 			case "request-start-unsampled":
 				if st.Samples != 0 || st.BudgetDrops == 0 {
 					b.Fatalf("request-start-unsampled sampled %d (budget drops %d): it must measure request starts the budget does not cover", st.Samples, st.BudgetDrops)
 				}
 			}
 		})
+	}
+}
+
+// positionLost enters the client's connection from port, bound to entity
+// 5, with its request position lost at sequence 100 (the newest byte seen
+// then): the next segment is probed for a request start.
+func positionLost(h *harness, port uint16) {
+	enterBound(h, port)
+	_, key := h.d.table(connKey(client4, broker4, port))
+	var st sluiceConnState
+	if err := h.d.objs.Conns4.Lookup(key, &st); err != nil {
+		h.t.Fatal(err)
+	}
+	st.Track.Synced, st.Track.Regain, st.Track.SizePartial = 0, 1, 100 // REGAIN_SEARCHING, lost_end
+	if err := h.d.objs.Conns4.Put(key, &st); err != nil {
+		h.t.Fatal(err)
 	}
 }
 

@@ -229,6 +229,7 @@ type sluiceScratch struct {
 	_     structs.HostLayout
 	Buf   [32]uint64
 	Local sluiceCutId
+	Probe [512]uint8
 	Track sluiceTrack
 	Lat   struct {
 		_          structs.HostLayout
