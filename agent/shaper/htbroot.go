@@ -158,22 +158,30 @@ func CheckRoot(ifname string) error {
 // checkRootQdisc allows only the kernel's default root (handle 0:, which
 // deleting our root restores) or a tree sluice left itself.
 func checkRootQdisc(dev netlink.Link, ifindex int) error {
-	qdiscs, err := netlink.QdiscList(dev)
+	q, err := installedRoot(dev)
 	if err != nil {
-		return fmt.Errorf("htb: list qdiscs of %s: %w", dev.Attrs().Name, err)
+		return fmt.Errorf("htb: %w", err)
+	}
+	if q == nil || ownTree(dev) {
+		return nil // the default, or ours from an earlier agent: known by its mark, not its handle
+	}
+	return fmt.Errorf("%w: %s root is %s %x:; remove it, run with shaper: police or shadow, or let sluice replace it with replace_root_qdisc: true",
+		ErrForeignRootQdisc, dev.Attrs().Name, q.Type(), q.Attrs().Handle>>16)
+}
+
+// installedRoot is link's root qdisc when one was installed (a handle
+// other than the kernel's default 0:), else nil.
+func installedRoot(link netlink.Link) (netlink.Qdisc, error) {
+	qdiscs, err := netlink.QdiscList(link)
+	if err != nil {
+		return nil, fmt.Errorf("list qdiscs of %s: %w", link.Attrs().Name, err)
 	}
 	for _, q := range qdiscs {
-		a := q.Attrs()
-		if a.Parent != netlink.HANDLE_ROOT || a.Handle == 0 {
-			continue
+		if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && a.Handle != 0 {
+			return q, nil
 		}
-		if ownTree(dev) {
-			return nil // ours, from an earlier agent: known by its mark, not its handle
-		}
-		return fmt.Errorf("%w: %s root is %s %x:; remove it, run with shaper: police or shadow, or let sluice replace it with replace_root_qdisc: true",
-			ErrForeignRootQdisc, dev.Attrs().Name, q.Type(), a.Handle>>16)
 	}
-	return nil
+	return nil, nil
 }
 
 // ReplaceForeignRoot deletes a root qdisc sluice did not create on the
@@ -194,18 +202,14 @@ func ReplaceForeignRoot(ifindex int, in func(func() error) error) (replaced stri
 		if checkRootQdisc(dev, ifindex) == nil {
 			return nil
 		}
-		qdiscs, err := netlink.QdiscList(dev)
-		if err != nil {
-			return fmt.Errorf("list qdiscs of %s: %w", dev.Attrs().Name, err)
+		q, err := installedRoot(dev)
+		if err != nil || q == nil {
+			return err
 		}
-		for _, q := range qdiscs {
-			if a := q.Attrs(); a.Parent == netlink.HANDLE_ROOT && a.Handle != 0 {
-				if err := deleteRootQdisc(q); err != nil {
-					return fmt.Errorf("replace_root_qdisc: delete %s's root %s %x:: %w", dev.Attrs().Name, q.Type(), a.Handle>>16, err)
-				}
-				replaced = fmt.Sprintf("%s %x: on %s", q.Type(), a.Handle>>16, dev.Attrs().Name)
-			}
+		if err := deleteRootQdisc(q); err != nil {
+			return fmt.Errorf("replace_root_qdisc: delete %s's root %s %x:: %w", dev.Attrs().Name, q.Type(), q.Attrs().Handle>>16, err)
 		}
+		replaced = fmt.Sprintf("%s %x: on %s", q.Type(), q.Attrs().Handle>>16, dev.Attrs().Name)
 		return nil
 	})
 	return replaced, err
@@ -219,21 +223,14 @@ func ReplaceForeignRoot(ifindex int, in func(func() error) error) (replaced stri
 // (ReplaceForeignRoot deletes an operator's root only when
 // replace_root_qdisc asks it to.)
 func deleteRoot(link netlink.Link) error {
-	qdiscs, err := netlink.QdiscList(link)
-	if err != nil {
-		return fmt.Errorf("list qdiscs of %s: %w", link.Attrs().Name, err)
+	q, err := installedRoot(link)
+	if err != nil || q == nil {
+		return err
 	}
-	for _, q := range qdiscs {
-		a := q.Attrs()
-		if a.Parent != netlink.HANDLE_ROOT || a.Handle == 0 {
-			continue
-		}
-		if !ownTree(link) && !ownRoot(link, "fq") {
-			return fmt.Errorf("%w: %s root is %s %x:: left as it is", ErrForeignRootQdisc, link.Attrs().Name, q.Type(), a.Handle>>16)
-		}
-		return deleteRootQdisc(q)
+	if !ownTree(link) && !ownRoot(link, "fq") {
+		return fmt.Errorf("%w: %s root is %s %x:: left as it is", ErrForeignRootQdisc, link.Attrs().Name, q.Type(), q.Attrs().Handle>>16)
 	}
-	return nil
+	return deleteRootQdisc(q)
 }
 
 // deleteRootQdisc is the one place a root qdisc leaves a device: sluice's

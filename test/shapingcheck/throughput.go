@@ -202,11 +202,7 @@ func standardError(v []float64) float64 {
 	if len(v) < 2 {
 		return math.Inf(1)
 	}
-	mean := 0.0
-	for _, x := range v {
-		mean += math.Log(x)
-	}
-	mean /= float64(len(v))
+	mean := meanLog(v)
 	ss := 0.0
 	for _, x := range v {
 		d := math.Log(x) - mean
@@ -215,12 +211,15 @@ func standardError(v []float64) float64 {
 	return math.Sqrt(ss/float64(len(v)-1)) / math.Sqrt(float64(len(v)))
 }
 
-func geometricMean(v []float64) float64 {
+func geometricMean(v []float64) float64 { return math.Exp(meanLog(v)) }
+
+// meanLog is the mean of the logarithms of v.
+func meanLog(v []float64) float64 {
 	sum := 0.0
 	for _, x := range v {
 		sum += math.Log(x)
 	}
-	return math.Exp(sum / float64(len(v)))
+	return sum / float64(len(v))
 }
 
 // addLane2 adds the second veth pair of the throughput pairs.
