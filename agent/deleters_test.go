@@ -24,7 +24,7 @@ func TestOneDeleterPerKernelObject(t *testing.T) {
 	}
 	call := regexp.MustCompile(`\.(LinkDel|FilterDel|QdiscDel)\(`)
 	found := map[string]int{}
-	for _, root := range []string{"../agent", "../cmd", "../maps", "../internal"} {
+	for _, root := range []string{"../agent", "../daemon", "../cmd", "../maps", "../internal"} {
 		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err

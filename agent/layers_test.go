@@ -23,20 +23,20 @@ func TestImportLayers(t *testing.T) {
 		"cluster":   {"agent", "maps", "cmd"},
 		"latency":   {"agent", "cluster", "maps", "cmd"},
 		// features and stages behind the pipeline: never Agent, the daemon or the CLI
-		"agent/clusterbudget": {"agent", "agent/daemon", "cmd"},
-		"agent/objectives":    {"agent", "agent/daemon", "cmd"},
-		"agent/kafkaquotas":   {"agent", "agent/daemon", "cmd"},
-		"agent/limits":        {"agent", "agent/daemon", "cmd"},
-		"agent/apply":         {"agent", "agent/daemon", "cmd"},
-		"agent/entity":        {"agent", "agent/daemon", "cmd"},
-		"agent/status":        {"agent", "agent/daemon", "cmd", "maps"},
-		"agent/config":        {"agent", "agent/daemon", "cmd"},
-		"agent/shaper":        {"agent", "agent/daemon", "cmd"},
-		"agent/attach":        {"agent", "agent/daemon", "cmd"},
+		"agent/clusterbudget": {"agent", "daemon", "cmd"},
+		"agent/objectives":    {"agent", "daemon", "cmd"},
+		"agent/kafkaquotas":   {"agent", "daemon", "cmd"},
+		"agent/limits":        {"agent", "daemon", "cmd"},
+		"agent/apply":         {"agent", "daemon", "cmd"},
+		"agent/entity":        {"agent", "daemon", "cmd"},
+		"agent/status":        {"agent", "daemon", "cmd", "maps"},
+		"agent/config":        {"agent", "daemon", "cmd"},
+		"agent/shaper":        {"agent", "daemon", "cmd"},
+		"agent/attach":        {"agent", "daemon", "cmd"},
 		"maps":                {"agent", "cmd"},
 		// the agent: not the process's owner, not the CLI
-		"agent":        {"agent/daemon", "cmd"},
-		"agent/daemon": {"cmd"},
+		"agent":  {"daemon", "cmd"},
+		"daemon": {"cmd"},
 	}
 	for pkg, bans := range forbidden {
 		imports, err := importsOf(filepath.Join("..", pkg))

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
-	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/agent/shaper"
+	"github.com/sluice-dev/sluice/daemon"
 	"github.com/sluice-dev/sluice/maps"
 )
 

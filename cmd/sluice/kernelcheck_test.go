@@ -8,7 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/sluice-dev/sluice/agent/config"
-	"github.com/sluice-dev/sluice/agent/daemon"
+	"github.com/sluice-dev/sluice/daemon"
 	"github.com/sluice-dev/sluice/maps"
 )
 

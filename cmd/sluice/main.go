@@ -18,7 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/agent/daemon"
+	"github.com/sluice-dev/sluice/daemon"
 )
 
 // usageError is a command-line or input error: exit status 2.

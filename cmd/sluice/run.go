@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/agent"
-	"github.com/sluice-dev/sluice/agent/daemon"
+	"github.com/sluice-dev/sluice/daemon"
 )
 
 const defaultConfigPath = "/etc/sluice/sluice.yaml"

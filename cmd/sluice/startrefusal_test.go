@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/daemon"
 	"github.com/sluice-dev/sluice/internal/hoststate"
 	"github.com/sluice-dev/sluice/internal/netns"
 	"github.com/sluice-dev/sluice/maps"

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/daemon"
 )
 
 type statusAgent struct{ snap *status.Snapshot }

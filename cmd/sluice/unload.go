@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
-	"github.com/sluice-dev/sluice/agent/daemon"
+	"github.com/sluice-dev/sluice/daemon"
 	"github.com/sluice-dev/sluice/internal/hoststate"
 )
 

@@ -17,7 +17,7 @@
 // devices are memory), so entries of an earlier boot are dropped.
 //
 // It imports nothing of sluice: what the entries name is removed by
-// agent/daemon, which validates each device (index and name) before
+// daemon, which validates each device (index and name) before
 // touching it.
 package hoststate
 

@@ -18,8 +18,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/sluice-dev/sluice/agent"
-	"github.com/sluice-dev/sluice/agent/daemon"
 	"github.com/sluice-dev/sluice/agent/status"
+	"github.com/sluice-dev/sluice/daemon"
 	"github.com/sluice-dev/sluice/test/harness"
 )
 
