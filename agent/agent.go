@@ -37,13 +37,6 @@ type Deps struct {
 	// max_queue_delay; the agent then owns it (CloseShaper). Without it the
 	// shaper is fixed and such reloads are refused.
 	NewShaper ShaperFactory
-	// Metrics, when set, is the process's metrics listener, which a reload
-	// moves when metrics_address or metrics.web_config_file change (the
-	// daemon owns it: opens it at start, closes it at exit). Without it
-	// those keys need a restart.
-	Metrics MetricsMover
-	// LogLevel, when set, follows log_level on reload.
-	LogLevel *slog.LevelVar
 	// NewMetadata, when set, builds the metadata client (topic IDs, and the
 	// cluster's client quotas with kafka_quotas: import) at start and again
 	// when a reload changes bootstrap, sasl, tls, metadata_refresh or
@@ -97,7 +90,7 @@ type Agent struct {
 	host hostView
 	// metadata: what the metadata client feeds (quotas, brokers).
 	metadata metadataState
-	// reloads: verdicts, failures and the socket's reloader.
+	// reloads: the daemon's verdicts, published (NoteReload).
 	reloads reloadState
 	// pending: writes the data path refused, tried again every cycle.
 	pending pendingWrites
@@ -345,7 +338,6 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 		},
 		metadata: metadataState{stopTopics: stopTopics, kafka: kafkaquotas.New(quotas), replication: replicationCheck{brokers: brokers}},
 		loop:     loopState{observeCycle: func(time.Duration) {}},
-		reloads:  reloadState{intervalChanged: make(chan time.Duration, 1)},
 		gather:   gatherState{elapsed: make([]float64, cfg.RateWindow), elapsedSum: make([]float64, cfg.RateWindow+1)},
 	}
 	// Read under a.mu, so a reload's listener protocols apply at once.

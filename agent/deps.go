@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -119,12 +118,3 @@ var (
 	_ Samples       = (*maps.SampleReader)(nil)
 	_ LatencyEvents = (*maps.LatencyReader)(nil)
 )
-
-// MetricsMover is the process's metrics listener as a reload sees it
-// (internal/metricslistener).
-type MetricsMover interface {
-	// PrepareMove opens what next asks for beside the listener in use,
-	// when it differs from old: commit makes it the one in use and closes
-	// the old, abort closes it; both nil when nothing moves.
-	PrepareMove(old, next config.Config) (commit, abort func(), err error)
-}

@@ -209,7 +209,7 @@ func TestRebindReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(next.Entities.TopicPartitions, "orders-0")
-	if err := a.Reload(next, nil); err != nil {
+	if err := a.Reload(next); err != nil {
 		t.Fatal(err)
 	}
 	learn(kt.Fetch(12, 7, 2, nil, nil))

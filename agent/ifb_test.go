@@ -34,7 +34,7 @@ func TestAgentWritesBothIFBsOfASharedTree(t *testing.T) {
 	egress = 0
 	next := cfg
 	next.MaxQueueDelay = cfg.MaxQueueDelay * 2 // rebuilds the shaper
-	if err := a.Reload(next, nil); err != nil {
+	if err := a.Reload(next); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Cycle(); err != nil {

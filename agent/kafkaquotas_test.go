@@ -100,7 +100,7 @@ entities:
 	// Import turned off: the metadata client is rebuilt without quotas.
 	next := r.a.Config()
 	next.KafkaQuotas = config.KafkaQuotasOff
-	if err := r.a.Reload(next, nil); err != nil {
+	if err := r.a.Reload(next); err != nil {
 		t.Fatal(err)
 	}
 	s = r.cycle()

@@ -355,7 +355,7 @@ entities: {clients: {core: {consumer_byte_reservation: 100}}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.a.Reload(cfg, nil); err != nil {
+	if err := r.a.Reload(cfg); err != nil {
 		t.Fatal(err)
 	}
 	before := othersBytes(t, families, "fetch")

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/entity"
@@ -17,46 +16,66 @@ import (
 	"github.com/sluice-dev/sluice/maps"
 )
 
-// Reload applies a new configuration, or refuses it whole: the running
-// configuration stays, the failure is logged naming the keys, and counted.
-// Everything that can change live does: the shaper backend (mode, shaper,
-// max_queue_delay: shadow ↔ enforce, htb ↔ police), the allocators,
-// entities and their pins, the data path's settings, the control loop's
-// interval, the log level, the metadata client and the metrics listener.
-// Keys sized or bound at start (interfaces, map sizes, pin path,
-// rate_window, sample_bytes, the status socket, log_format) need a restart:
-// changing them refuses the reload.
-func (a *Agent) Reload(cfg config.Config, loadErr error) error {
-	return a.ReloadBecause("", cfg, loadErr)
+// Reload applies a new configuration to the agent's state, or refuses it
+// whole and leaves that state as it was. Everything the agent runs that
+// can change live does: the shaper backend (mode, shaper, max_queue_delay:
+// shadow ↔ enforce, htb ↔ police), the allocators, entities and their
+// pins, the data path's settings, the metadata client. Keys sized or bound
+// at start (interfaces, map sizes, pin path, rate_window, sample_bytes,
+// the status socket, log_format) need a restart: changing them refuses the
+// reload.
+//
+// The reload's lifecycle is the daemon's (daemon/reload.go): when one
+// runs, reading the file, what the process moves with it (the metrics
+// listener, the log level, the loop's ticker) and the verdict, which it
+// gives back to the agent to publish (NoteReload). An error says whether
+// the running state is as before: ErrUndoFailed when it is not.
+func (a *Agent) Reload(cfg config.Config) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Status shows what runs at once: the configuration applied, or what a
+	// refused reload's failed undo left.
+	defer func() { a.published.snapshot = nil }()
+	tx := &reloadTx{a: a, old: a.cfg, next: cfg}
+	if err := tx.prepare(); err != nil {
+		tx.discard()
+		return fmt.Errorf("%w; nothing changed", err)
+	}
+	if err := tx.commit(); err != nil {
+		tx.discard()
+		return err
+	}
+	tx.swap()
+	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.rates.Shaper().Kind(), "refresh_interval", cfg.RefreshInterval,
+		"clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
+	a.logWarnings(cfg)
+	return nil
 }
 
 // A reload is a transaction in two phases.
 //
 // Prepare builds what the new configuration needs beside the running state
-// and changes none of it: the checks, a new metrics listener, a new
-// metadata client, the compiled policy. A failure there discards what was
-// built.
+// and changes none of it: the checks, a new metadata client, the compiled
+// policy. A failure there discards what was built.
 //
 // Commit then changes the running state one step at a time. Every step
 // that can fail has an undo that puts back what it changed (also when it
 // failed part-way); a failure runs the failed step's undo and those of the
 // steps before it, newest first. What cannot fail (installing the
-// configuration, moving the metadata client and metrics listener, the
-// ticker, the log level) comes after the last step that can. A refused
-// reload says whether the undo restored everything; if an undo itself
-// failed, the verdict names what differs.
+// configuration, moving the metadata client) comes after the last step
+// that can. A refused reload says whether the undo restored everything;
+// if an undo itself failed, the verdict names what differs.
 //
 // ReloadStepNames lists the steps in order; Deps.FailReloadStep can fail
 // each (the fault-injection test does, one at a time).
 var ReloadStepNames = []string{
-	stepValidate, stepMetrics, stepMetadata, stepPolicy,
+	stepValidate, stepMetadata, stepPolicy,
 	stepShaper, stepShaperBuild, stepAllocators, stepEntities, stepListeners, stepSettings,
 	stepCapacities, stepPeerEntities, stepExemptPeers, stepSwap,
 }
 
 const (
 	stepValidate     = "validate"
-	stepMetrics      = "metrics listener"
 	stepMetadata     = "metadata client"
 	stepPolicy       = "policy"
 	stepShaper       = "shaper"
@@ -71,45 +90,20 @@ const (
 	stepSwap         = "swap" // the infallible tail
 )
 
-// ReloadBecause is Reload, noting why it ran (SIGHUP, file changed, sluice
-// reload) in the verdict status shows.
-func (a *Agent) ReloadBecause(why string, cfg config.Config, loadErr error) (err error) {
+// NoteReload publishes the daemon's verdict on a reload: status shows it
+// and the reload metrics count it.
+func (a *Agent) NoteReload(r status.ReloadResult) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	defer func() { // after the reload's own undo steps, before the unlock
-		r := &status.ReloadResult{At: a.deps.Clock.Now(), Why: why, Applied: err == nil, PartlyApplied: errors.Is(err, errUndoFailed)}
-		if err != nil {
-			r.Error = err.Error()
-		}
-		a.reloads.last = r
-		a.published.snapshot = nil // status shows the verdict at once
-	}()
-	refuse := func(err error) error {
+	a.reloads.last = &r
+	if !r.Applied {
 		a.reloads.failures++
-		a.log.Error("configuration reload refused; the running configuration stays", "err", err)
-		return err
 	}
-	if loadErr != nil {
-		return refuse(fmt.Errorf("%w; nothing changed", loadErr))
-	}
-	tx := &reloadTx{a: a, old: a.cfg, next: cfg}
-	if err := tx.prepare(); err != nil {
-		tx.discard()
-		return refuse(fmt.Errorf("%w; nothing changed", err))
-	}
-	if err := tx.commit(); err != nil {
-		tx.discard()
-		return refuse(err)
-	}
-	tx.swap()
-	a.log.Info("configuration reloaded", "mode", cfg.Mode, "shaper", a.rates.Shaper().Kind(), "refresh_interval", cfg.RefreshInterval,
-		"clients", len(cfg.Entities.Clients), "topic_partitions", len(cfg.Entities.TopicPartitions))
-	a.logWarnings(cfg)
-	return nil
+	a.published.snapshot = nil // status shows the verdict at once
 }
 
-// errUndoFailed marks a refused reload that could not be undone whole.
-var errUndoFailed = errors.New("undo failed, the running state differs from before")
+// ErrUndoFailed marks a refused reload that could not be undone whole.
+var ErrUndoFailed = errors.New("undo failed, the running state differs from before")
 
 // reloadTx is one reload: what prepare built and what commit must be able
 // to put back.
@@ -118,10 +112,8 @@ type reloadTx struct {
 	old, next config.Config
 
 	// prepared
-	// The new metrics listener's commit and abort (nil: unchanged).
-	metricsCommit, metricsAbort func()
-	metadata                    *Metadata // the new metadata client (nil: unchanged)
-	policy                      kafkaquotas.Compiled
+	metadata *Metadata // the new metadata client (nil: unchanged)
+	policy   kafkaquotas.Compiled
 
 	// what commit changed, for the undo
 	settingsBefore maps.Settings
@@ -157,7 +149,7 @@ func (tx *reloadTx) prepare() error {
 	if err := tx.fault(stepValidate); err != nil {
 		return err
 	}
-	if keys := restartOnly(old, next, a.deps.NewMetadata != nil, a.deps.Metrics != nil); len(keys) > 0 {
+	if keys := restartOnly(old, next, a.deps.NewMetadata != nil); len(keys) > 0 {
 		return fmt.Errorf("%s: cannot change while the agent runs; restart it to apply", strings.Join(keys, ", "))
 	}
 	for _, dc := range a.dirs {
@@ -169,19 +161,6 @@ func (tx *reloadTx) prepare() error {
 	}
 	if a.specInForce() != specOf(next) && a.deps.NewShaper == nil {
 		return errors.New("mode, shaper, max_queue_delay: this agent's shaper is fixed; restart it to apply")
-	}
-	// A new metrics listener opens beside the old one and replaces it only
-	// if the whole reload is applied, so a refused reload keeps the address
-	// scrapers use.
-	if err := tx.fault(stepMetrics); err != nil {
-		return err
-	}
-	if a.deps.Metrics != nil {
-		commit, abort, err := a.deps.Metrics.PrepareMove(old, next)
-		if err != nil {
-			return err
-		}
-		tx.metricsCommit, tx.metricsAbort = commit, abort
 	}
 	if err := tx.fault(stepMetadata); err != nil {
 		return err
@@ -206,10 +185,6 @@ func (tx *reloadTx) prepare() error {
 
 // discard ends what prepare built for a reload that is refused.
 func (tx *reloadTx) discard() {
-	if tx.metricsAbort != nil {
-		tx.metricsAbort()
-		tx.metricsCommit, tx.metricsAbort = nil, nil
-	}
 	if tx.metadata != nil {
 		tx.metadata.stop()()
 		tx.metadata = nil
@@ -252,7 +227,7 @@ func (tx *reloadTx) rollback(cause error) error {
 	tx.undos = nil
 	if len(failed) > 0 {
 		tx.a.log.Error("a refused reload could not be undone whole: the running state differs from before", "err", errors.Join(failed...))
-		return fmt.Errorf("%w; %w: %w", cause, errUndoFailed, errors.Join(failed...))
+		return fmt.Errorf("%w; %w: %w", cause, ErrUndoFailed, errors.Join(failed...))
 	}
 	return fmt.Errorf("%w; every change was undone", cause)
 }
@@ -379,16 +354,12 @@ func (tx *reloadTx) forgetStale() {
 	a.forgetPending()
 }
 
-// reloadState is what the agent keeps of reloads.
+// reloadState is what the agent publishes of reloads (NoteReload).
 type reloadState struct {
 	// last: the verdict on the last reload (nil: none yet).
 	last *status.ReloadResult
 	// failures counts refused reloads.
 	failures uint64
-	// reloader runs a reload asked for on the status socket (nil: none).
-	reloader func() (status.ReloadResult, error)
-	// intervalChanged carries a reloaded refresh_interval to Run's ticker.
-	intervalChanged chan time.Duration
 }
 
 // shaperStep replaces the backend: the data path stops steering to the old
@@ -460,10 +431,9 @@ func (tx *reloadTx) shaperStep() reloadStep {
 }
 
 // swap is the tail no failure can interrupt: the configuration is in
-// force, the metadata client and metrics listener move, the ticker and
-// the log level follow.
+// force, the metadata client moves.
 func (tx *reloadTx) swap() {
-	a, old, next := tx.a, tx.old, tx.next
+	a, next := tx.a, tx.next
 	a.cfg = next
 	a.rates.SetThreshold(next.UpdateThreshold)
 	a.objectives.Sync(next.Entities)
@@ -478,20 +448,5 @@ func (tx *reloadTx) swap() {
 		a.metadata.kafka.ReplaceSource(md.Quotas)
 		tx.metadata = nil
 		a.log.Info("metadata client rebuilt", "bootstrap", next.Bootstrap, "metadata_refresh", next.MetadataRefresh, "kafka_quotas", next.KafkaQuotas)
-	}
-	if next.RefreshInterval != old.RefreshInterval {
-		select { // the latest interval wins; Run resets its ticker
-		case <-a.reloads.intervalChanged:
-		default:
-		}
-		a.reloads.intervalChanged <- next.RefreshInterval
-	}
-	if a.deps.LogLevel != nil {
-		a.deps.LogLevel.Set(next.LogLevel)
-	}
-	if tx.metricsCommit != nil {
-		tx.metricsCommit()
-		tx.metricsCommit, tx.metricsAbort = nil, nil
-		a.log.Info("metrics listener reopened", "metrics_address", next.MetricsAddress, "web_config_file", next.Metrics.WebConfigFile)
 	}
 }

@@ -24,16 +24,31 @@ func TestReloadOverTheSocketReportsTheVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	go r.a.ServeStatus(l)
-
+	go r.a.ServeStatus(l, nil)
 	if _, err := status.RequestReload(sock); err == nil || !strings.Contains(err.Error(), "SIGHUP only") {
 		t.Errorf("no reloader: %v", err)
 	}
+	l.Close()
+
+	// The daemon's reloader (daemon/reload.go) reads the file, runs the
+	// agent's Reload and gives it the verdict to publish; this one does
+	// the same with a file in memory.
+	if l, err = status.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	file := baseConfig
-	r.a.SetReloader(func() (status.ReloadResult, error) {
+	go r.a.ServeStatus(l, func() (status.ReloadResult, error) {
 		cfg, err := configfile.Parse([]byte(file))
-		r.a.ReloadBecause("sluice reload", cfg, err)
-		return *r.a.LastReload(), nil
+		if err == nil {
+			err = r.a.Reload(cfg)
+		}
+		res := status.ReloadResult{Why: "sluice reload", Applied: err == nil}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		r.a.NoteReload(res)
+		return res, nil
 	})
 	before := r.a.Config().Produce.Capacity
 	file = strings.Replace(baseConfig, "produce: {capacity: 1000,", "produce: {capacity: 1e300TiB,", 1)
@@ -50,15 +65,15 @@ func TestReloadOverTheSocketReportsTheVerdict(t *testing.T) {
 	if s := r.a.Snapshot(); s == nil || s.LastReload == nil || s.LastReload.Applied || s.LastReload.Error != res.Error {
 		t.Errorf("snapshot's last reload %+v, want the refusal", s.LastReload)
 	}
-	if r.a.LastReloadSucceeded() {
-		t.Error("LastReloadSucceeded (the metric) after a refusal")
+	if r.a.LastReloadSucceeded() || r.a.ReloadFailures() != 1 {
+		t.Errorf("the metrics after a refusal: succeeded %v, failures %d", r.a.LastReloadSucceeded(), r.a.ReloadFailures())
 	}
 
 	file = baseConfig
 	if res, err := status.RequestReload(sock); err != nil || !res.Applied || res.Error != "" {
 		t.Errorf("valid file: verdict %+v, %v", res, err)
 	}
-	if s := r.a.Snapshot(); s.LastReload == nil || !s.LastReload.Applied || !r.a.LastReloadSucceeded() {
+	if s := r.a.Snapshot(); s.LastReload == nil || !s.LastReload.Applied || !r.a.LastReloadSucceeded() || r.a.ReloadFailures() != 1 {
 		t.Errorf("snapshot's last reload %+v after an applied one", s.LastReload)
 	}
 }

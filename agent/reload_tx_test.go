@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -18,13 +17,12 @@ import (
 	"github.com/sluice-dev/sluice/agent/config"
 	"github.com/sluice-dev/sluice/agent/configfile"
 	"github.com/sluice-dev/sluice/agent/entity"
-	"github.com/sluice-dev/sluice/internal/metricslistener"
 	sluicemaps "github.com/sluice-dev/sluice/maps"
 )
 
 // The configuration a reload starts from: enforcing (htb), a TLS listener
-// with a peer prefix, an exempt range, a configured client, a metadata
-// client and a metrics listener.
+// with a peer prefix, an exempt range, a configured client and a metadata
+// client.
 const txBefore = `
 interfaces: [eth0]
 listeners: [9092, {port: 9093, protocol: SSL}]
@@ -44,9 +42,9 @@ entities:
 `
 
 // The configuration that changes every live key: the shaper (to shadow),
-// listeners (another TLS port), the metadata client, the metrics address,
-// the interval, the log level, the sample budget, capacities, exempt
-// ranges, entities and peer prefixes.
+// listeners (another TLS port), the metadata client, the metrics address
+// and log level (which the daemon moves), the interval, the sample budget,
+// capacities, exempt ranges, entities and peer prefixes.
 const txNext = `
 interfaces: [eth0]
 mode: shadow
@@ -67,34 +65,24 @@ entities:
   listeners: {9094: {consumer_byte_rate: 150}}
 `
 
-// txRig is a rig with every edge a reload moves: a storing data path, a
-// shaper factory, a metadata factory and a metrics opener whose live
-// objects are counted.
+// txRig is a rig with every edge the agent's reload moves: a storing data
+// path, a shaper factory and a metadata factory whose live objects are
+// counted. (The metrics listener, log level and ticker are the daemon's:
+// daemon/reload_test.go.)
 type txRig struct {
 	*rig
-	store     *storingDataPath
-	metadata  map[string]bool // live metadata clients by bootstrap
-	listeners map[string]bool // open metrics listeners
-	level     *slog.LevelVar
-	metrics   *Metrics
-	fail      string // the step FailReloadStep fails
-	visited   []string
+	store    *storingDataPath
+	metadata map[string]bool // live metadata clients by bootstrap
+	metrics  *Metrics
+	fail     string // the step FailReloadStep fails
+	visited  []string
 }
 
 func newTxRig(t *testing.T) *txRig {
 	t.Helper()
-	tr := &txRig{store: newStoringDataPath(), metadata: map[string]bool{}, listeners: map[string]bool{}, level: new(slog.LevelVar)}
-	metrics := metricslistener.New(func(addr, _ string) (func(), error) {
-		if tr.rig != nil && tr.faults.hit("open metrics") {
-			return nil, errPartway
-		}
-		tr.listeners[addr] = true
-		return func() { delete(tr.listeners, addr) }, nil
-	})
+	tr := &txRig{store: newStoringDataPath(), metadata: map[string]bool{}}
 	tr.rig = newRigWith(t, txBefore, func(d *Deps) {
-		d.Metrics = metrics
 		d.DataPath = tr.store
-		d.LogLevel = tr.level
 		d.NewMetadata = func(c config.Config) (Metadata, error) {
 			if tr.rig != nil && tr.faults.hit("NewMetadata") { // nil while New runs
 				return Metadata{}, errPartway
@@ -112,9 +100,6 @@ func newTxRig(t *testing.T) *txRig {
 		}
 	})
 	tr.dp = tr.store.fakeDataPath
-	if err := metrics.Open(tr.a.Config()); err != nil {
-		t.Fatal(err)
-	}
 	tr.metrics = NewMetrics(tr.a, tr.store, MetricsInfo{})
 	// Connections: a client learned by its id, one the TLS listener's
 	// peer table holds, and an exempt peer's.
@@ -135,8 +120,8 @@ func newTxRig(t *testing.T) *txRig {
 // state is everything a reload may change, as text: the data path's
 // tables and settings, the shaper in use, the registry and the persisted
 // names, the policy, the configuration and allocators in force, the
-// metadata clients and metrics listeners alive, the log level, status and
-// metrics (but for the reload's own verdict and counters).
+// metadata clients alive, status and metrics (but for the reload's own
+// verdict and counters, which the daemon gives).
 func (tr *txRig) state(t *testing.T) map[string]string {
 	t.Helper()
 	a := tr.a
@@ -183,9 +168,6 @@ func (tr *txRig) state(t *testing.T) map[string]string {
 	put("allocators", fmt.Sprintf("%+v %+v %+v %+v", a.dirs[0].cfg, a.dirs[0].alloc.Config(), a.dirs[1].cfg, a.dirs[1].alloc.Config()))
 	put("tls ports", fmt.Sprint(a.identity.tlsPorts))
 	put("metadata clients", fmt.Sprint(tr.metadata))
-	put("metrics listeners", fmt.Sprint(tr.listeners))
-	put("log level", tr.level.Level().String())
-	put("interval change pending", len(a.reloads.intervalChanged))
 	a.mu.Lock()
 	a.published.snapshot = nil
 	a.mu.Unlock()
@@ -226,8 +208,8 @@ func parseConfig(t *testing.T, yaml string) config.Config {
 // turn (prepare and commit, and inside the shaper switch after the old
 // backend is closed): afterwards the data path's tables and settings, the
 // shaper's classes and capacities, the registry and persisted names, the
-// policy, configuration, allocators, metadata client, metrics listener,
-// log level, status and metrics equal what they were before; the verdict
+// policy, configuration, allocators, metadata client, status and metrics
+// equal what they were before; the verdict
 // names the step and says everything was undone. The same reload applied
 // whole changes every one of them, so the comparison can see a change.
 func TestReloadIsATransaction(t *testing.T) {
@@ -240,7 +222,7 @@ func TestReloadIsATransaction(t *testing.T) {
 			next := parseConfig(t, variants[variant])
 			whole := newTxRig(t)
 			before := whole.state(t)
-			if err := whole.a.Reload(next, nil); err != nil {
+			if err := whole.a.Reload(next); err != nil {
 				t.Fatalf("the whole reload: %v", err)
 			}
 			want := ReloadStepNames
@@ -269,7 +251,7 @@ func refusedAt(t *testing.T, step string, next config.Config) {
 	tr := newTxRig(t)
 	before := tr.state(t)
 	tr.fail = step
-	err := tr.a.Reload(next, nil)
+	err := tr.a.Reload(next)
 	if err == nil {
 		t.Fatal("the reload was applied despite the fault")
 	}
@@ -279,8 +261,8 @@ func refusedAt(t *testing.T, step string, next config.Config) {
 	if !strings.Contains(err.Error(), "nothing changed") && !strings.Contains(err.Error(), "every change was undone") {
 		t.Errorf("the verdict does not say the state is as before: %v", err)
 	}
-	if r := tr.a.LastReload(); r == nil || r.Applied || r.PartlyApplied || r.Error != err.Error() {
-		t.Errorf("status' last reload: %+v", r)
+	if errors.Is(err, ErrUndoFailed) {
+		t.Errorf("the verdict says the undo failed: %v", err)
 	}
 	after := tr.state(t)
 	for _, k := range slices.Sorted(maps.Keys(before)) {
@@ -290,7 +272,7 @@ func refusedAt(t *testing.T, step string, next config.Config) {
 	}
 	// The agent goes on: the next reload applies whole.
 	tr.fail = ""
-	if err := tr.a.Reload(next, nil); err != nil {
+	if err := tr.a.Reload(next); err != nil {
 		t.Errorf("the next reload: %v", err)
 	}
 }
@@ -302,13 +284,13 @@ func TestReloadSaysWhenTheUndoFailed(t *testing.T) {
 	tr := newTxRig(t)
 	tr.fail = stepSwap
 	tr.failShaper = errors.New("no IFB")
-	err := tr.a.Reload(parseConfig(t, txNext), nil)
+	err := tr.a.Reload(parseConfig(t, txNext))
 	if err == nil || !strings.Contains(err.Error(), "undo failed, the running state differs from before") ||
 		!strings.Contains(err.Error(), "rebuild the previous shaper: no IFB") {
 		t.Fatalf("verdict %v", err)
 	}
-	if r := tr.a.LastReload(); r == nil || r.Applied || !r.PartlyApplied {
-		t.Errorf("last reload %+v, want refused and partly applied", r)
+	if !errors.Is(err, ErrUndoFailed) {
+		t.Errorf("the error %v is not ErrUndoFailed: the daemon's verdict would not say partly applied", err)
 	}
 	if got := tr.a.Config().Mode; got != config.ModeEnforce {
 		t.Errorf("configuration in force %s, want the previous enforce", got)
@@ -330,7 +312,7 @@ func TestReloadAfterAFailedUndoRebuildsTheShaper(t *testing.T) {
 	tr := newTxRig(t)
 	tr.fail = stepSwap
 	tr.failShaper = errors.New("no IFB")
-	if err := tr.a.Reload(parseConfig(t, txNext), nil); err == nil || !errors.Is(err, errUndoFailed) {
+	if err := tr.a.Reload(parseConfig(t, txNext)); err == nil || !errors.Is(err, ErrUndoFailed) {
 		t.Fatalf("verdict %v, want an undo that failed", err)
 	}
 	tr.fail = ""
@@ -362,7 +344,7 @@ func TestReloadAfterAFailedUndoRebuildsTheShaper(t *testing.T) {
 	// The same file, the shaper still unbuildable: refused, nothing moved.
 	same := parseConfig(t, txBefore)
 	before := tr.state(t)
-	err := tr.a.Reload(same, nil)
+	err := tr.a.Reload(same)
 	if err == nil || !strings.Contains(err.Error(), "no IFB") || !strings.Contains(err.Error(), "every change was undone") {
 		t.Fatalf("reload of the same file while the shaper cannot be built: %v", err)
 	}
@@ -375,7 +357,7 @@ func TestReloadAfterAFailedUndoRebuildsTheShaper(t *testing.T) {
 
 	// The same file once the shaper can be built: applied, enforcing again.
 	tr.failShaper = nil
-	if err := tr.a.Reload(same, nil); err != nil {
+	if err := tr.a.Reload(same); err != nil {
 		t.Fatalf("reload of the same file: %v", err)
 	}
 	if s := tr.a.Snapshot(); s.Mode != "enforce" || s.Shaper != "htb" {
@@ -415,7 +397,7 @@ func TestReloadFailingPartwayThroughAnyWrite(t *testing.T) {
 			whole := newTxRig(t)
 			count := &writeFaults{}
 			whole.injectWrites(count)
-			if err := whole.a.Reload(next, nil); err != nil {
+			if err := whole.a.Reload(next); err != nil {
 				t.Fatalf("the whole reload: %v", err)
 			}
 			whole.injectWrites(nil)
@@ -429,7 +411,7 @@ func TestReloadFailingPartwayThroughAnyWrite(t *testing.T) {
 					tr := newTxRig(t)
 					before := tr.state(t)
 					tr.injectWrites(&writeFaults{failAt: k})
-					err := tr.a.Reload(next, nil)
+					err := tr.a.Reload(next)
 					tr.injectWrites(nil)
 					want := before
 					if err == nil {

@@ -30,8 +30,9 @@ func anyChanged(keys map[string]bool) bool {
 
 // restartOnly names the keys that differ between two configurations and
 // cannot change while the agent runs (the metadata client's can when
-// metadataLive: the agent rebuilds it; metrics_address when metricsLive).
-func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []string {
+// metadataLive: the agent rebuilds it). The metrics listener's keys are
+// the daemon's, which moves it.
+func restartOnly(old, next config.Config, metadataLive bool) []string {
 	var keys []string
 	if !slices.Equal(old.Interfaces, next.Interfaces) {
 		keys = append(keys, "interfaces")
@@ -48,9 +49,7 @@ func restartOnly(old, next config.Config, metadataLive, metricsLive bool) []stri
 		"replace_root_qdisc": old.ReplaceRootQdisc != next.ReplaceRootQdisc,
 		"max_entities":       old.MaxEntities != next.MaxEntities, "max_connections": old.MaxConnections != next.MaxConnections,
 		"rate_window": old.RateWindow != next.RateWindow, "sample_bytes": old.SampleBytes != next.SampleBytes,
-		"socket": old.Socket != next.Socket, "metrics_address": !metricsLive && old.MetricsAddress != next.MetricsAddress,
-		"metrics.web_config_file": !metricsLive && old.Metrics.WebConfigFile != next.Metrics.WebConfigFile,
-		"log_format":              old.LogFormat != next.LogFormat,
+		"socket": old.Socket != next.Socket, "log_format": old.LogFormat != next.LogFormat,
 		// Every agent of the cluster must split budgets with the same
 		// inputs and period: a cluster change is a coordinated restart.
 		"cluster": !reflect.DeepEqual(old.Cluster, next.Cluster),

@@ -221,7 +221,7 @@ func TestUnresolvedSurvivesReload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := a.Reload(next, nil); err != nil {
+		if err := a.Reload(next); err != nil {
 			t.Fatal(err)
 		}
 	}

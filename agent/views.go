@@ -278,10 +278,6 @@ func (a *Agent) ReloadFailures() uint64 {
 	return a.reloads.failures
 }
 
-// IntervalChanges carries each refresh_interval a reload applies, for
-// the loop that ticks the cycles.
-func (a *Agent) IntervalChanges() <-chan time.Duration { return a.reloads.intervalChanged }
-
 // copyCounts copies a map of counts for a snapshot.
 func copyCounts(m map[string]uint64) map[string]uint64 {
 	out := make(map[string]uint64, len(m))

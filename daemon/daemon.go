@@ -404,8 +404,8 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		}
 		return metrics.Open(addr, webConfigFile)
 	})
-	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), LogLevel: r.level, Log: r.log,
-		Metrics: r.metrics, FailReloadStep: reloadFaultHook(), Hooks: agent.AttachedHooks(r.atts, r.cfg.AttachPosition, nil), Version: r.build.Version + " revision " + r.build.Revision})
+	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), Log: r.log,
+		FailReloadStep: reloadFaultHook(), Hooks: agent.AttachedHooks(r.atts, r.cfg.AttachPosition, nil), Version: r.build.Version + " revision " + r.build.Revision})
 	if err != nil {
 		return err
 	}
@@ -423,7 +423,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 	// waits for the verdict; the watcher runs it, in turn with SIGHUP and
 	// file changes.
 	asks := make(chan chan status.ReloadResult)
-	reloader := func() (status.ReloadResult, error) {
+	askReload := func() (status.ReloadResult, error) {
 		reply := make(chan status.ReloadResult, 1)
 		select {
 		case asks <- reply:
@@ -440,10 +440,10 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 			return status.ReloadResult{}, errors.New("the agent is stopping")
 		}
 	}
-	a.SetReloader(reloader)
-	go a.ServeStatus(r.statusListener)
+	go a.ServeStatus(r.statusListener, askReload)
+	reloads := newReloader(a, r.metrics, r.level, reloadFaultHook(), r.log)
 	watching := make(chan struct{})
-	go func() { defer close(watching); r.watchConfig(ctx, a, asks) }()
+	go func() { defer close(watching); r.watchConfig(ctx, reloads, asks) }()
 	stopWatching := func() { cancel(); <-watching }
 	defer stopWatching() // a failure before Run
 
@@ -455,7 +455,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 			"metrics", r.cfg.MetricsAddress, "socket", r.cfg.Socket)
 	}
 	r.started = true
-	err = runAgent(ctx, a, r.samples, r.latencies, ready, r.log)
+	err = runAgent(ctx, a, r.samples, r.latencies, reloads.interval, ready, r.log)
 	r.samples, r.latencies = nil, nil // closed by runAgent
 	NotifyStopping()
 	stopWatching() // a reload under way finishes first
@@ -465,7 +465,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 
 // watchConfig reloads on SIGHUP and when the file changes (editors and
 // configuration management replace files, so the directory is watched).
-func (r *daemon) watchConfig(ctx context.Context, a *agent.Agent, asks <-chan chan status.ReloadResult) {
+func (r *daemon) watchConfig(ctx context.Context, reloads *reloader, asks <-chan chan status.ReloadResult) {
 	var events chan fsnotify.Event
 	if w, err := fsnotify.NewWatcher(); err == nil {
 		defer w.Close()
@@ -473,14 +473,13 @@ func (r *daemon) watchConfig(ctx context.Context, a *agent.Agent, asks <-chan ch
 			events = w.Events
 		}
 	}
-	reload := func(why string) bool {
+	reload := func(why string) (status.ReloadResult, bool) {
 		if ctx.Err() != nil {
-			return false // select picks at random among ready cases: stopping wins
+			return status.ReloadResult{}, false // select picks at random among ready cases: stopping wins
 		}
 		r.log.Info("reloading configuration", "why", why)
 		cfg, err := configfile.Load(r.path)
-		a.ReloadBecause(why, cfg, err)
-		return true
+		return reloads.run(why, cfg, err), true
 	}
 	var debounce <-chan time.Time
 	for {
@@ -490,8 +489,8 @@ func (r *daemon) watchConfig(ctx context.Context, a *agent.Agent, asks <-chan ch
 		case <-r.hup:
 			reload("SIGHUP")
 		case reply := <-asks:
-			if reload("sluice reload") {
-				reply <- *a.LastReload()
+			if res, ok := reload("sluice reload"); ok {
+				reply <- res
 			} else {
 				close(reply)
 			}

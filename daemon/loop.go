@@ -11,8 +11,9 @@ import (
 )
 
 // runAgent cycles the agent every refresh interval and learns from samples until ctx
-// ends. ready is called after the first successful cycle.
-func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, latencies agent.LatencyEvents, ready func(), log *slog.Logger) error {
+// ends. ready is called after the first successful cycle; intervals carries
+// each refresh_interval a reload applies.
+func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, latencies agent.LatencyEvents, intervals <-chan time.Duration, ready func(), log *slog.Logger) error {
 	learned := make(chan error, 1)
 	if samples != nil {
 		go func() { learned <- learnLoop(a, samples, log) }()
@@ -52,7 +53,7 @@ func runAgent(ctx context.Context, a *agent.Agent, samples agent.Samples, latenc
 					log.Error("control cycle failed", "err", err)
 				}
 			}
-		case d := <-a.IntervalChanges():
+		case d := <-intervals:
 			ticker.Reset(d)
 		case err := <-learned:
 			if err != nil {

@@ -2,7 +2,7 @@
 // opens it at start and closes it at exit; a reload moves it when
 // metrics_address or metrics.web_config_file change, opening the new one
 // beside the one in use so that a refused reload keeps the address
-// scrapers use (the agent sees it as agent.MetricsMover).
+// scrapers use (the daemon's reload sees it as a metricsMover).
 package metricslistener
 
 import (

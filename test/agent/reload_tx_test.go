@@ -17,7 +17,6 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/sluice-dev/sluice/agent"
 	"github.com/sluice-dev/sluice/agent/status"
 	"github.com/sluice-dev/sluice/daemon"
 	"github.com/sluice-dev/sluice/test/harness"
@@ -114,7 +113,7 @@ func TestAgentIntegrationRefusedReloadLeavesTheHostAsItWas(t *testing.T) {
 	}
 	// The file changes under a fault, so the watcher's own reload is
 	// refused too; then each step is failed in turn by `sluice reload`.
-	steps := slices.DeleteFunc(slices.Clone(agent.ReloadStepNames), func(s string) bool { return strings.HasPrefix(s, "shaper") })
+	steps := slices.DeleteFunc(slices.Clone(daemon.ReloadStepNames), func(s string) bool { return strings.HasPrefix(s, "shaper") })
 	setFault(steps[0])
 	if data, err := os.ReadFile(w.WriteConfig("next", next)); err != nil {
 		t.Fatal(err)
