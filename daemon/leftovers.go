@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	stdmaps "maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -87,12 +88,7 @@ func removeLeftovers(pinPath string, ifindexes map[int]bool, recordedIFBs, recor
 		}
 	}
 	var errs []error
-	order := make([]int, 0, len(ifindexes))
-	for idx := range ifindexes {
-		order = append(order, idx)
-	}
-	slices.Sort(order)
-	for _, idx := range order {
+	for _, idx := range slices.Sorted(stdmaps.Keys(ifindexes)) {
 		name := strconv.Itoa(idx)
 		if link, err := netlink.LinkByIndex(idx); err == nil {
 			name = link.Attrs().Name
