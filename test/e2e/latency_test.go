@@ -76,16 +76,7 @@ func latencyAccuracy(t *testing.T, name string, perSecond float64, delay bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	diagnostics := map[string]string{} // the data path's own counts, beside the judged figures
-	if m, err := w.ScrapeMetrics(); err == nil {
-		for _, line := range strings.Split(string(m), "\n") {
-			if strings.HasPrefix(line, "sluice_datapath_latency_requests_total") || strings.HasPrefix(line, "sluice_datapath_response_tracking_total") {
-				if f := strings.Fields(line); len(f) == 2 {
-					diagnostics[f[0]] = f[1]
-				}
-			}
-		}
-	}
+	diagnostics := datapathLatencyCounts(w) // the data path's own counts, beside the judged figures
 	for _, c := range clients {
 		c.Stop() // flushes, then writes the client's latencies
 	}
@@ -142,4 +133,26 @@ func latencyAccuracy(t *testing.T, name string, perSecond float64, delay bool) {
 		Expected: map[string]any{"client_requests_per_s_asked": perSecond, "client_requests_per_s_min": 0.6 * perSecond, "sluice_requests_measured_min": 100,
 			"tolerance": "max(1 ms, 10 % of the client's); with no broker delay the p99 between the client's - max(1 ms, 30 %) and the client's + the bound", "broker_produce_delay": map[bool]string{true: "1-9 ms uniform", false: "none"}[delay]},
 	})
+}
+
+// datapathLatencyCounts is the data path's own account of request latency
+// (measured, expired, responses resynchronised and lost), read from the
+// agent's metrics: a diagnostic beside the judged figures, which says,
+// when the agent judged too few requests, whether pending requests
+// expired or the response stream lost its place.
+func datapathLatencyCounts(w *harness.World) map[string]string {
+	counts := map[string]string{}
+	m, err := w.ScrapeMetrics()
+	if err != nil {
+		counts["error"] = err.Error()
+		return counts
+	}
+	for _, line := range strings.Split(string(m), "\n") {
+		if strings.HasPrefix(line, "sluice_datapath_latency_requests_total") || strings.HasPrefix(line, "sluice_datapath_response_tracking_total") {
+			if f := strings.Fields(line); len(f) == 2 {
+				counts[f[0]] = f[1]
+			}
+		}
+	}
+	return counts
 }

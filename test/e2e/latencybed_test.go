@@ -195,7 +195,8 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	time.Sleep(settleFor) // the breaker finds its level: part of the run's schedule, judged below
 	var defended1, defended2 float64
 	runs["core + backfill, sluice objective"], defended1, defended2 = loaded(defendedOn)
-	held, _ := w.Status() // sluice's own view of the held tenants: a diagnostic
+	held, _ := w.Status()                             // sluice's own view of the held tenants: a diagnostic
+	datapathAtDefendedEnd := datapathLatencyCounts(w) // a diagnostic: why too few requests were judged, if they were
 	warmStopping := time.Now()
 	warmLatencies := stopCoreInOrder(warm, warmOut)
 	coreStopped := time.Now()
@@ -354,7 +355,7 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 			"backfill2_over_backfill_defended": ratio, "released_after_core_stopped_s": releasedAfter, "best_effort_bps_after_core_stopped": releaseRates,
 			"reopened_after_core_restarted_s": recovered.reopenedAfter, "released_after_backfill_stopped_s": recovered.releasedAfter,
 			"best_effort_bps_restarted_once_released": recovered.rate, "release_after_backfill_left_why": recovered.why,
-			"held_at_defended_end": heldView, "opened_state": opened.Objectives[0].State, "objective_at_end": objectiveView,
+			"held_at_defended_end": heldView, "datapath_latency_at_defended_end": datapathAtDefendedEnd, "opened_state": opened.Objectives[0].State, "objective_at_end": objectiveView,
 			"transitions": transitions, "transition_count": len(transitions), "client_errors": clientErrs, "failed": failed,
 			"measured_at": "the core client's own per-request ReadWait + TimeToRead (franz-go hooks); the best-effort tenants' rates from the broker sockets' tcp_info"},
 		Expected: map[string]any{"contended_p99_min_ms": 2 * alone, "defended_p99_max_ms": defendedBound,
