@@ -90,8 +90,6 @@ type Agent struct {
 	host hostView
 	// metadata: what the metadata client feeds (quotas, brokers).
 	metadata metadataState
-	// reloads: the daemon's verdicts, published (NoteReload).
-	reloads reloadState
 	// pending: writes the data path refused, tried again every cycle.
 	pending pendingWrites
 	// objectives: the latency objectives (agent/objectives): request
@@ -108,6 +106,8 @@ type Agent struct {
 type publishedView struct {
 	snapshot *status.Snapshot
 	at       time.Time
+	// reloads: the daemon's verdicts on reloads (NoteReload).
+	reloads reloadState
 }
 
 // hostView is what the agent knows of its place on the host.

@@ -95,9 +95,9 @@ const (
 func (a *Agent) NoteReload(r status.ReloadResult) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.reloads.last = &r
+	a.published.reloads.last = &r
 	if !r.Applied {
-		a.reloads.failures++
+		a.published.reloads.failures++
 	}
 	a.published.snapshot = nil // status shows the verdict at once
 }

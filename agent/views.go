@@ -88,7 +88,7 @@ func (a *Agent) view() *status.Snapshot {
 		Unconfigured: a.registry.Unconfigured(),
 		// Where overflow begins: what the near-full alert divides by.
 		UnconfiguredMax: a.registry.UnconfiguredBudget(),
-		LastReload:      a.reloads.last,
+		LastReload:      a.published.reloads.last,
 		// Brokers exempt_peers misses (their replication is governed).
 		UnexemptBrokers: a.metadata.replication.unexempt,
 		// New unconfigured entities a peer asked for faster than new_entities_per_peer.
@@ -210,14 +210,14 @@ func (a *Agent) RefreshAge() time.Duration {
 func (a *Agent) LastReloadSucceeded() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.reloads.last == nil || a.reloads.last.Applied
+	return a.published.reloads.last == nil || a.published.reloads.last.Applied
 }
 
 // LastReload is the verdict on the last reload (nil: none yet).
 func (a *Agent) LastReload() *status.ReloadResult {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.reloads.last
+	return a.published.reloads.last
 }
 
 // CycleFailures counts control-loop cycles that failed.
@@ -275,7 +275,7 @@ func (a *Agent) Config() config.Config {
 func (a *Agent) ReloadFailures() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.reloads.failures
+	return a.published.reloads.failures
 }
 
 // copyCounts copies a map of counts for a snapshot.
