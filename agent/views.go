@@ -213,13 +213,6 @@ func (a *Agent) LastReloadSucceeded() bool {
 	return a.published.reloads.last == nil || a.published.reloads.last.Applied
 }
 
-// LastReload is the verdict on the last reload (nil: none yet).
-func (a *Agent) LastReload() *status.ReloadResult {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.published.reloads.last
-}
-
 // CycleFailures counts control-loop cycles that failed.
 func (a *Agent) CycleFailures() uint64 {
 	a.mu.Lock()
