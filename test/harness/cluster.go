@@ -516,7 +516,7 @@ func establishedSockets(ns *netns.NS, pick func(local, peer netip.AddrPort) (net
 			continue
 		}
 		socks[k] = LinkBytes{Link: LinkKey{From: local.Addr(), To: peer.Addr()},
-			LinkCounts: LinkCounts{Acked: s.TCPInfo.Bytes_acked, Received: s.TCPInfo.Bytes_received}}
+			LinkCounts: LinkCounts{Acked: s.TCPInfo.Bytes_acked, Received: s.TCPInfo.Bytes_received, Retransmitted: s.TCPInfo.Bytes_retrans}}
 	}
 	return socks, at, nil
 }
@@ -532,8 +532,9 @@ type LinkBytes struct {
 
 // LinkCounts are a connection's (or a link's) tcp_info byte counters at
 // the client host: Acked is what producers delivered, Received what
-// consumers read.
-type LinkCounts struct{ Acked, Received uint64 }
+// consumers read, Retransmitted what producers sent again (a shaper's
+// drops: bytes that cost the link's rate and delivered nothing new).
+type LinkCounts struct{ Acked, Received, Retransmitted uint64 }
 
 // LinkMeter follows the client host's connections and sums, per link, the
 // bytes acknowledged since it started (a connection that closes keeps what
@@ -571,6 +572,7 @@ func (m *LinkMeter) Read() (map[LinkKey]LinkCounts, time.Time, error) {
 		}
 		t.Acked += now.Acked - before.Acked
 		t.Received += now.Received - before.Received
+		t.Retransmitted += now.Retransmitted - min(now.Retransmitted, before.Retransmitted)
 		m.total[now.Link] = t
 	}
 	m.last, m.at = socks, at
