@@ -24,8 +24,14 @@ import (
 type machineWatch struct {
 	mu     sync.Mutex
 	events []disturbance
+	steals []stealSample // one a second: the share stolen in the second before
 	stop   chan struct{}
 	done   chan struct{}
+}
+
+type stealSample struct {
+	at    time.Time
+	share float64
 }
 
 // disturbance is one moment the machine was not all the test's.
@@ -86,8 +92,13 @@ func (m *machineWatch) run() {
 			steal := stealTicks()
 			// /proc/stat counts USER_HZ (100) ticks summed over the CPUs.
 			share := float64(steal-lastSteal) / 100 / since.Seconds() / float64(runtime.NumCPU())
-			if lastSteal >= 0 && steal >= 0 && share >= stolenShare {
-				m.note(disturbance{At: lastRead, For: since, Why: fmt.Sprintf("the hypervisor took %.0f %% of the CPUs", 100*share)})
+			if lastSteal >= 0 && steal >= 0 {
+				m.mu.Lock()
+				m.steals = append(m.steals, stealSample{at: time.Now(), share: share})
+				m.mu.Unlock()
+				if share >= stolenShare {
+					m.note(disturbance{At: lastRead, For: since, Why: fmt.Sprintf("the hypervisor took %.0f %% of the CPUs", 100*share)})
+				}
 			}
 			lastSteal, lastRead = steal, time.Now()
 		}
@@ -111,6 +122,26 @@ func (m *machineWatch) between(from, to time.Time) []disturbance {
 		}
 	}
 	return out
+}
+
+// stolen is the mean share of the CPUs the hypervisor took in the
+// seconds that ended in [from, to] (a diagnostic beside each run: a slow
+// spell under stolenShare shows here).
+func (m *machineWatch) stolen(from, to time.Time) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var sum float64
+	var n int
+	for _, s := range m.steals {
+		if !s.at.Before(from) && !s.at.After(to) {
+			sum += s.share
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }
 
 // all is every disturbance seen so far, as text (for the results).
