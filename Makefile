@@ -253,7 +253,7 @@ bench: $(BPF_OBJ) ## benchmarks, -count 5 (read medians)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 $(BENCH_PKGS)
 
 # Fuzz targets as package:target; corpora live in each package's testdata/fuzz.
-FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody ./agent/kafka/:FuzzParseResponseStart ./agent/learner/:FuzzLearn ./agent/entity/:FuzzSafeName
+FUZZ_TARGETS := ./allocator/:FuzzCycle ./agent/kafka/:FuzzParse ./agent/kafka/:FuzzParseBody ./agent/kafka/:FuzzParseResponseStart ./agent/learner/:FuzzLearn ./agent/entity/:FuzzSafeName ./agent/objectives/:FuzzDecodeLeads
 
 .PHONY: fuzz
 fuzz: $(BPF_OBJ) ## run each fuzz target for FUZZTIME (default 60s)

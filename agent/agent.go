@@ -56,6 +56,9 @@ type Deps struct {
 	// hook (AttachedHooks): at start and every cycle, for status, the
 	// sluice_blind_hooks metric and the log (blindhooks.go).
 	Hooks HookInspector
+	// Leads, when set, keeps the latency objectives' learned lead
+	// directions across restarts (leads.go).
+	Leads LeadStore
 	// FailReloadStep, in tests, is asked before each step of a reload
 	// (ReloadStepNames) and fails the step with the error it returns: the
 	// fault injection that proves every step is undone.
@@ -167,6 +170,9 @@ type loopState struct {
 	lastScan      time.Time // the last connection scan
 	// observeCycle observes each cycle's duration, for metrics.
 	observeCycle func(time.Duration)
+	// leadsFailure is the last failure to keep the objectives' leads
+	// (logged once, retried every cycle).
+	leadsFailure string
 }
 
 // metadataState is what the metadata client feeds the agent.
@@ -349,6 +355,7 @@ func New(cfg config.Config, deps Deps) (_ *Agent, err error) {
 	a.host.shaper = shaperInUse{reason: choice.Reason, ifb: choice.IFBIndex, egressIFB: choice.EgressIFBIndex}
 	a.objectives = objectives.New(ids, a.log)
 	a.objectives.Sync(cfg.Entities)
+	a.restoreLeads()
 	for _, d := range entity.Directions {
 		a.gather.counters[d] = make([]maps.Counters, ids)
 		dc := directionConfig(cfg, d)

@@ -69,6 +69,7 @@ func (a *Agent) runCycle() error {
 			errs = append(errs, fmt.Errorf("%s: %w", dc.dir, err))
 		}
 	}
+	a.keepLeads() // a breaker's release this cycle may have moved one
 	// The heartbeat says "the data path holds the rates this loop decided":
 	// after a failed cycle it is not written, so an agent that cannot write
 	// its rates lets the data path fail open after stale_after instead of

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/sluice-dev/sluice/agent/objectives"
 	"github.com/sluice-dev/sluice/maps"
 )
 
@@ -66,6 +67,14 @@ type IdentityStore interface {
 }
 
 var _ IdentityStore = (*maps.Datapath)(nil)
+
+// LeadStore keeps, across restarts, which direction each latency
+// objective leads with (objectives.Lead): the daemon's file in its state
+// directory. Optional.
+type LeadStore interface {
+	LoadLeads() ([]objectives.Lead, error)
+	SaveLeads([]objectives.Lead) error
+}
 
 // Samples delivers request samples from the data path.
 type Samples interface {

@@ -405,7 +405,7 @@ func (r *daemon) run(ctx context.Context, readyFile string) error {
 		return metrics.Open(addr, webConfigFile)
 	})
 	a, err := agent.New(r.cfg, agent.Deps{DataPath: dp, NewShaper: newShaper, NewMetadata: newMetadata, NewCluster: newClusterLink(ctx, r.log), Log: r.log,
-		FailReloadStep: reloadFaultHook(), Hooks: agent.AttachedHooks(r.atts, r.cfg.AttachPosition, nil), Version: r.build.Version + " revision " + r.build.Revision})
+		FailReloadStep: reloadFaultHook(), Leads: newLeadsFile(), Hooks: agent.AttachedHooks(r.atts, r.cfg.AttachPosition, nil), Version: r.build.Version + " revision " + r.build.Revision})
 	if err != nil {
 		return err
 	}

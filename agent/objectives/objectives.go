@@ -59,6 +59,8 @@ type Tracker struct {
 	// transitions counts the breakers' state changes.
 	transitions uint64
 	dirs        [2]hold
+	// savedLeads is what the owner last kept of the leads (leads.go).
+	savedLeads []Lead
 }
 
 type objective struct {

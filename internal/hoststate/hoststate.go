@@ -269,26 +269,48 @@ func (r *Record) bound(here Scope) {
 // writeAtomic replaces path (in the directory d) with data: readers see
 // the old record or the new one, never a part, even across a crash.
 func writeAtomic(d *os.File, path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+FileName+".tmp-*")
-	if err != nil {
+	if err := replaceFile(d, path, data); err != nil {
 		return fmt.Errorf("host record: %w", err)
+	}
+	return nil
+}
+
+// WriteFile replaces path, a file in the state directory other than the
+// record, with data the way the record is written: readers see the old
+// file or the new one, never a part, even across a crash.
+func WriteFile(path string, data []byte) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return replaceFile(d, path, data)
+}
+
+func replaceFile(d *os.File, path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
 	}
 	defer os.Remove(tmp.Name()) // after the rename: nothing
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("host record: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("host record: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("host record: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("host record: %w", err)
+		return err
 	}
-	return syncDir(d)
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", d.Name(), err)
+	}
+	return nil
 }
 
 func syncDir(d *os.File) error {
