@@ -121,7 +121,7 @@ func (e *env) hierarchy(name string, dir maps.Direction) (Case, error) {
 	type sample struct {
 		at              time.Time
 		reserved, crowd uint64
-		steal           stealClock
+		steal           harness.StealClock
 	}
 	var samples []sample
 	meter, sampleErr := harness.NewListenerMeter(e.pair.Broker)
@@ -135,7 +135,7 @@ func (e *env) hierarchy(name string, dir maps.Direction) (Case, error) {
 				sampleErr = err
 				break
 			}
-			steal, err := readSteal()
+			steal, err := harness.ReadSteal()
 			if err != nil {
 				sampleErr = err
 				break
@@ -166,7 +166,7 @@ func (e *env) hierarchy(name string, dir maps.Direction) (Case, error) {
 		res := float64(b.reserved-a.reserved) / secs
 		w.reserved = append(w.reserved, res)
 		w.total = append(w.total, res+float64(b.crowd-a.crowd)/secs)
-		w.stolen = append(w.stolen, b.steal.since(a.steal).Seconds())
+		w.stolen = append(w.stolen, b.steal.Since(a.steal).Seconds())
 	}
 	v := w.judge(hierReservation, hierCapacity)
 	c := Case{Name: name, RateBps: hierReservation, GoodputBps: median(w.reserved), RetransmitRatio: reserved.retransmitRatio(), Gated: true}

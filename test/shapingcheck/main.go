@@ -650,7 +650,7 @@ func (e *env) step(name string, dir maps.Direction, rates []float64) (Case, erro
 		}
 		<-steals[from].done
 		<-steals[to].done
-		stolen := steals[to].from.since(steals[from].from)
+		stolen := steals[to].from.Since(steals[from].from)
 		ok := heldTo(settled, rates[i], 0.05, stolen, float64(to-from))
 		c.Pass = c.Pass && ok
 		checks = append(checks, map[string]any{"from_s_after_change": 2, "rate_bps": rates[i], "goodput_bps": settled, "per_second_bps": per[from:to],
