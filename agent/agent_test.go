@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"slices"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -254,6 +255,41 @@ entities:
 	}
 	if v := entityView(s, entity.Fetch, "A"); float64(v.Rate) != 800 || !v.Throttled {
 		t.Errorf("A measured %+v", v)
+	}
+}
+
+// The first cycle reads every counter slot (its baseline: pinned counters
+// may hold an earlier agent's history); later cycles read only the ids the
+// registry handed out, an entity learned between cycles included, and an
+// entity past them is still charged the bytes counted since the baseline,
+// not its history.
+func TestAgentReadsCountersOfTheIDsHandedOut(t *testing.T) {
+	r := newRig(t, "entities:\n  clients:\n    A: {consumer_byte_reservation: 300}\n")
+	next := r.a.registry.Extent()             // the id the next entity gets
+	r.dp.add(maps.Fetch, uint32(next), 5000) // history in a slot not handed out yet
+	r.cycle()
+	if got, want := r.dp.readIDs, []int{len(r.a.gather.counters[0])}; !slices.Equal(got, want) {
+		t.Fatalf("first reading %v, want every slot %v", got, want)
+	}
+	extent := r.a.registry.Extent()
+	if extent >= len(r.a.gather.counters[0]) {
+		t.Fatalf("the registry's extent %d reaches the last slot: nothing to tell apart", extent)
+	}
+	r.cycle()
+	if got := r.dp.readIDs[1]; got != extent {
+		t.Fatalf("second reading up to %d, want the registry's extent %d", got, extent)
+	}
+	b := r.learn(41000, "newcomer", apiVersions())
+	if int(b.Fetch) != next || next != extent {
+		t.Fatalf("the newcomer got id %d, want %d, the extent %d: the test needs the slot with history", b.Fetch, next, extent)
+	}
+	r.dp.add(maps.Fetch, b.Fetch, 700)
+	s := r.cycle()
+	if got := r.dp.readIDs[2]; got <= int(b.Fetch) {
+		t.Fatalf("third reading up to %d: the newcomer's id %d not read", got, b.Fetch)
+	}
+	if v := entityView(s, entity.Fetch, "newcomer"); float64(v.Rate) != 700 {
+		t.Errorf("newcomer measured %v B/s, want 700", v.Rate)
 	}
 }
 

@@ -35,7 +35,14 @@ func (a *Agent) runCycle() error {
 	a.pullKafkaQuotas()
 	a.checkReplication()
 	a.host.blind.check(a.deps.Hooks, a.log)
-	if err := a.deps.DataPath.ReadCounters(&a.gather.counters); err != nil {
+	// The first reading is every slot's baseline (pinned counters may hold
+	// an earlier agent's history); after it, only ids the registry handed
+	// out can have moved.
+	ids := a.registry.Extent()
+	if !a.gather.primed {
+		ids = len(a.gather.counters[0])
+	}
+	if err := a.deps.DataPath.ReadCounters(&a.gather.counters, ids); err != nil {
 		return fmt.Errorf("read counters: %w", err)
 	}
 	// The time this cycle's deltas cover: a late tick (a busy host, a

@@ -17,8 +17,9 @@ import (
 
 // DataPath is what the agent needs of the BPF data path.
 type DataPath interface {
-	// ReadCounters fills dst[dir][entity] with totals since load.
-	ReadCounters(dst *[2][]maps.Counters) error
+	// ReadCounters fills dst[dir][entity] with totals since load, for the
+	// entities below ids; entries at or past it are left as they were.
+	ReadCounters(dst *[2][]maps.Counters, ids int) error
 	BindConns(bindings []maps.Binding) error
 	EachBinding(fn func(maps.Binding)) error
 	// ForgetConns removes connections from the table (missing ones are fine).
@@ -120,7 +121,9 @@ func NewLoadedDataPath(d *maps.Datapath) (*LoadedDataPath, error) {
 }
 
 // ReadCounters implements DataPath.
-func (l *LoadedDataPath) ReadCounters(dst *[2][]maps.Counters) error { return l.reader.Read(dst) }
+func (l *LoadedDataPath) ReadCounters(dst *[2][]maps.Counters, ids int) error {
+	return l.reader.Read(dst, ids)
+}
 
 var (
 	_ DataPath      = (*LoadedDataPath)(nil)

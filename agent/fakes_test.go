@@ -21,6 +21,7 @@ type fakeDataPath struct {
 	exempt     []netip.Prefix
 	peers      []maps.PeerEntity
 	resets     []uint32
+	readIDs    []int // each ReadCounters' ids
 	// failSettings, when set, fails SetSettings.
 	failSettings error
 	faults       *writeFaults // nil: every write succeeds
@@ -58,13 +59,15 @@ func (f *fakeDataPath) add(dir maps.Direction, entity uint32, n uint64) {
 	f.bytes[dir][entity] += n
 }
 
-func (f *fakeDataPath) ReadCounters(dst *[2][]maps.Counters) error {
+// ReadCounters reads what the real one does: the entities below ids, the
+// rest left as they were.
+func (f *fakeDataPath) ReadCounters(dst *[2][]maps.Counters, ids int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.readIDs = append(f.readIDs, ids)
 	for d := range dst {
-		clear(dst[d])
-		for e, b := range f.bytes[d] {
-			dst[d][e].Bytes = b
+		for e := range min(ids, len(dst[d])) {
+			dst[d][e].Bytes = f.bytes[d][uint32(e)]
 		}
 	}
 	return nil

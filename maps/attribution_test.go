@@ -302,7 +302,7 @@ func TestAttributionCountersExactOverRandomPackets(t *testing.T) {
 	var got [2][]Counters
 	got[0] = make([]Counters, h.d.MaxEntities())
 	got[1] = make([]Counters, h.d.MaxEntities())
-	if err := reader.Read(&got); err != nil {
+	if err := reader.Read(&got, h.d.MaxEntities()); err != nil {
 		t.Fatal(err)
 	}
 	var total uint64

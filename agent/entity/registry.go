@@ -256,6 +256,11 @@ func (r *Registry) Len() int { return len(r.byKey) }
 // data path's per-entity maps need.
 func (r *Registry) Limit() int { return r.max + int(firstDynamicID) }
 
+// Extent is one past the highest id the registry ever handed out (or
+// restored): no id at or past it belongs to an entity, so the data path
+// counts nothing there.
+func (r *Registry) Extent() int { return len(r.slots) }
+
 // Each calls fn for every live entity, unknown and overflow included, in id order.
 func (r *Registry) Each(fn func(ID, Key)) {
 	for id := range r.slots {

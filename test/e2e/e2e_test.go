@@ -147,14 +147,21 @@ func record(t *testing.T, r Result) {
 	t.Logf("%s", data)
 	if !r.Pass {
 		t.Errorf("scenario %s failed: measured %v, expected %v", r.Name, r.Measured, r.Expected)
-		failedResults.Store(t.Name(), string(data))
+		f := failedResult{data: string(data)}
+		if gates, ok := r.Measured["failed"]; ok {
+			f.gates = fmt.Sprint(gates)
+		}
+		failedResults.Store(t.Name(), f)
 	}
 }
 
-// failedResults keeps each failed scenario's result (test name → JSON), so
-// that world's cleanup repeats it after the logs it prints: CI shows the
-// end of the output, where the result would otherwise be out of sight.
+// failedResults keeps each failed scenario's result (test name →
+// failedResult), so that world's cleanup repeats it after the logs it
+// prints, and its failed gates last of all: CI shows the end of the
+// output, and a long result's middle is cut from it.
 var failedResults sync.Map
+
+type failedResult struct{ data, gates string }
 
 func world(t *testing.T, o harness.Options) *harness.World {
 	t.Helper()
@@ -175,7 +182,10 @@ func world(t *testing.T, o harness.Options) *harness.World {
 				}
 			}
 			if r, ok := failedResults.Load(t.Name()); ok {
-				t.Logf("failed (repeated after the logs): %s", r)
+				t.Logf("failed (repeated after the logs): %s", r.(failedResult).data)
+				if g := r.(failedResult).gates; g != "" {
+					t.Logf("failed gates: %s", g)
+				}
 			}
 		}
 		if err := w.Close(); err != nil {
