@@ -2,13 +2,13 @@ package agent
 
 import (
 	"bytes"
-	"slices"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -265,7 +265,7 @@ entities:
 // not its history.
 func TestAgentReadsCountersOfTheIDsHandedOut(t *testing.T) {
 	r := newRig(t, "entities:\n  clients:\n    A: {consumer_byte_reservation: 300}\n")
-	next := r.a.registry.Extent()             // the id the next entity gets
+	next := r.a.registry.Extent()            // the id the next entity gets
 	r.dp.add(maps.Fetch, uint32(next), 5000) // history in a slot not handed out yet
 	r.cycle()
 	if got, want := r.dp.readIDs, []int{len(r.a.gather.counters[0])}; !slices.Equal(got, want) {
