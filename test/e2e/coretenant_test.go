@@ -18,14 +18,14 @@ import (
 // hooks). Each start is a new client process writing its own file; its
 // errors are added to *errs when it stops.
 type coreTenant struct {
-	t           *testing.T
+	t           testing.TB
 	w           *harness.World
 	rate, bytes int
 	errs        *int64
 	seq         int
 }
 
-func newCoreTenant(t *testing.T, w *harness.World, rate, bytes int, errs *int64) *coreTenant {
+func newCoreTenant(t testing.TB, w *harness.World, rate, bytes int, errs *int64) *coreTenant {
 	return &coreTenant{t: t, w: w, rate: rate, bytes: bytes, errs: errs}
 }
 

@@ -163,7 +163,7 @@ var failedResults sync.Map
 
 type failedResult struct{ data, gates string }
 
-func world(t *testing.T, o harness.Options) *harness.World {
+func world(t testing.TB, o harness.Options) *harness.World {
 	t.Helper()
 	w, err := harness.New(t.TempDir(), bins.sluice, bins.loadgen, o)
 	if err != nil {
@@ -204,7 +204,7 @@ func start(t *testing.T, w *harness.World, cfg harness.Config) *harness.Agent {
 	return a
 }
 
-func client(t *testing.T, w *harness.World, s harness.ClientSpec) *harness.Client {
+func client(t testing.TB, w *harness.World, s harness.ClientSpec) *harness.Client {
 	t.Helper()
 	c, err := w.StartClient(s)
 	if err != nil {

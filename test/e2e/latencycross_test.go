@@ -35,6 +35,9 @@ import (
 //   - then, after a settle, core's p99 over a fresh run within the
 //     defended bound (the objective plus the NIC's accuracy bound), and
 //     the readers held (below 90 % of what they fetched free) but moving.
+//     A run the machine disturbed (machinewatch_test.go) is run again, as
+//     the testbed's are: one in a spell of 20-51 % of the CPUs stolen read
+//     19.8 ms against 16.0, a failed probe of the hold inside it.
 func TestScenarioLatencyCrossDirection(t *testing.T) {
 	const (
 		diskRate  = 8e6
@@ -68,6 +71,7 @@ func TestScenarioLatencyCrossDirection(t *testing.T) {
 	w := world(t, harness.Options{Topics: []string{"core", "history"}, DiskBytesPerSecond: diskRate, FetchReadsDisk: true, FetchBatchBytes: readBytes,
 		ProduceDelay: func() time.Duration { return 2*time.Millisecond + rand.N(2*time.Millisecond) }})
 	var clientErrs int64
+	watch := watchMachine(t)
 	core := newCoreTenant(t, w, coreRate, coreBytes, &clientErrs)
 	startCore, stopCore := core.start, core.stop
 	var reading []*harness.Client
@@ -134,11 +138,20 @@ func TestScenarioLatencyCrossDirection(t *testing.T) {
 	}
 	defended := -1.0
 	var held float64
+	var setAside []string
 	if crossedAfter >= 0 {
 		time.Sleep(settleFor) // the hold finds its level: part of the run's schedule, judged below
-		c, out := startCore()
-		held = meterReaders(defendFor)
-		defended = quantileOf(stopCore(c, out), 0.99)
+		for {
+			from := time.Now()
+			c, out := startCore()
+			held = meterReaders(defendFor)
+			defended = quantileOf(stopCore(c, out), 0.99)
+			d := watch.between(from, time.Now())
+			if len(d) == 0 || len(setAside) == maxDisturbedRetries {
+				break
+			}
+			setAside = append(setAside, fmt.Sprintf("p99 %.2f ms, readers %.0f B/s: %v", defended, held, d))
+		}
 	}
 	end, _ := w.Status()
 	stopCore(warm, warmOut)
@@ -158,7 +171,7 @@ func TestScenarioLatencyCrossDirection(t *testing.T) {
 		"alone_p99_ms": alone, "contended_p99_ms": contended, "objective_p99_ms": objectiveMs,
 		"crossed_after_s": crossedAfter, "crossed": crossed, "defended_p99_ms": defended,
 		"readers_free_bps": free, "readers_held_bps": held, "client_errors": clientErrs,
-		"transitions": transitions, "measured_at": "core's own latencies (franz-go hooks); the readers' broker sockets (tcp_info bytes_acked)",
+		"transitions": transitions, "runs_set_aside_as_disturbed": setAside, "machine_disturbances": watch.all(), "measured_at": "core's own latencies (franz-go hooks); the readers' broker sockets (tcp_info bytes_acked)",
 	}
 	if end != nil {
 		measured["objectives_at_end"] = end.Objectives

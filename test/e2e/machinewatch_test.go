@@ -60,7 +60,7 @@ const (
 )
 
 // watchMachine starts the watch; it stops with the test.
-func watchMachine(t *testing.T) *machineWatch {
+func watchMachine(t testing.TB) *machineWatch {
 	m := &machineWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go m.run()
 	t.Cleanup(func() {
