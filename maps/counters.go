@@ -97,6 +97,14 @@ type batchAttr struct {
 	elemFlags, flags                uint64
 }
 
+// The kernel's batch member is 56 bytes, its pointers __aligned_u64: a
+// build whose pointers are not 64 bits does not compile (one of these
+// lengths would be negative).
+var (
+	_ [56 - unsafe.Sizeof(batchAttr{})]struct{}
+	_ [unsafe.Sizeof(batchAttr{}) - 56]struct{}
+)
+
 // lookupFrom reads n counter slots from key start on into r.keys and
 // r.values, with one BPF_MAP_LOOKUP_BATCH; end says the map ended first.
 // cilium/ebpf's batch cursor starts every walk at key 0 and is opaque, so
