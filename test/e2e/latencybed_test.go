@@ -162,11 +162,7 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 	}
 
 	runs := map[string][]float64{} // the CDFs: what docs/latency.png draws
-	config := func(name, objective string) string {
-		core := "{producer_byte_reservation: 1000000" + objective + "}"
-		return w.WriteConfig(name, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB", MinLimit: minLimit, Extra: "entities:\n  clients:\n    core: " + core +
-			fmt.Sprintf("\n    backfill: {quota_weight: %d}\n    backfill2: {quota_weight: %d}\n", weight1, weight2)})
-	}
+	config := testbedConfig(w, weight1, weight2)
 	// Core alone, without sluice and with sluice enforcing, in turns (the
 	// agent started and stopped around each run with it): a slow spell of
 	// the machine lasting tens of seconds falls on both sides, not on one.
@@ -429,6 +425,17 @@ func TestScenarioLatencyTestbed(t *testing.T) {
 }
 
 // quantileOf is the q-quantile of sorted values (0 with none).
+// testbedConfig writes the testbed's config: core with a reservation (and
+// objective, a YAML fragment such as ", produce_latency_objective: {...}"),
+// backfill and backfill2 with their weights.
+func testbedConfig(w *harness.World, weight1, weight2 int) func(name, objective string) string {
+	return func(name, objective string) string {
+		core := "{producer_byte_reservation: 1000000" + objective + "}"
+		return w.WriteConfig(name, harness.Config{ProduceCapacity: "40MB", FetchCapacity: "40MB", MinLimit: minLimit, Extra: "entities:\n  clients:\n    core: " + core +
+			fmt.Sprintf("\n    backfill: {quota_weight: %d}\n    backfill2: {quota_weight: %d}\n", weight1, weight2)})
+	}
+}
+
 func quantileOf(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
 		return 0
